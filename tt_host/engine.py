@@ -1,0 +1,87 @@
+"""Typed records that engine plugins hand to the host.
+
+An engine plugin's `tt_engines()` hook yields `Engine` records. Everything the
+host needs to validate a spec, build the engine's environment, run its stages
+and check its prerequisites is described here; the host imports nothing else
+from a plugin.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Optional
+
+from tt_host.spec.schema import BehaviorSpec
+
+
+def _always(spec: BehaviorSpec) -> bool:
+    return True
+
+
+def _whole_spec(spec: BehaviorSpec) -> Mapping[str, Any]:
+    return spec.model_dump(mode="json")
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One step of an engine's pipeline, run as `python -m <module> REQUEST.json`.
+
+    name:      folder name under the run directory and key in run.json.
+    module:    importable module inside the engine environment.
+    inputs:    host-side function returning every input the stage depends on
+               (spec fields, file digests). Its JSON is hashed, chained with the
+               previous stage's fingerprint, into the stage fingerprint.
+    enabled:   whether the stage runs for this spec (e.g. RL only when rl_steps > 0).
+    evaluates: when set, the stage receives held-out prompts (ids and prompts,
+               never answers) and writes predictions.jsonl; the host scores them
+               and stores metrics under this prefix (e.g. "baseline").
+    gets_train_rows: the stage receives the compiled training chat rows.
+    description: one line for progress displays.
+    """
+
+    name: str
+    module: str
+    inputs: Callable[[BehaviorSpec], Mapping[str, Any]] = _whole_spec
+    enabled: Callable[[BehaviorSpec], bool] = _always
+    evaluates: Optional[str] = None
+    gets_train_rows: bool = False
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Check:
+    """One doctor finding. status is "ok", "warn" or "fail"; hint says what to do next."""
+
+    name: str
+    status: str
+    detail: str = ""
+    hint: str = ""
+
+
+@dataclass(frozen=True)
+class Engine:
+    """An engine as its plugin describes it.
+
+    runtime_project: folder holding the engine's runtime pyproject.toml + uv.lock;
+                     its environment is `uv sync --locked` of that project.
+    sync_groups:     dependency groups synced into the environment (besides the
+                     project itself and its default groups).
+    doctor:          engine-specific checks; called with the validated spec (or
+                     None) and the requested device.
+    min_examples:    fewest spec examples a real run needs.
+    host_api:        the HOST_API_VERSION this plugin was written for.
+    """
+
+    name: str
+    spec_model: type[BehaviorSpec]
+    stages: tuple[Stage, ...]
+    runtime_project: Path
+    description: str = ""
+    sync_groups: tuple[str, ...] = ()
+    doctor: Optional[Callable[[Optional[BehaviorSpec], str], Iterable[Check]]] = None
+    min_examples: int = 2
+    host_api: str = "1.0"
+    # Filled in by the loader, not by plugins.
+    distribution: str = field(default="", compare=False)
+    distribution_version: str = field(default="", compare=False)
