@@ -1,0 +1,78 @@
+"""Shared fixtures: run the real `tt` console script in a subprocess with isolated homes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from plugin_site import echo_site
+
+REPO = Path(__file__).resolve().parents[1]
+TT = shutil.which("tt", path=str(Path(sys.executable).parent)) or "tt"
+
+
+def shared_envs_dir() -> str:
+    """Engine environments are reused across tests (and sessions): building them is the slow part."""
+    return os.environ.get("TT_ENVS_DIR") or str(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tt" / "envs")
+
+
+class TT:
+    def __init__(self, env: dict[str, str], cwd: Path):
+        self.env, self.cwd = env, cwd
+
+    def __call__(self, *args: str, timeout: float = 900, check: bool | None = None, **kwargs) -> subprocess.CompletedProcess:
+        proc = subprocess.run([TT, *map(str, args)], env=self.env, cwd=self.cwd, capture_output=True, text=True,
+                              timeout=timeout, **kwargs)
+        if check is not None and (proc.returncode == 0) != check:
+            raise AssertionError(f"tt {' '.join(map(str, args))} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def json(self, *args: str, **kwargs):
+        proc = self(*args, "--json", **kwargs)
+        try:
+            return proc.returncode, json.loads(proc.stdout)
+        except json.JSONDecodeError:
+            raise AssertionError(f"not JSON (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+
+    def popen(self, *args: str, **kwargs) -> subprocess.Popen:
+        return subprocess.Popen([TT, *map(str, args)], env=self.env, cwd=self.cwd, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def base_env(tmp_path: Path, pythonpath: list[str]) -> dict[str, str]:
+    env = dict(os.environ)
+    env["TT_HOME"] = str(tmp_path / "tt-home")
+    env.setdefault("TT_ENVS_DIR", shared_envs_dir())
+    env["PYTHONPATH"] = os.pathsep.join(pythonpath)
+    env.pop("TT_PLUGINS", None)
+    env.pop("TT_DISABLE_PLUGINS", None)
+    return env
+
+
+@pytest.fixture
+def tt(tmp_path: Path) -> TT:
+    """The `tt` command with the echo test engine installed and a private TT_HOME."""
+    return TT(base_env(tmp_path, echo_site(tmp_path / "site")), tmp_path)
+
+
+def write_spec(folder: Path, spec: dict, name: str = "tunedtensor.json") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(json.dumps(spec, indent=2))
+    return path
+
+
+def echo_spec(**echo) -> dict:
+    return {
+        "name": "capitals",
+        "engine": "echo",
+        "system_prompt": "Answer with the capital city.",
+        "examples": [{"input": f"Capital of country {i}?", "output": f"City {i}"} for i in range(10)],
+        "echo": echo,
+    }

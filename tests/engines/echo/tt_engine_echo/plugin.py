@@ -1,0 +1,50 @@
+"""Plugin module of the echo test engine: spec extension, stages, doctor checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import Field
+
+from tt_host.engine import Check, Engine, Stage
+from tt_host.hookspecs import hookimpl
+from tt_host.spec.schema import BehaviorSpec, StrictModel
+
+
+class EchoConfig(StrictModel):
+    steps: int = Field(5, ge=1, le=100_000)
+    step_seconds: float = Field(0.0, ge=0, le=60)
+    fail_at_step: Optional[int] = Field(None, ge=1)
+    learning_rate: float = Field(0.1, gt=0)
+
+
+class EchoSpec(BehaviorSpec):
+    engine: Literal["echo"] = "echo"
+    echo: EchoConfig = Field(default_factory=EchoConfig)
+
+
+def _train_inputs(spec: EchoSpec) -> dict:
+    return {"steps": spec.echo.steps, "learning_rate": spec.echo.learning_rate}
+
+
+def _doctor(spec: Optional[EchoSpec], device: str):
+    yield Check("echo device", "ok" if device in ("auto", "cpu") else "fail", device,
+                "" if device in ("auto", "cpu") else "the echo engine runs on cpu only")
+
+
+@hookimpl
+def tt_engines():
+    yield Engine(
+        name="echo",
+        spec_model=EchoSpec,
+        description="test engine: memorizes examples",
+        stages=(
+            Stage("prepare", "tt_engine_echo.stages.prepare", inputs=lambda s: {}),
+            Stage("train", "tt_engine_echo.stages.train", inputs=_train_inputs, description="memorize"),
+            Stage("evaluate", "tt_engine_echo.stages.evaluate", inputs=lambda s: {}, evaluates="candidate"),
+        ),
+        runtime_project=Path(__file__).resolve().parents[1],
+        sync_groups=("runtime",),
+        doctor=_doctor,
+    )

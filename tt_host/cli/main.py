@@ -1,0 +1,191 @@
+"""`tt`: the root command, `run`, `pipeline run`, `validate`, `doctor` and `init`.
+
+Heavy imports (pydantic, plugins) happen inside commands so `tt --help` stays fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from tt_host import __version__
+from tt_host.cli import engines as engines_cli
+from tt_host.cli import models as models_cli
+from tt_host.cli import runs as runs_cli
+from tt_host.cli.common import JsonOption, console, emit_json, err, fail, load_plugins
+
+app = typer.Typer(
+    name="tt", no_args_is_help=True, add_completion=False,
+    help="tt: turn a behavior spec (tunedtensor.json) into a trained, evaluated model on your own hardware.",
+)
+pipeline_app = typer.Typer(no_args_is_help=True, help="Run the pipeline in the form long runs use.")
+app.add_typer(engines_cli.app, name="engines")
+app.add_typer(runs_cli.app, name="runs")
+app.add_typer(models_cli.app, name="models")
+app.add_typer(pipeline_app, name="pipeline")
+
+DEVICES = ("auto", "cpu", "cuda", "mps")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"tt {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version.")) -> None:
+    """tt: a local training runtime for behavior specs."""
+
+
+def _print_errors(loaded, json_mode: bool) -> None:
+    if json_mode:
+        emit_json({"valid": False, "engine": loaded.engine_name, "spec_path": str(loaded.path),
+                   "errors": [e.as_dict() for e in loaded.errors]})
+        return
+    err.print(f"[red]{loaded.path}: invalid spec[/]")
+    for error in loaded.errors:
+        err.print(f"  [bold]{error.loc}[/]: {error.msg}")
+    err.print("Fix the fields above, then `tt validate` again.")
+
+
+@app.command()
+def validate(spec: Path = typer.Argument(..., help="Path to tunedtensor.json."), json_mode: bool = JsonOption) -> None:
+    """Validate a spec and show the compiled system message. Exit 2 when invalid."""
+    from tt_host.spec.loading import load_spec
+
+    loaded = load_spec(spec, load_plugins())
+    if not loaded.valid:
+        _print_errors(loaded, json_mode)
+        raise typer.Exit(2)
+    compiled = loaded.compiled
+    if json_mode:
+        emit_json({
+            "valid": True, "engine": loaded.engine_name, "spec_path": str(loaded.path), "errors": [],
+            "system_message": compiled.system_message, "system_message_sha256": compiled.system_message_sha256,
+            "train_count": len(compiled.train_rows), "eval_count": len(compiled.eval_rows),
+        })
+        return
+    console.print(f"[green]valid[/] {loaded.path} (engine {loaded.engine_name}): "
+                  f"{len(compiled.train_rows)} training and {len(compiled.eval_rows)} held-out examples")
+    console.print("System message:")
+    console.print(compiled.system_message, markup=False)
+    console.print(f"sha256 {compiled.system_message_sha256}")
+
+
+def _run(spec: Path, resume: Optional[Path], device: Optional[str], json_mode: bool) -> None:
+    from tt_host.console import reporter
+    from tt_host.runs.pipeline import RunRefused, execute
+    from tt_host.runs.store import RunInUseError
+    from tt_host.spec.loading import load_spec
+
+    if device is not None and device not in DEVICES:
+        fail(f"--device must be one of {', '.join(DEVICES)}, not {device!r}", json_mode=json_mode)
+    plugins = load_plugins()
+    loaded = load_spec(spec, plugins)
+    if not loaded.valid:
+        _print_errors(loaded, json_mode)
+        raise typer.Exit(2)
+    try:
+        outcome = execute(loaded, plugins, run_dir=resume.absolute() if resume else None, device=device,
+                          reporter=reporter(json_mode))
+    except (RunRefused, RunInUseError) as exc:
+        fail(str(exc), code=2, json_mode=json_mode)
+    except KeyboardInterrupt:
+        fail("interrupted", code=130, json_mode=json_mode)
+    if json_mode:
+        emit_json({"status": outcome.status, "exit_code": outcome.exit_code, "run_dir": str(outcome.run_dir),
+                   "error": outcome.error, "report": outcome.report})
+    else:
+        style = {"completed": "green", "interrupted": "yellow"}.get(outcome.status, "red")
+        console.print(f"[{style}]run {outcome.status}[/]: {outcome.run_dir}")
+        if outcome.error:
+            err.print(f"[red]error:[/] {outcome.error}")
+        if outcome.status == "interrupted":
+            console.print(f"resume with: tt run {loaded.path} --resume {outcome.run_dir}")
+        elif outcome.report:
+            console.print(f"report: {outcome.run_dir / 'report.md'}")
+    raise typer.Exit(outcome.exit_code)
+
+
+@app.command()
+def run(
+    spec: Path = typer.Argument(..., help="Path to tunedtensor.json."),
+    resume: Optional[Path] = typer.Option(None, "--resume", help="Run directory to start or continue."),
+    device: Optional[str] = typer.Option(None, "--device", help="auto, cpu, cuda or mps (overrides the spec)."),
+    json_mode: bool = JsonOption,
+) -> None:
+    """Train, evaluate and report a spec with its engine."""
+    _run(spec, resume, device, json_mode)
+
+
+@pipeline_app.command("run")
+def pipeline_run(
+    spec: Path = typer.Option(..., "--spec", help="Path to tunedtensor.json."),
+    resume: Path = typer.Option(..., "--resume", help="Run directory to start or continue."),
+    device: Optional[str] = typer.Option(None, "--device", help="auto, cpu, cuda or mps."),
+    json_mode: bool = JsonOption,
+) -> None:
+    """Same as `tt run SPEC --resume DIR`."""
+    _run(spec, resume, device, json_mode)
+
+
+@app.command()
+def doctor(
+    spec: Optional[Path] = typer.Argument(None, help="Optional spec to check with its engine."),
+    device: Optional[str] = typer.Option(None, "--device", help="Device to check for."),
+    json_mode: bool = JsonOption,
+) -> None:
+    """Check python, uv, disk, writable folders, plugins, and a spec's engine prerequisites."""
+    from tt_host.doctor import run_checks
+
+    checks = run_checks(spec, device, load_plugins())
+    failed = any(c.status == "fail" for c in checks)
+    if json_mode:
+        emit_json({"ok": not failed, "checks": [c.__dict__ for c in checks]})
+    else:
+        from rich.table import Table
+
+        table = Table("check", "status", "detail", "next step")
+        for c in checks:
+            style = {"ok": "green", "warn": "yellow", "fail": "red"}[c.status]
+            table.add_row(c.name, f"[{style}]{c.status}[/]", c.detail, c.hint)
+        console.print(table)
+    raise typer.Exit(1 if failed else 0)
+
+
+@app.command()
+def init(
+    directory: Path = typer.Argument(..., help="Folder to create the spec in."),
+    engine: str = typer.Option("adapter", "--engine", help="Engine the spec is for."),
+    json_mode: bool = JsonOption,
+) -> None:
+    """Write a starter tunedtensor.json with placeholders (`tt doctor` flags them)."""
+    from tt_host.doctor import starter_spec
+    from tt_host.fsutil import write_text_atomic
+
+    plugins = load_plugins()
+    if engine not in plugins.engines:
+        fail(f"unknown engine {engine!r}; installed: {', '.join(sorted(plugins.engines)) or 'none'} (see `tt engines list`)",
+             json_mode=json_mode)
+    target = directory / "tunedtensor.json"
+    if target.exists():
+        fail(f"{target} already exists; tt never overwrites a spec", json_mode=json_mode)
+    import json
+
+    directory.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(target, json.dumps(starter_spec(engine), indent=2) + "\n")
+    if json_mode:
+        emit_json({"ok": True, "spec": str(target.absolute()), "engine": engine})
+    else:
+        console.print(f"wrote {target}; replace the TODO placeholders, then `tt doctor {target}`")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""Showing a run to a person: rich progress bars per stage, and quiet output for --json.
+
+The pipeline talks to a `Reporter`; `RichReporter` draws progress bars on
+stderr, `QuietReporter` prints nothing (the command prints one JSON object at
+the end instead).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Optional
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+err_console = Console(stderr=True, highlight=False)
+
+
+class QuietReporter:
+    def message(self, text: str, style: str = "") -> None:
+        pass
+
+    def stage_started(self, stage: str, description: str) -> None:
+        pass
+
+    def event(self, stage: str, event: dict[str, Any]) -> None:
+        pass
+
+    def stage_finished(self, stage: str, state: str, seconds: float) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _metric_text(metrics: dict[str, Any]) -> str:
+    parts = []
+    for key, value in list(metrics.items())[:4]:
+        parts.append(f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}")
+    return " ".join(parts)
+
+
+class RichReporter(QuietReporter):
+    def __init__(self, console: Console = err_console, verbose: bool = False):
+        self.console, self.verbose = console, verbose
+        self.progress: Optional[Progress] = None
+        self.task: Optional[int] = None
+
+    def message(self, text: str, style: str = "") -> None:
+        (self.progress.console if self.progress else self.console).print(text, style=style or None)
+
+    def stage_started(self, stage: str, description: str) -> None:
+        self.progress = Progress(
+            SpinnerColumn(), TextColumn("[bold]{task.fields[stage]}[/]"), BarColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(), TimeRemainingColumn(), console=self.console, transient=False,
+            disable=not self.console.is_terminal,
+        )
+        self.progress.start()
+        self.task = self.progress.add_task(stage, total=None, stage=stage, info=description)
+
+    def event(self, stage: str, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == "progress" and self.progress is not None and self.task is not None:
+            self.progress.update(
+                self.task, completed=event.get("step", 0), total=event.get("total"),
+                info=_metric_text(event.get("metrics") or {}),
+            )
+            if not self.console.is_terminal and event.get("metrics"):
+                self.console.print(f"{stage} {event.get('step')}/{event.get('total')} {_metric_text(event['metrics'])}")
+        elif kind == "log":
+            level = event.get("level", "info")
+            if level in ("warning", "error"):
+                self.message(f"{stage}: {event.get('message')}", "yellow" if level == "warning" else "red")
+            elif self.verbose or not event.get("raw"):
+                self.message(f"{stage}: {event.get('message')}", "dim")
+
+    def stage_finished(self, stage: str, state: str, seconds: float) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
+        style = {"completed": "green", "failed": "red", "interrupted": "yellow"}.get(state, "")
+        self.console.print(f"[{style or 'white'}]{stage}: {state}[/] ({seconds:.1f}s)")
+
+
+def reporter(json_mode: bool) -> QuietReporter:
+    return QuietReporter() if json_mode else RichReporter()
+
+
+def stdout_is_terminal() -> bool:
+    return sys.stdout.isatty()

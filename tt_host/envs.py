@@ -1,0 +1,223 @@
+"""Hashed engine environments, built with uv from each engine's own lockfile.
+
+An engine's environment lives at `<root>/<engine>-<key>` where root is
+`$TT_ENVS_DIR`, else `$XDG_CACHE_HOME/tt/envs`, else `~/.cache/tt/envs`, and
+
+    key = sha256("tt-env-v1", engine name, pyproject.toml bytes, uv.lock bytes,
+                 interpreter implementation + version, platform + machine,
+                 synced dependency groups)[:16]
+
+It is built by `uv sync --locked` under an exclusive lock and becomes usable
+only when the marker file `.tt-env-complete.json` is written (atomically) at
+the very end: an interrupted build is never used, and the next build starts it
+over. `TT_OFFLINE=1` (or `offline=True`) builds from uv's cache only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Optional
+
+from tt_host.engine import Engine
+from tt_host.fsutil import FileLock, LockHeld, write_json_atomic
+
+MARKER = ".tt-env-complete.json"
+KEY_VERSION = "tt-env-v1"
+
+
+class EnvBuildError(RuntimeError):
+    pass
+
+
+def envs_root() -> Path:
+    if os.environ.get("TT_ENVS_DIR"):
+        return Path(os.environ["TT_ENVS_DIR"]).expanduser().absolute()
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache).expanduser().absolute() / "tt" / "envs"
+
+
+def interpreter_tag() -> str:
+    return f"{sys.implementation.name}-{'.'.join(map(str, sys.version_info[:3]))}"
+
+
+def platform_tag() -> str:
+    return f"{sys.platform}-{platform.machine()}"
+
+
+def _lock_inputs(engine: Engine) -> tuple[bytes, bytes]:
+    project = Path(engine.runtime_project)
+    try:
+        return (project / "pyproject.toml").read_bytes(), (project / "uv.lock").read_bytes()
+    except FileNotFoundError as exc:
+        raise EnvBuildError(
+            f"engine {engine.name!r}: runtime project {project} lacks {Path(exc.filename).name}; "
+            "the plugin must ship pyproject.toml and uv.lock (run `uv lock` there)"
+        ) from None
+
+
+def env_key(engine: Engine) -> str:
+    pyproject, lock = _lock_inputs(engine)
+    digest = hashlib.sha256()
+    for part in (
+        KEY_VERSION.encode(),
+        engine.name.encode(),
+        pyproject,
+        lock,
+        interpreter_tag().encode(),
+        platform_tag().encode(),
+        ",".join(sorted(engine.sync_groups)).encode(),
+    ):
+        digest.update(len(part).to_bytes(8, "big"))
+        digest.update(part)
+    return digest.hexdigest()[:16]
+
+
+def env_dir(engine: Engine) -> Path:
+    return envs_root() / f"{engine.name}-{env_key(engine)}"
+
+
+def env_python(path: Path) -> Path:
+    return path / "bin" / "python"
+
+
+def is_ready(path: Path) -> bool:
+    return (path / MARKER).is_file() and env_python(path).exists()
+
+
+def uv_binary() -> str:
+    try:
+        from uv import find_uv_bin
+
+        return find_uv_bin()
+    except (ImportError, FileNotFoundError):
+        found = shutil.which("uv")
+        if found:
+            return found
+    raise EnvBuildError("uv is not installed; reinstall tt (`pip install tuned-tensor`) or install uv, then `tt doctor`")
+
+
+def _die_with_parent() -> None:
+    """In the uv child: receive SIGKILL when tt dies, so no orphan keeps writing the env."""
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+@dataclass
+class EnvInfo:
+    engine: str
+    key: str
+    path: Path
+    python: Path
+    built: bool  # False when it was ready already
+    seconds: float
+
+
+def ensure_env(
+    engine: Engine,
+    offline: Optional[bool] = None,
+    log: Callable[[str], None] = lambda line: None,
+) -> EnvInfo:
+    """Return a ready environment for the engine, building it first when needed."""
+    started = time.monotonic()
+    key = env_key(engine)
+    path = envs_root() / f"{engine.name}-{key}"
+    if is_ready(path):
+        return EnvInfo(engine.name, key, path, env_python(path), False, time.monotonic() - started)
+    if offline is None:
+        offline = os.environ.get("TT_OFFLINE", "") not in ("", "0")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(path.parent / f"{path.name}.lock", holder=f"pid {os.getpid()} building {path.name}")
+    with lock:
+        if is_ready(path):  # another process finished it while we waited
+            return EnvInfo(engine.name, key, path, env_python(path), False, time.monotonic() - started)
+        if path.exists():
+            log(f"removing incomplete environment {path}")
+            shutil.rmtree(path)
+        _uv_sync(engine, path, offline, log)
+        write_json_atomic(
+            path / MARKER,
+            {"engine": engine.name, "key": key, "interpreter": interpreter_tag(), "platform": platform_tag(),
+             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+        )
+    return EnvInfo(engine.name, key, path, env_python(path), True, time.monotonic() - started)
+
+
+def _uv_sync(engine: Engine, path: Path, offline: bool, log: Callable[[str], None]) -> None:
+    command = [
+        uv_binary(), "sync", "--locked", "--project", str(engine.runtime_project),
+        "--python", getattr(sys, "_base_executable", sys.executable), "--no-python-downloads",
+    ]
+    for group in engine.sync_groups:
+        command += ["--group", group]
+    if offline:
+        command.append("--offline")
+    env = dict(os.environ, UV_PROJECT_ENVIRONMENT=str(path))
+    env.pop("VIRTUAL_ENV", None)
+    log(f"building environment {path.name}: {' '.join(command[1:])}")
+    process = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=_die_with_parent,
+    )
+    tail: list[str] = []
+    assert process.stdout is not None
+    for line in process.stdout:
+        line = line.rstrip()
+        log(line)
+        tail = (tail + [line])[-20:]
+    if process.wait() != 0:
+        hint = "check the network, or run with TT_OFFLINE=0" if offline else "check the network or the lockfile"
+        raise EnvBuildError(
+            f"building the {engine.name!r} environment failed (uv exit {process.returncode}); {hint}. "
+            f"Run `tt engines prepare {engine.name}` to retry.\n" + "\n".join(tail)
+        )
+
+
+def list_envs() -> list[Path]:
+    root = envs_root()
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir())
+
+
+def gc(engines: Iterable[Engine]) -> list[Path]:
+    """Remove every environment (complete or not) that no installed engine uses now."""
+    keep = set()
+    for engine in engines:
+        try:
+            keep.add(env_dir(engine).name)
+        except EnvBuildError:
+            continue
+    removed = []
+    for path in list_envs():
+        if path.name in keep:
+            continue
+        lock = FileLock(path.parent / f"{path.name}.lock", holder=f"pid {os.getpid()} removing {path.name}")
+        try:
+            lock.acquire()
+        except LockHeld:
+            continue  # being built right now
+        try:
+            shutil.rmtree(path)
+            removed.append(path)
+        finally:
+            lock.release()
+            (path.parent / f"{path.name}.lock").unlink(missing_ok=True)
+    return removed
+
+
+def describe(path: Path) -> dict:
+    marker = path / MARKER
+    return json.loads(marker.read_text()) if marker.is_file() else {}

@@ -1,0 +1,131 @@
+"""The model registry: verified artifacts (adapters, foundation models) that runs produced.
+
+A model is a directory holding `artifact-manifest.json` (docs/protocol.md). It
+is registered as soon as it verifies, so a later failure in the run does not
+lose it. Registry entries live in `$TT_HOME/models/<id>.json` (TT_HOME defaults
+to `$XDG_DATA_HOME/tt`, else `~/.local/share/tt`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from tt_host.fsutil import make_private_dir, sha256_file, write_json_atomic
+
+MANIFEST = "artifact-manifest.json"
+
+
+def tt_home() -> Path:
+    if os.environ.get("TT_HOME"):
+        return Path(os.environ["TT_HOME"]).expanduser().absolute()
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data).expanduser().absolute() / "tt"
+
+
+def registry_dir() -> Path:
+    return tt_home() / "models"
+
+
+class VerifyError(RuntimeError):
+    pass
+
+
+@dataclass
+class Problem:
+    file: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.reason}"
+
+
+def verify_artifact(path: Path) -> tuple[dict[str, Any], list[Problem]]:
+    """Check every file in the manifest (size, sha256) and that no unlisted file appeared."""
+    path = Path(path)
+    manifest_path = path / MANIFEST
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}, [Problem(str(manifest_path), "missing manifest")]
+    except json.JSONDecodeError as exc:
+        return {}, [Problem(str(manifest_path), f"invalid JSON: {exc.msg}")]
+    problems: list[Problem] = []
+    listed = set()
+    for entry in manifest.get("files", []):
+        rel = entry.get("path", "")
+        listed.add(rel)
+        target = path / rel
+        if not target.is_file():
+            problems.append(Problem(rel, "missing"))
+        elif target.stat().st_size != entry.get("size"):
+            problems.append(Problem(rel, f"size {target.stat().st_size} != recorded {entry.get('size')}"))
+        elif sha256_file(target) != entry.get("sha256"):
+            problems.append(Problem(rel, "sha256 differs from the manifest (the file was changed)"))
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        rel = file.relative_to(path).as_posix()
+        if rel != MANIFEST and rel not in listed:
+            problems.append(Problem(rel, "not listed in the manifest"))
+    if not manifest.get("files"):
+        problems.append(Problem(MANIFEST, "lists no files"))
+    return manifest, problems
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40] or "model"
+
+
+def register(path: Path, *, run_id: str, run_dir: Path, spec_name: str, engine: str, kind: str) -> dict[str, Any]:
+    manifest, problems = verify_artifact(path)
+    if problems:
+        raise VerifyError(f"artifact {path} failed verification: " + "; ".join(map(str, problems)))
+    model_id = f"{slug(spec_name)}-{run_id}-{slug(kind)}"
+    entry = {
+        "id": model_id,
+        "kind": kind,
+        "engine": engine,
+        "path": str(Path(path).absolute()),
+        "run_dir": str(Path(run_dir).absolute()),
+        "spec_name": spec_name,
+        "system_message_sha256": manifest.get("system_message_sha256"),
+        "base_model": manifest.get("base_model"),
+        "manifest_sha256": sha256_file(Path(path) / MANIFEST),
+    }
+    make_private_dir(registry_dir())
+    write_json_atomic(registry_dir() / f"{model_id}.json", entry)
+    return entry
+
+
+def list_models() -> list[dict[str, Any]]:
+    root = registry_dir()
+    if not root.is_dir():
+        return []
+    models = []
+    for file in sorted(root.glob("*.json")):
+        try:
+            models.append(json.loads(file.read_text(encoding="utf-8")))
+        except json.JSONDecodeError:
+            continue
+    return models
+
+
+def get_model(model_id: str) -> Optional[dict[str, Any]]:
+    file = registry_dir() / f"{model_id}.json"
+    if not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", model_id) or not file.is_file():
+        return None
+    return json.loads(file.read_text(encoding="utf-8"))
+
+
+def verify_model(model_id: str) -> tuple[dict[str, Any], list[Problem]]:
+    entry = get_model(model_id)
+    if entry is None:
+        raise LookupError(f"no registered model {model_id!r}; see `tt models list`")
+    _, problems = verify_artifact(Path(entry["path"]))
+    manifest_path = Path(entry["path"]) / MANIFEST
+    if manifest_path.is_file() and sha256_file(manifest_path) != entry.get("manifest_sha256"):
+        problems.insert(0, Problem(MANIFEST, "the manifest itself changed since registration"))
+    return entry, problems

@@ -1,0 +1,151 @@
+"""Discovering engine plugins through the entry-point group `tt`.
+
+Each entry point is imported on its own, so one broken plugin is reported (and
+listed by `tt engines list`) instead of breaking `tt`. Switches, all optional:
+
+- `TT_PLUGINS=a,b`          load only these entry points
+- `TT_DISABLE_PLUGINS=a,b`  skip these entry points
+- `TT_PLUGINS_STRICT=1`     a plugin that fails to load is fatal (for plugin authors' tests)
+- `TT_TRACE_HOOKS=1`        print every hook call and result to stderr
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from importlib import metadata
+
+import pluggy
+
+from tt_host import HOST_API_VERSION, hookspecs
+from tt_host.engine import Engine
+
+GROUP = "tt"
+
+
+@dataclass
+class PluginProblem:
+    """A plugin (or one engine of it) that cannot be used, and why."""
+
+    plugin: str
+    distribution: str
+    version: str
+    error: str
+    engine: str | None = None
+
+
+@dataclass
+class Plugins:
+    manager: pluggy.PluginManager
+    engines: dict[str, Engine] = field(default_factory=dict)
+    problems: list[PluginProblem] = field(default_factory=list)
+
+    def engine(self, name: str) -> Engine:
+        if name in self.engines:
+            return self.engines[name]
+        problem = next((p for p in self.problems if p.engine == name), None)
+        if problem is not None:
+            raise UnknownEngineError(f"engine {name!r} cannot be used: {problem.error}")
+        installed = ", ".join(sorted(self.engines)) or "none"
+        raise UnknownEngineError(
+            f"unknown engine {name!r}; installed engines: {installed}. "
+            "Run `tt engines list` to see every plugin and its load errors."
+        )
+
+
+class UnknownEngineError(LookupError):
+    pass
+
+
+class PluginLoadError(RuntimeError):
+    pass
+
+
+def _names(variable: str) -> set[str] | None:
+    value = os.environ.get(variable, "").strip()
+    return {n.strip() for n in value.split(",") if n.strip()} if value else None
+
+
+def _api_compatible(declared: str) -> bool:
+    return declared.split(".")[0] == HOST_API_VERSION.split(".")[0]
+
+
+def _distribution(ep: metadata.EntryPoint) -> tuple[str, str]:
+    dist = getattr(ep, "dist", None)
+    if dist is None:
+        return "", ""
+    return dist.metadata["Name"] or "", dist.version or ""
+
+
+def load_plugins() -> Plugins:
+    manager = pluggy.PluginManager(hookspecs.PROJECT)
+    manager.add_hookspecs(hookspecs)
+    if os.environ.get("TT_TRACE_HOOKS"):
+        manager.trace.root.setwriter(lambda message: sys.stderr.write(message))
+        manager.enable_tracing()
+    only, disabled = _names("TT_PLUGINS"), _names("TT_DISABLE_PLUGINS") or set()
+    strict = bool(os.environ.get("TT_PLUGINS_STRICT"))
+    plugins = Plugins(manager)
+    owners: dict[str, str] = {}
+    seen: set[str] = set()
+    for ep in sorted(metadata.entry_points(group=GROUP), key=lambda e: e.name):
+        if ep.name in seen or (only is not None and ep.name not in only) or ep.name in disabled:
+            continue
+        seen.add(ep.name)
+        dist_name, dist_version = _distribution(ep)
+        module = None
+        try:
+            module = ep.load()
+            manager.register(module, name=ep.name)
+            impls = [i for i in manager.hook.tt_engines.get_hookimpls() if i.plugin_name == ep.name]
+            records = [record for impl in impls for record in (impl.function() or [])]
+        except Exception as exc:  # a broken plugin must not break tt
+            if strict:
+                raise PluginLoadError(f"plugin {ep.name!r} ({ep.value}) failed to load: {exc}") from exc
+            detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            plugins.problems.append(PluginProblem(ep.name, dist_name, dist_version, detail))
+            if module is not None and manager.is_registered(module):
+                manager.unregister(module)
+            continue
+        for record in records:
+            record = replace(record, distribution=dist_name, distribution_version=dist_version)
+            problem = _check_record(record, ep.name, owners)
+            if problem:
+                if strict:
+                    raise PluginLoadError(problem)
+                plugins.problems.append(
+                    PluginProblem(ep.name, dist_name, dist_version, problem, engine=getattr(record, "name", None))
+                )
+                continue
+            owners[record.name] = ep.name
+            plugins.engines[record.name] = record
+    # An engine name claimed twice is unusable until one plugin is removed.
+    for problem in plugins.problems:
+        if problem.engine in plugins.engines and "claimed by" in problem.error:
+            del plugins.engines[problem.engine]
+    return plugins
+
+
+def _check_record(record: object, plugin: str, owners: dict[str, str]) -> str | None:
+    if not isinstance(record, Engine):
+        return f"plugin {plugin!r} yielded {type(record).__name__}, not tt_host.engine.Engine"
+    if not _api_compatible(record.host_api):
+        return (
+            f"engine {record.name!r} needs host API {record.host_api}, this tt offers {HOST_API_VERSION}; "
+            "upgrade the plugin or tt"
+        )
+    if record.name in owners:
+        return (
+            f"engine {record.name!r} is claimed by plugins {owners[record.name]!r} and {plugin!r}; "
+            "uninstall one of them (or disable one with TT_DISABLE_PLUGINS)"
+        )
+    return None
+
+
+@lru_cache(maxsize=1)
+def plugins() -> Plugins:
+    """The plugins of this process, loaded once."""
+    return load_plugins()

@@ -1,0 +1,152 @@
+"""Running one stage as a subprocess in its engine environment.
+
+The stage runs as `python -m <module> <request.json>` in a new session (its
+own process group). Its stdout and stderr lines are parsed as JSON-line events
+(docs/protocol.md); anything else becomes a log event. Every line is appended
+to the stage log. SIGINT / SIGTERM received by the host are forwarded to the
+stage's group as SIGTERM; after the grace period (default 120 s,
+`TT_STAGE_GRACE_SECONDS`) or a second signal, the group is killed.
+Nothing here knows about torch or any particular engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+DEFAULT_GRACE_SECONDS = 120.0
+EXIT_INTERRUPTED = 130
+
+
+def grace_seconds() -> float:
+    try:
+        return float(os.environ.get("TT_STAGE_GRACE_SECONDS", DEFAULT_GRACE_SECONDS))
+    except ValueError:
+        return DEFAULT_GRACE_SECONDS
+
+
+def parse_event(line: str) -> dict[str, Any]:
+    """One output line as an event; a line that is not an event becomes a log event."""
+    stripped = line.strip()
+    if stripped.startswith("{"):
+        try:
+            event = json.loads(stripped)
+        except json.JSONDecodeError:
+            event = None
+        if isinstance(event, dict) and isinstance(event.get("type"), str):
+            return event
+    return {"type": "log", "level": "info", "message": line.rstrip("\n"), "raw": True}
+
+
+@dataclass
+class StageOutcome:
+    exit_code: int
+    interrupted: bool  # the host received SIGINT/SIGTERM while the stage ran
+    killed: bool  # the grace period ran out (or a second signal came) and the group was killed
+    seconds: float
+    last_error: Optional[str]
+    tail: list[str]
+
+
+class _SignalForwarder:
+    """Installs SIGINT/SIGTERM handlers that forward to the stage group for the duration of a stage."""
+
+    def __init__(self, process: subprocess.Popen, grace: float):
+        self.process, self.grace = process, grace
+        self.signalled = threading.Event()
+        self.killed = False
+        self._previous: dict[int, Any] = {}
+        self._deadline: Optional[float] = None
+
+    def __enter__(self) -> "_SignalForwarder":
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self.signalled.is_set():
+            self.kill()
+            return
+        self.signalled.set()
+        self._deadline = time.monotonic() + self.grace
+        self._send(signal.SIGTERM)
+
+    def _send(self, sig: int) -> None:
+        try:
+            os.killpg(self.process.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def kill(self) -> None:
+        self.killed = True
+        self._send(signal.SIGKILL)
+
+    def watch(self) -> None:
+        """Kill the group once the grace period has passed; called while waiting."""
+        if self._deadline is not None and time.monotonic() > self._deadline and self.process.poll() is None:
+            self.kill()
+
+
+def run_stage(
+    python: Path,
+    module: str,
+    request_path: Path,
+    cwd: Path,
+    log_path: Path,
+    on_event: Callable[[dict[str, Any]], None],
+    grace: Optional[float] = None,
+    extra_env: Optional[dict[str, str]] = None,
+) -> StageOutcome:
+    started = time.monotonic()
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TT_STAGE_REQUEST=str(request_path))
+    env.pop("VIRTUAL_ENV", None)
+    env.pop("PYTHONPATH", None)  # the host's import path must not leak into the engine environment
+    env.update(extra_env or {})
+    process = subprocess.Popen(
+        [str(python), "-m", module, str(request_path)],
+        cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL, start_new_session=True, bufsize=1, text=True, errors="replace",
+    )
+    last_error: Optional[str] = None
+    tail: list[str] = []
+    with _SignalForwarder(process, grace_seconds() if grace is None else grace) as forwarder, open(
+        log_path, "a", encoding="utf-8"
+    ) as log:
+        os.chmod(log_path, 0o600)
+
+        def pump() -> None:
+            nonlocal last_error
+            assert process.stdout is not None
+            for line in process.stdout:
+                log.write(line if line.endswith("\n") else line + "\n")
+                log.flush()
+                event = parse_event(line)
+                if event.get("raw") and line.strip():
+                    tail.append(line.rstrip())
+                    del tail[:-20]
+                if event.get("type") == "log" and event.get("level") == "error":
+                    last_error = str(event.get("message", ""))
+                on_event(event)
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        while process.poll() is None:
+            forwarder.watch()
+            time.sleep(0.1)
+        reader.join(timeout=5)
+    code = process.returncode
+    if code < 0:  # killed by a signal
+        code = EXIT_INTERRUPTED if forwarder.signalled.is_set() else 1
+    return StageOutcome(code, forwarder.signalled.is_set(), forwarder.killed, time.monotonic() - started, last_error, tail)

@@ -1,0 +1,60 @@
+"""Per-stage fingerprints: a hash of every input a stage depends on, chained through the pipeline.
+
+fingerprint(stage i) = sha256(engine, stage name, module, the stage's declared
+inputs, the compiled system message and rows, fingerprint(stage i-1)). A change
+upstream therefore changes every later fingerprint too. The declared inputs are
+kept in run.json so a refusal can name what changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from tt_host.engine import Engine, Stage
+from tt_host.spec.compiler import CompiledSpec
+from tt_host.spec.schema import BehaviorSpec
+
+
+def canonical(data: Any) -> str:
+    return json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def rows_digest(compiled: CompiledSpec) -> str:
+    return hashlib.sha256(canonical([compiled.train_rows, compiled.eval_rows]).encode()).hexdigest()
+
+
+def stage_inputs(stage: Stage, spec: BehaviorSpec, compiled: CompiledSpec) -> dict[str, Any]:
+    inputs = dict(stage.inputs(spec))
+    inputs["_system_message_sha256"] = compiled.system_message_sha256
+    inputs["_rows_sha256"] = rows_digest(compiled)
+    return json.loads(canonical(inputs))
+
+
+def chain(engine: Engine, spec: BehaviorSpec, compiled: CompiledSpec) -> list[tuple[Stage, dict[str, Any], str]]:
+    """(stage, inputs, fingerprint) for every stage of the engine, in order."""
+    previous = ""
+    out = []
+    for stage in engine.stages:
+        inputs = stage_inputs(stage, spec, compiled)
+        payload = canonical({"engine": engine.name, "stage": stage.name, "module": stage.module,
+                             "inputs": inputs, "previous": previous})
+        previous = hashlib.sha256(payload.encode()).hexdigest()
+        out.append((stage, inputs, previous))
+    return out
+
+
+def changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Dotted names of the inputs that differ (for messages)."""
+    keys = []
+
+    def walk(a: Any, b: Any, prefix: str) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            for key in sorted(set(a) | set(b)):
+                walk(a.get(key), b.get(key), f"{prefix}.{key}" if prefix else str(key))
+        elif a != b:
+            keys.append(prefix or "(inputs)")
+
+    walk(old, new, "")
+    return [k.lstrip("_") for k in keys]

@@ -1,0 +1,290 @@
+"""Driving a run: decide what to skip, run each stage in the engine environment, score, register, report.
+
+Order of work, so that invalid input never creates anything:
+1. the spec is already validated and compiled (tt_host.spec.loading);
+2. an existing run directory is locked and checked: a finished (or partly
+   done) stage whose inputs changed is refused, naming what changed, before any
+   file is written;
+3. the engine environment is made ready;
+4. stages run in order; a verified completed stage with the same fingerprint
+   is skipped; results are scored, artifacts registered at once;
+5. report.json / report.md are written whatever the outcome.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from tt_host import __version__
+from tt_host import envs
+from tt_host.console import QuietReporter
+from tt_host.fsutil import make_private_dir, write_json_atomic
+from tt_host.models import VerifyError, register
+from tt_host.plugins import Plugins
+from tt_host.report import build_report, write_report
+from tt_host.runner import EXIT_INTERRUPTED, run_stage
+from tt_host.runs.fingerprint import canonical, chain, changed_keys
+from tt_host.runs.store import RunDir, now
+from tt_host.scoring import read_predictions, score
+from tt_host.spec.loading import LoadedSpec
+
+EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
+
+
+class RunRefused(RuntimeError):
+    """The run cannot start or resume as asked (exit 2); nothing was changed."""
+
+
+@dataclass
+class RunOutcome:
+    exit_code: int
+    run_dir: Path
+    status: str
+    report: dict[str, Any] = field(default_factory=dict)
+    error: Optional[str] = None
+
+
+def new_run_id(spec_sha: str) -> str:
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + f"-{spec_sha[:8]}"
+
+
+def default_run_dir(spec_path: Path, run_id: str) -> Path:
+    return spec_path.parent / ".tuned-tensor" / "runs" / run_id
+
+
+def spec_digest(loaded: LoadedSpec) -> str:
+    return hashlib.sha256(canonical(loaded.spec.model_dump(mode="json")).encode()).hexdigest()
+
+
+class _TermAsInterrupt:
+    """While no stage runs, SIGTERM behaves like Ctrl-C (KeyboardInterrupt)."""
+
+    def __enter__(self) -> "_TermAsInterrupt":
+        self.previous = signal.signal(signal.SIGTERM, self._raise)
+        return self
+
+    @staticmethod
+    def _raise(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    def __exit__(self, *exc: object) -> None:
+        signal.signal(signal.SIGTERM, self.previous)
+
+
+def _check_resume(state: dict[str, Any], loaded: LoadedSpec, plan: list) -> None:
+    if state.get("engine") != loaded.engine.name:
+        raise RunRefused(
+            f"run directory was made by engine {state.get('engine')!r}, the spec asks for {loaded.engine.name!r}; "
+            "use a new run directory"
+        )
+    for stage, inputs, fingerprint in plan:
+        old = state["stages"].get(stage.name, {})
+        if old.get("state") in (None, "pending", "skipped", "failed") or old.get("fingerprint") == fingerprint:
+            continue
+        what = ", ".join(changed_keys(old.get("inputs", {}), inputs)) or "an earlier stage's inputs"
+        raise RunRefused(
+            f"stage {stage.name!r} is {old['state']} with different inputs (changed: {what}); resuming would "
+            "invalidate finished work. Use a new run directory (drop --resume, or pass a new DIR)."
+        )
+
+
+def execute(
+    loaded: LoadedSpec,
+    plugins: Plugins,
+    run_dir: Optional[Path] = None,
+    device: Optional[str] = None,
+    reporter: QuietReporter = QuietReporter(),
+) -> RunOutcome:
+    """Run (or resume) a validated spec. Raises RunRefused (exit 2) before changing anything."""
+    assert loaded.valid and loaded.engine and loaded.spec and loaded.compiled
+    engine, spec, compiled = loaded.engine, loaded.spec, loaded.compiled
+    digest = spec_digest(loaded)
+    plan = chain(engine, spec, compiled)
+    if run_dir is None:
+        run_dir = default_run_dir(loaded.path, new_run_id(digest))
+    run = RunDir(run_dir)
+    if run.path.exists() and not run.exists() and any(run.path.iterdir()):
+        raise RunRefused(f"{run.path} exists and is not a tt run directory; pass an empty or new folder")
+    existed = run.exists()
+    if existed:
+        run.lock()  # refuses at once when another process holds it
+        try:
+            state = run.load()
+            _check_resume(state, loaded, plan)
+        except BaseException:
+            run.unlock()
+            raise
+    try:
+        return _drive(loaded, plugins, run, plan, digest, device, reporter, existed)
+    finally:
+        run.unlock()
+
+
+def _drive(loaded, plugins, run: RunDir, plan, digest, device, reporter, existed) -> RunOutcome:
+    engine, spec, compiled = loaded.engine, loaded.spec, loaded.compiled
+    with _TermAsInterrupt():
+        try:
+            reporter.message(f"preparing the {engine.name} environment…")
+            env = envs.ensure_env(engine, log=lambda line: None)
+            if env.built:
+                reporter.message(f"built environment {env.path.name} in {env.seconds:.0f}s")
+        except KeyboardInterrupt:
+            return RunOutcome(EXIT_INTERRUPTED, run.path, "interrupted", error="interrupted while building the environment")
+        except envs.EnvBuildError as exc:
+            return RunOutcome(EXIT_FAILED, run.path, "failed", error=str(exc))
+
+    if not existed:
+        run.lock()
+        state = {
+            "format": 1, "id": run.path.name, "engine": engine.name,
+            "engine_distribution": engine.distribution, "engine_version": engine.distribution_version,
+            "host_version": __version__, "spec_name": spec.name, "spec_path": str(loaded.path),
+            "spec_sha256": digest, "system_message_sha256": compiled.system_message_sha256,
+            "env_key": env.key, "created_at": now(), "status": "running",
+            "stages": {stage.name: {"state": "pending"} for stage, _, _ in plan},
+        }
+        run.create(state, spec.model_dump(mode="json"))
+    else:
+        state = run.load()
+        if state.get("spec_sha256") != digest:
+            write_json_atomic(run.spec_json, spec.model_dump(mode="json"))
+            state["spec_sha256"] = digest
+        state["status"] = "running"
+        state["env_key"] = env.key
+        for stage, _, _ in plan:
+            state["stages"].setdefault(stage.name, {"state": "pending"})
+        run.save(state)
+
+    metrics: dict[str, Any] = {}
+    series: dict[str, list] = {}
+    notes: list[str] = []
+    models: list[dict[str, Any]] = []
+    completed: dict[str, Any] = {}
+    exit_code, error = EXIT_OK, None
+    references = compiled.references()
+
+    for stage, inputs, fingerprint in plan:
+        record = state["stages"][stage.name]
+        if not stage.enabled(spec):
+            record.update(state="skipped", fingerprint=fingerprint, inputs=inputs)
+            run.save(state)
+            continue
+        if (record.get("state") == "completed" and record.get("fingerprint") == fingerprint
+                and record.get("result_sha256") == run.result_digest(stage.name)):
+            result = run.read_result(stage.name) or {}
+            reporter.message(f"{stage.name}: completed earlier, verified, skipped", "dim")
+        else:
+            resume = record.get("state") in ("running", "interrupted", "failed", "completed")
+            record.update(state="running", fingerprint=fingerprint, inputs=inputs, started_at=now(),
+                          exit_code=None, error=None)
+            run.save(state)
+            result, code, err = _run_one(loaded, plugins, run, env, stage, fingerprint, resume, device,
+                                         completed, reporter)
+            record.update(finished_at=now(), exit_code=code, seconds=round(result.pop("_seconds", 0.0), 3))
+            if code == EXIT_OK:
+                record.update(state="completed", result_sha256=run.result_digest(stage.name))
+            else:
+                record.update(state="interrupted" if code == EXIT_INTERRUPTED else "failed", error=err)
+                run.save(state)
+                exit_code = EXIT_INTERRUPTED if code == EXIT_INTERRUPTED else EXIT_FAILED
+                error = err
+                break
+        completed[stage.name] = {"dir": str(run.stage_dir(stage.name)), "result": result}
+        metrics.update(result.get("metrics") or {})
+        series.update(result.get("series") or {})
+        notes += [n for n in result.get("notes") or [] if isinstance(n, str)]
+        try:
+            if stage.evaluates and result.get("predictions"):
+                predictions = read_predictions(run.stage_dir(stage.name) / result["predictions"])
+                metrics.update(score(predictions, references, stage.evaluates))
+                metrics["eval.count"] = metrics[f"{stage.evaluates}.count"]
+            for artifact in result.get("artifacts") or []:
+                path = Path(artifact["path"])
+                path = path if path.is_absolute() else run.path / path
+                models.append(register(path, run_id=state["id"], run_dir=run.path, spec_name=spec.name,
+                                       engine=engine.name, kind=artifact.get("kind", "model")))
+                reporter.message(f"registered model {models[-1]['id']}", "green")
+        except (ValueError, VerifyError, KeyError, OSError) as exc:
+            record.update(state="failed", error=str(exc))
+            exit_code, error = EXIT_FAILED, str(exc)
+            run.save(state)
+            break
+        run.save(state)
+
+    state["status"] = {EXIT_OK: "completed", EXIT_INTERRUPTED: "interrupted"}.get(exit_code, "failed")
+    if error:
+        state["error"] = error
+    run.save(state)
+    report = build_report(state, metrics, series, notes, models)
+    if error:
+        report["error"] = error
+    if state["status"] == "interrupted":
+        report["resume"] = f"tt run {loaded.path} --resume {run.path}"
+    write_report(run.path, report, series)
+    return RunOutcome(exit_code, run.path, state["status"], report, error)
+
+
+def _run_one(loaded, plugins, run: RunDir, env, stage, fingerprint, resume, device, completed, reporter):
+    spec, compiled, engine = loaded.spec, loaded.compiled, loaded.engine
+    stage_dir = make_private_dir(run.stage_dir(stage.name))
+    make_private_dir(run.logs)
+    result_path = run.result_path(stage.name)
+    result_path.unlink(missing_ok=True)
+    spec_data = spec.model_dump(mode="json")
+    request = {
+        "protocol": 1, "engine": engine.name, "stage": stage.name,
+        "run_dir": str(run.path), "stage_dir": str(stage_dir), "result_path": str(result_path),
+        "spec": spec_data, "spec_dir": str(loaded.path.parent),
+        "system_message": compiled.system_message, "system_message_sha256": compiled.system_message_sha256,
+        "train_rows": compiled.train_rows,
+        "eval_prompts": compiled.eval_prompts() if stage.evaluates else [],
+        "device": device or _spec_device(spec_data) or "auto",
+        "resume": resume, "fingerprint": fingerprint, "stages": completed,
+    }
+    request_path = stage_dir / "request.json"
+    write_json_atomic(request_path, request)
+    reporter.stage_started(stage.name, stage.description)
+    observers = plugins.manager.hook.tt_stage_event.get_hookimpls()
+
+    def on_event(event: dict[str, Any]) -> None:
+        reporter.event(stage.name, event)
+        for impl in observers:
+            try:
+                impl.function(run_dir=str(run.path), stage=stage.name, event=event)
+            except Exception as exc:  # an observer never stops a run
+                reporter.message(f"observer {impl.plugin_name!r} failed on {event.get('type')}: {exc}", "yellow")
+
+    on_event({"type": "stage_start", "stage": stage.name, "resume": resume})
+    outcome = run_stage(env.python, stage.module, request_path, run.path, run.logs / f"{stage.name}.log", on_event)
+    result = run.read_result(stage.name) if outcome.exit_code == EXIT_OK else None
+    code, err = outcome.exit_code, outcome.last_error
+    if code == EXIT_OK and (result is None or result.get("status") != "completed"):
+        code, err = EXIT_FAILED, f"stage {stage.name} exited 0 without a completed result at {result_path}"
+    if code not in (EXIT_OK, EXIT_INTERRUPTED) and not err:
+        failed = run.read_result(stage.name) or {}
+        last = f": {outcome.tail[-1]}" if outcome.tail else ""
+        err = failed.get("error") or (f"stage {stage.name} exited with code {outcome.exit_code}{last}; "
+                                      f"see {run.logs / (stage.name + '.log')}")
+    if outcome.interrupted and code != EXIT_OK:
+        code = EXIT_INTERRUPTED
+        err = err or "interrupted"
+    state = {EXIT_OK: "completed", EXIT_INTERRUPTED: "interrupted"}.get(code, "failed")
+    on_event({"type": "stage_end", "stage": stage.name, "state": state, "exit_code": code})
+    reporter.stage_finished(stage.name, state, outcome.seconds)
+    result = dict(result or {})
+    result["_seconds"] = outcome.seconds
+    return result, code, err
+
+
+def _spec_device(spec_data: dict[str, Any]) -> Optional[str]:
+    for value in spec_data.values():
+        if isinstance(value, dict) and isinstance(value.get("device"), str):
+            return value["device"]
+    return None

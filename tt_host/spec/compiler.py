@@ -1,0 +1,118 @@
+"""The instruction compiler: one canonical system message, chat rows and a deterministic split.
+
+The system message is built exactly as DESIGN §3 shows; every engine and every
+stage uses it unchanged. The train / held-out split is keyed on the spec's
+content (not the run), so the same spec always holds out the same prompts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import unicodedata
+from dataclasses import dataclass
+
+from tt_host.spec.schema import BehaviorSpec
+
+DEFAULT_MESSAGE = "Follow the demonstrated behavior."
+HELD_OUT_FRACTION = 0.2
+
+
+def compile_system_message(spec: BehaviorSpec) -> str:
+    """The canonical system message for a spec (DESIGN §3)."""
+    blocks: list[str] = []
+    prompt = spec.system_prompt.strip()
+    if prompt:
+        blocks.append(prompt)
+    if spec.guidelines:
+        blocks.append("Guidelines:\n" + "\n".join(f"- {g.strip()}" for g in spec.guidelines))
+    if spec.constraints:
+        blocks.append("Constraints:\n" + "\n".join(f"- {c.strip()}" for c in spec.constraints))
+    return "\n\n".join(blocks) if blocks else DEFAULT_MESSAGE
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def normalize_prompt(text: str) -> str:
+    """The form in which two prompts count as duplicates: NFKC, trimmed, spaces collapsed, lower-cased."""
+    return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text).strip()).lower()
+
+
+@dataclass(frozen=True)
+class CompiledSpec:
+    system_message: str
+    system_message_sha256: str
+    train_rows: list[dict]
+    eval_rows: list[dict]  # full rows with the reference answer; only the host sees these
+
+    def eval_prompts(self) -> list[dict]:
+        """Held-out rows without their answers: what an evaluating stage receives."""
+        return [{"id": r["id"], "messages": r["messages"][:2]} for r in self.eval_rows]
+
+    def references(self) -> dict[str, str]:
+        return {r["id"]: r["messages"][2]["content"] for r in self.eval_rows}
+
+
+class DuplicatePromptError(ValueError):
+    def __init__(self, first: int, second: int):
+        self.first, self.second = first, second
+        super().__init__(
+            f"examples {first} and {second} have the same prompt (after Unicode NFKC, trimming, "
+            "whitespace collapsing and lower-casing); remove or reword one"
+        )
+
+
+def find_duplicate(spec: BehaviorSpec) -> DuplicatePromptError | None:
+    seen: dict[str, int] = {}
+    for index, example in enumerate(spec.examples):
+        key = normalize_prompt(example.input)
+        if key in seen:
+            return DuplicatePromptError(seen[key], index)
+        seen[key] = index
+    return None
+
+
+def split_key(spec: BehaviorSpec) -> str:
+    """Seed of the split: the instruction and the examples, nothing run-specific."""
+    payload = {
+        "system_message": compile_system_message(spec),
+        "examples": [[normalize_prompt(e.input), e.output] for e in spec.examples],
+    }
+    return sha256_text(json.dumps(payload, sort_keys=True, ensure_ascii=False))
+
+
+def held_out_count(n: int) -> int:
+    """About 20% held out, at least one and at most n-1 (0 when fewer than two examples)."""
+    if n < 2:
+        return 0
+    return min(n - 1, max(1, round(n * HELD_OUT_FRACTION)))
+
+
+def compile_spec(spec: BehaviorSpec) -> CompiledSpec:
+    error = find_duplicate(spec)
+    if error is not None:
+        raise error
+    message = compile_system_message(spec)
+    key = split_key(spec)
+    # Rank every example by a hash of (split key, normalized prompt): stable
+    # under reordering of examples and independent of the run.
+    ranked = sorted(
+        range(len(spec.examples)),
+        key=lambda i: sha256_text(key + "\0" + normalize_prompt(spec.examples[i].input)),
+    )
+    held = set(ranked[: held_out_count(len(spec.examples))])
+    train_rows, eval_rows = [], []
+    for index, example in enumerate(spec.examples):
+        row = {
+            "id": f"ex-{index:05d}",
+            "messages": [
+                {"role": "system", "content": message},
+                {"role": "user", "content": example.input},
+                {"role": "assistant", "content": example.output},
+            ],
+        }
+        (eval_rows if index in held else train_rows).append(row)
+    return CompiledSpec(message, sha256_text(message), train_rows, eval_rows)

@@ -1,0 +1,106 @@
+"""Reading a spec file and validating it against its engine's schema.
+
+Errors are collected, never raised one at a time: each has a dotted `loc`
+(`foundation.depth`, `examples.3.input`) and a message, so `tt validate --json`
+can show them all. Nothing here writes to disk.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from pydantic import ValidationError
+
+from tt_host.engine import Engine
+from tt_host.plugins import Plugins, UnknownEngineError
+from tt_host.spec.compiler import CompiledSpec, DuplicatePromptError, compile_spec
+from tt_host.spec.schema import BehaviorSpec
+
+
+@dataclass
+class SpecError:
+    loc: str
+    msg: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"loc": self.loc, "msg": self.msg}
+
+
+@dataclass
+class LoadedSpec:
+    path: Path
+    raw: Optional[dict[str, Any]] = None
+    engine_name: Optional[str] = None
+    engine: Optional[Engine] = None
+    spec: Optional[BehaviorSpec] = None
+    compiled: Optional[CompiledSpec] = None
+    errors: list[SpecError] = field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        return not self.errors and self.spec is not None
+
+
+def _dotted(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(part) for part in loc) or "(spec)"
+
+
+def read_json(path: Path) -> tuple[Optional[dict[str, Any]], list[SpecError]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None, [SpecError("(file)", f"{path}: no such file; create one with `tt init DIR`")]
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, [SpecError("(file)", f"{path}: cannot read: {exc}")]
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return None, [SpecError("(file)", f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}")]
+    if not isinstance(data, dict):
+        return None, [SpecError("(file)", f"{path}: the spec must be a JSON object")]
+    return data, []
+
+
+def load_spec(path: Path, plugins: Plugins, require_examples: bool = True) -> LoadedSpec:
+    """Read, validate and compile a spec; every problem lands in `errors`."""
+    path = Path(path).expanduser().absolute()
+    loaded = LoadedSpec(path=path)
+    loaded.raw, loaded.errors = read_json(path)
+    if loaded.raw is None:
+        return loaded
+    engine_name = loaded.raw.get("engine", "adapter")
+    if not isinstance(engine_name, str):
+        loaded.errors.append(SpecError("engine", "must be a string naming an installed engine"))
+        return loaded
+    loaded.engine_name = engine_name
+    try:
+        loaded.engine = plugins.engine(engine_name)
+    except UnknownEngineError as exc:
+        loaded.errors.append(SpecError("engine", str(exc)))
+        return loaded
+    try:
+        loaded.spec = loaded.engine.spec_model.model_validate(
+            loaded.raw, context={"spec_dir": str(path.parent)}
+        )
+    except ValidationError as exc:
+        for error in exc.errors():
+            message = error["msg"]
+            if error["type"] == "extra_forbidden":
+                message = "unknown field (misspelled?); remove it or check the spelling"
+            loaded.errors.append(SpecError(_dotted(error["loc"]), message))
+        return loaded
+    if require_examples and len(loaded.spec.examples) < loaded.engine.min_examples:
+        loaded.errors.append(
+            SpecError(
+                "examples",
+                f"a run needs at least {loaded.engine.min_examples} examples, found {len(loaded.spec.examples)}",
+            )
+        )
+    try:
+        loaded.compiled = compile_spec(loaded.spec)
+    except DuplicatePromptError as exc:
+        loaded.errors.append(SpecError(f"examples.{exc.second}.input", str(exc)))
+    return loaded
