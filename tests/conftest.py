@@ -14,7 +14,7 @@ import pytest
 from plugin_site import echo_site
 
 REPO = Path(__file__).resolve().parents[1]
-TT = shutil.which("tt", path=str(Path(sys.executable).parent)) or "tt"
+TT_BIN = shutil.which("tt", path=str(Path(sys.executable).parent)) or "tt"
 
 
 def shared_envs_dir() -> str:
@@ -27,7 +27,7 @@ class TT:
         self.env, self.cwd = env, cwd
 
     def __call__(self, *args: str, timeout: float = 900, check: bool | None = None, **kwargs) -> subprocess.CompletedProcess:
-        proc = subprocess.run([TT, *map(str, args)], env=self.env, cwd=self.cwd, capture_output=True, text=True,
+        proc = subprocess.run([TT_BIN, *map(str, args)], env=self.env, cwd=self.cwd, capture_output=True, text=True,
                               timeout=timeout, **kwargs)
         if check is not None and (proc.returncode == 0) != check:
             raise AssertionError(f"tt {' '.join(map(str, args))} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
@@ -41,7 +41,7 @@ class TT:
             raise AssertionError(f"not JSON (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
 
     def popen(self, *args: str, **kwargs) -> subprocess.Popen:
-        return subprocess.Popen([TT, *map(str, args)], env=self.env, cwd=self.cwd, stdout=subprocess.PIPE,
+        return subprocess.Popen([TT_BIN, *map(str, args)], env=self.env, cwd=self.cwd, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, **kwargs)
 
 

@@ -12,7 +12,7 @@ from rich.console import Console
 JsonOption = typer.Option(False, "--json", help="Print one JSON object for scripts instead of tables.")
 
 console = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def emit_json(data: Any) -> None:

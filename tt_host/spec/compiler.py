@@ -79,7 +79,7 @@ def split_key(spec: BehaviorSpec) -> str:
     """Seed of the split: the instruction and the examples, nothing run-specific."""
     payload = {
         "system_message": compile_system_message(spec),
-        "examples": [[normalize_prompt(e.input), e.output] for e in spec.examples],
+        "examples": sorted([normalize_prompt(e.input), e.output] for e in spec.examples),
     }
     return sha256_text(json.dumps(payload, sort_keys=True, ensure_ascii=False))
 

@@ -1,0 +1,125 @@
+"""Runs: locking, SIGTERM forwarding and resume, fingerprints that refuse stale work, failures, the host never imports torch."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import echo_spec, write_spec
+
+
+def wait_for(predicate, timeout=120.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def train_step(run: Path) -> int:
+    try:
+        return json.loads((run / "train" / "state.json").read_text())["step"]
+    except (FileNotFoundError, json.JSONDecodeError):
+        return 0
+
+
+def test_layout_permissions_and_report(tt, tmp_path):
+    path = write_spec(tmp_path / "s", echo_spec(steps=2))
+    code, out = tt.json("run", path)
+    assert code == 0, out
+    run = Path(out["run_dir"])
+    assert run.parent == tmp_path / "s" / ".tuned-tensor" / "runs"
+    for name in ("run.json", "spec.json", "report.json", "report.md", "logs/train.log", "train/result.json"):
+        assert (run / name).is_file(), name
+    assert (run.stat().st_mode & 0o777) == 0o700 and ((run / "run.json").stat().st_mode & 0o777) == 0o600
+    report = json.loads((run / "report.json").read_text())
+    assert {"engine", "status", "stages", "metrics"} <= set(report)
+    assert report["status"] == "completed" and report["metrics"]["candidate.count"] == 2
+    assert "report-train-loss.svg" in (run / "report.md").read_text()
+    code, models = tt.json("models", "list")
+    assert len(models["models"]) == 1
+    model_id = models["models"][0]["id"]
+    assert tt("models", "verify", model_id).returncode == 0
+    table = Path(models["models"][0]["path"]) / "table.json"
+    table.write_bytes(table.read_bytes().replace(b"City", b"Town", 1))
+    bad = tt("models", "verify", model_id)
+    assert bad.returncode == 1 and "table.json" in bad.stderr
+
+
+def test_second_process_refused_and_sigterm_interrupts_resumably(tt, tmp_path):
+    path = write_spec(tmp_path / "s", echo_spec(steps=400, step_seconds=0.05))
+    run = tmp_path / "run"
+    first = tt.popen("run", path, "--resume", run)
+    assert wait_for(lambda: train_step(run) >= 2), first.stderr.read() if first.poll() is not None else "no progress"
+    started = time.monotonic()
+    second = tt("run", path, "--resume", run, timeout=30)
+    assert second.returncode == 2 and "in use by pid" in second.stderr, second.stderr
+    assert time.monotonic() - started < 10
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(timeout=60) == 130
+    state = json.loads((run / "run.json").read_text())
+    assert state["status"] == "interrupted" and state["stages"]["train"]["state"] == "interrupted"
+    stopped_at = train_step(run)
+    assert 2 <= stopped_at < 400
+    assert "stopped at step" in (run / "logs" / "train.log").read_text()
+    # resume with fewer steps than done would change train's inputs: refused, nothing changed
+    before = (run / "run.json").read_bytes()
+    changed = write_spec(tmp_path / "s", echo_spec(steps=400, step_seconds=0.05, learning_rate=0.5), "changed.json")
+    refused = tt("run", changed, "--resume", run)
+    assert refused.returncode == 2 and "learning_rate" in refused.stderr and "new run directory" in refused.stderr
+    assert (run / "run.json").read_bytes() == before
+    # a harmless change (step speed is not a train input) resumes from the saved step
+    fast = write_spec(tmp_path / "s", echo_spec(steps=400, step_seconds=0.0), "fast.json")
+    code, out = tt.json("run", fast, "--resume", run)
+    assert code == 0, out
+    assert f"resuming at step {stopped_at}" in (run / "logs" / "train.log").read_text()
+
+
+def test_completed_stages_are_skipped_and_changed_finished_work_refused(tt, tmp_path):
+    path = write_spec(tmp_path / "s", echo_spec(steps=2))
+    run = tmp_path / "run"
+    assert tt("run", path, "--resume", run).returncode == 0
+    log_size = (run / "logs" / "train.log").stat().st_size
+    again = tt("run", path, "--resume", run)
+    assert again.returncode == 0 and "train: completed earlier, verified, skipped" in again.stderr
+    assert (run / "logs" / "train.log").stat().st_size == log_size  # the stage did not run again
+    state = json.loads((run / "run.json").read_text())
+    assert all(s["state"] == "completed" for s in state["stages"].values())
+    spec = echo_spec(steps=3)
+    refused = tt("run", write_spec(tmp_path / "s", spec, "more.json"), "--resume", run)
+    assert refused.returncode == 2 and "steps" in refused.stderr
+    spec = echo_spec(steps=2)
+    spec["examples"].append({"input": "one more", "output": "x"})
+    refused = tt("run", write_spec(tmp_path / "s", spec, "rows.json"), "--resume", run)
+    assert refused.returncode == 2 and "rows_sha256" in refused.stderr
+
+
+def test_tampered_result_is_rerun_not_trusted(tt, tmp_path):
+    path = write_spec(tmp_path / "s", echo_spec(steps=2))
+    run = tmp_path / "run"
+    assert tt("run", path, "--resume", run).returncode == 0
+    result = run / "evaluate" / "result.json"
+    result.write_text(result.read_text().replace("predictions.jsonl", "predictions.jsonl "))
+    code, out = tt.json("run", path, "--resume", run)
+    assert code == 0 and json.loads(result.read_text())["predictions"] == "predictions.jsonl"
+
+
+def test_failed_stage_keeps_earlier_work_and_resumes_after_fix(tt, tmp_path):
+    run = tmp_path / "run"
+    code, out = tt.json("run", write_spec(tmp_path / "s", echo_spec(steps=3, fail_at_step=2)), "--resume", run)
+    assert code == 1 and out["status"] == "failed" and "failing on purpose" in out["error"]
+    assert out["report"]["stages"]["prepare"]["state"] == "completed"
+    prepare_result = (run / "prepare" / "result.json").stat().st_mtime_ns
+    code, out = tt.json("run", write_spec(tmp_path / "s", echo_spec(steps=3)), "--resume", run)
+    assert code == 0, out
+    assert (run / "prepare" / "result.json").stat().st_mtime_ns == prepare_result
+
+
+def test_host_does_not_import_torch():
+    code = ("import sys, tt_host.cli.main, tt_host.runs.pipeline, tt_host.plugins as p; p.plugins(); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'tokenizers', 'numpy')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
