@@ -1,6 +1,9 @@
-"""`tt engines list|prepare|gc`: installed engine plugins and their hashed environments."""
+"""`tt engines list|prepare|gc|new`: installed engine plugins, their hashed environments, and new plugin scaffolds."""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -87,3 +90,34 @@ def gc(json_mode: bool = JsonOption) -> None:
         for path in removed:
             console.print(f"removed {path}")
         console.print(f"{len(removed)} environment(s) removed")
+
+
+@app.command()
+def new(
+    name: str = typer.Argument(..., help="Engine name: lowercase letters, digits, underscores (e.g. demo)."),
+    directory: Optional[Path] = typer.Argument(None, help="Folder to create (default ./tt-engine-NAME); must not exist."),
+    lock: bool = typer.Option(True, "--lock/--no-lock", help="Run `uv lock` for the runtime project (needs the network)."),
+    json_mode: bool = JsonOption,
+) -> None:
+    """Scaffold a working engine plugin package (see docs/plugins.md)."""
+    from tt_host import scaffold
+
+    try:
+        made = scaffold.create(name, directory, lock=lock)
+    except scaffold.ScaffoldError as exc:
+        fail(str(exc), json_mode=json_mode)
+    if json_mode:
+        emit_json({"ok": True, "engine": made.name, "path": str(made.path), "package": made.package,
+                   "distribution": made.distribution, "files": made.files, "locked": made.locked,
+                   "lock_error": made.lock_error, "lock_command": None if made.locked else made.lock_command})
+        return
+    console.print(f"[green]created[/] {made.distribution} (engine {made.name!r}) in {made.path}")
+    for file in made.files:
+        console.print(f"  {file}", markup=False)
+    if made.locked:
+        console.print("locked the runtime project: uv.lock")
+    else:
+        err.print(f"[yellow]uv.lock was not generated[/] ({made.lock_error}); tt needs it to build the engine "
+                  f"environment. Run: {made.lock_command}")
+    console.print(f"next:\n  pip install -e {made.path}   (in the environment where tt is installed)\n"
+                  f"  tt engines list\n  tt engines prepare {made.name}\n  pytest {made.path}", markup=False)
