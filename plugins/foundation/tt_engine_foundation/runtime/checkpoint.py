@@ -1,0 +1,296 @@
+"""Crash-safe pretraining checkpoints.
+
+A checkpoint is a folder `step-<9 digits>/` holding `model.safetensors`,
+`optimizer.pt` (AdamW state), `trainer-state.pt` (scheduler, CPU/CUDA/numpy
+RNG, counters) and `metadata.json` (step, samples consumed, tokens seen, last
+loss, the config and its fingerprint, and every file's size and sha256).
+It is built in a hidden temporary folder and renamed into place, so a
+folder named `step-*` is complete unless the disk lies; `verify` checks the
+sizes and hashes anyway. Old checkpoints are rolled to `keep`; a copy goes to
+the backup folder when one is set. Resume never deletes anything: a damaged
+folder that would be overwritten is moved aside.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional
+
+import torch
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+
+from .protocol import InvalidInput, StageError, atomic_write_json, fsync_dir
+
+STEP_RE = re.compile(r"^step-(\d{9})$")
+FILES = ("model.safetensors", "optimizer.pt", "trainer-state.pt")
+
+
+def step_name(step: int) -> str:
+    return f"step-{step:09d}"
+
+
+def config_fingerprint(config: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _write_file(path: Path, data: bytes) -> dict[str, Any]:
+    with open(path, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.chmod(path, 0o600)
+    return {"path": path.name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def _torch_bytes(obj: Any) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+
+def rng_state() -> dict[str, Any]:
+    import numpy as np
+    import random
+
+    state: dict[str, Any] = {"cpu": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: Mapping[str, Any]) -> None:
+    import numpy as np
+    import random
+
+    torch.set_rng_state(state["cpu"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+@dataclass
+class TrainerState:
+    step: int = 0
+    samples_consumed: int = 0
+    tokens_seen: int = 0
+    last_loss: Optional[float] = None
+    elapsed_seconds: float = 0.0
+    scheduler: dict[str, Any] = field(default_factory=dict)
+
+
+def save(
+    directory: Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    state: TrainerState,
+    config: Mapping[str, Any],
+    fingerprint: str,
+) -> Path:
+    """Write step-<N>/ atomically under directory and return its path."""
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    name = step_name(state.step)
+    final = directory / name
+    tmp = directory / f".tmp-{name}-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(mode=0o700)
+    weights = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+    files = [
+        _write_file(tmp / "model.safetensors", st_save(weights, metadata={"format": "pt"})),
+        _write_file(tmp / "optimizer.pt", _torch_bytes(optimizer.state_dict())),
+        _write_file(
+            tmp / "trainer-state.pt",
+            _torch_bytes({"scheduler": state.scheduler, "rng": rng_state(), "counters": _counters(state)}),
+        ),
+    ]
+    metadata = {
+        "format": 1,
+        **_counters(state),
+        "config": dict(config),
+        "config_fingerprint": fingerprint,
+        "files": files,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    atomic_write_json(tmp / "metadata.json", metadata)
+    fsync_dir(tmp)
+    if final.exists():
+        _move_aside(final)
+    os.replace(tmp, final)
+    fsync_dir(directory)
+    return final
+
+
+def _counters(state: TrainerState) -> dict[str, Any]:
+    return {
+        "step": state.step,
+        "samples_consumed": state.samples_consumed,
+        "tokens_seen": state.tokens_seen,
+        "last_loss": state.last_loss,
+        "elapsed_seconds": state.elapsed_seconds,
+    }
+
+
+def _move_aside(path: Path) -> Path:
+    target = path.with_name(f"{path.name}.replaced-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+    os.replace(path, target)
+    return target
+
+
+def backup(source: Path, backup_root: Path) -> Path:
+    """Copy a finished checkpoint folder into backup_root atomically."""
+    backup_root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = backup_root / f".tmp-{source.name}-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    shutil.copytree(source, tmp)
+    for path in tmp.iterdir():
+        with open(path, "rb") as handle:
+            os.fsync(handle.fileno())
+    fsync_dir(tmp)
+    final = backup_root / source.name
+    if final.exists():
+        _move_aside(final)
+    os.replace(tmp, final)
+    fsync_dir(backup_root)
+    return final
+
+
+def list_steps(directory: Optional[Path]) -> list[tuple[int, Path]]:
+    if directory is None or not directory.is_dir():
+        return []
+    found = []
+    for path in directory.iterdir():
+        match = STEP_RE.match(path.name)
+        if match and path.is_dir() and not path.is_symlink():
+            found.append((int(match.group(1)), path))
+    return sorted(found, reverse=True)
+
+
+def roll(directory: Path, keep: int) -> list[Path]:
+    """Delete all but the newest `keep` intact-named checkpoints; returns what was removed."""
+    removed = []
+    for _, path in list_steps(directory)[keep:]:
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def verify(path: Path) -> tuple[bool, str, Optional[dict[str, Any]]]:
+    """(intact, reason, metadata). Checks the metadata and every file's size and sha256."""
+    meta_path = path / "metadata.json"
+    try:
+        metadata = json.loads(meta_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return False, "metadata.json is missing", None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return False, f"metadata.json is unreadable ({exc})", None
+    if not isinstance(metadata, dict) or not isinstance(metadata.get("files"), list):
+        return False, "metadata.json has no file list", None
+    listed = {f.get("path") for f in metadata["files"]}
+    for required in FILES:
+        if required not in listed:
+            return False, f"metadata does not list {required}", None
+    for entry in metadata["files"]:
+        file_path = path / entry["path"]
+        if not file_path.is_file():
+            return False, f"{entry['path']} is missing", None
+        size = file_path.stat().st_size
+        if size != entry["size"]:
+            return False, f"{entry['path']} is {size} bytes, expected {entry['size']} (truncated?)", None
+        digest = hashlib.sha256()
+        with open(file_path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        if digest.hexdigest() != entry["sha256"]:
+            return False, f"{entry['path']} does not match its sha256 (corrupted)", None
+    return True, "intact", metadata
+
+
+@dataclass
+class ResumeChoice:
+    path: Optional[Path]
+    notes: list[str]
+    metadata: Optional[dict[str, Any]] = None
+
+
+def _differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    keys = sorted(set(old) | set(new))
+    return [k for k in keys if old.get(k) != new.get(k)]
+
+
+def choose_resume(
+    local: Path, backup_dir: Optional[Path], fingerprint: str, config: Mapping[str, Any]
+) -> ResumeChoice:
+    """Pick the newest intact checkpoint whose fingerprint matches, local before backup.
+
+    Raises InvalidInput when an intact checkpoint was made with another config
+    (before anything changes on disk), StageError when checkpoints exist but
+    none is intact. Returns path None when there is nothing to resume.
+    """
+    candidates: list[tuple[int, int, Path]] = []
+    for step, path in list_steps(local):
+        candidates.append((step, 1, path))
+    for step, path in list_steps(backup_dir):
+        candidates.append((step, 0, path))
+    candidates.sort(reverse=True)
+    notes: list[str] = []
+    chosen: Optional[tuple[Path, dict]] = None
+    for step, _, path in candidates:
+        ok, reason, metadata = verify(path)
+        if not ok:
+            notes.append(f"checkpoint {path} is not usable: {reason}; trying an older one")
+            continue
+        assert metadata is not None
+        if metadata.get("config_fingerprint") != fingerprint:
+            changed = _differences(metadata.get("config", {}), config)
+            raise InvalidInput(
+                f"the pretraining configuration changed since checkpoint {path} was written "
+                f"(changed: {', '.join(changed) or 'fingerprint'}); this run directory cannot continue "
+                "with the new settings: use a new run directory (nothing was changed)"
+            )
+        if chosen is None:
+            chosen = (path, metadata)
+    if chosen is None:
+        if candidates:
+            raise StageError(
+                "no intact pretraining checkpoint to resume from ("
+                + "; ".join(notes)
+                + "); nothing was deleted: restore a checkpoint or use a new run directory"
+            )
+        return ResumeChoice(None, notes)
+    path, metadata = chosen
+    if notes:
+        notes.append(f"resuming from {path} (step {metadata['step']})")
+    return ResumeChoice(path, notes, metadata)
+
+
+def load(path: Path, model: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer], device) -> TrainerState:
+    weights = st_load((path / "model.safetensors").read_bytes())
+    model.load_state_dict({k: v.to(device) for k, v in weights.items()}, strict=True)
+    if optimizer is not None:
+        optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=device, weights_only=True))
+    trainer = torch.load(path / "trainer-state.pt", map_location="cpu", weights_only=False)
+    set_rng_state(trainer["rng"])
+    counters = trainer["counters"]
+    return TrainerState(
+        step=counters["step"],
+        samples_consumed=counters["samples_consumed"],
+        tokens_seen=counters["tokens_seen"],
+        last_loss=counters["last_loss"],
+        elapsed_seconds=counters.get("elapsed_seconds", 0.0),
+        scheduler=trainer["scheduler"],
+    )
+
+
+def safe_paths(paths: Iterable[Path]) -> list[str]:
+    return [str(p) for p in paths]

@@ -1,0 +1,175 @@
+"""Shared helpers for stages: run-directory layout, device choice, the foundation config."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from .protocol import InvalidInput
+
+
+@dataclass(frozen=True)
+class Layout:
+    run_dir: Path
+
+    @property
+    def tokenizer_dir(self) -> Path:
+        return self.run_dir / "tokenizer"
+
+    @property
+    def tokenizer_json(self) -> Path:
+        return self.tokenizer_dir / "tokenizer.json"
+
+    @property
+    def recovery(self) -> Path:
+        return self.run_dir / "pretrain" / "recovery"
+
+    @property
+    def tokens_bin(self) -> Path:
+        return self.recovery / "pretrain-tokens.bin"
+
+    @property
+    def tokens_manifest(self) -> Path:
+        return self.recovery / "pretrain-tokens.manifest.json"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.recovery / "checkpoints"
+
+    @property
+    def heartbeats(self) -> Path:
+        return self.recovery / "training-metrics.jsonl"
+
+    def model_dir(self, stage: str) -> Path:
+        return self.run_dir / stage / "model"
+
+
+def layout(request: Mapping[str, Any]) -> Layout:
+    return Layout(Path(request["run_dir"]))
+
+
+def fconfig(request: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(request["spec"].get("foundation") or {})
+
+
+def resolve_device(requested: str):
+    import torch
+
+    requested = requested or "auto"
+    if requested == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise InvalidInput("device 'cuda' was asked for but torch sees no CUDA device")
+    if requested == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise InvalidInput("device 'mps' was asked for but torch sees no MPS device")
+    if requested not in ("cpu", "cuda", "mps"):
+        raise InvalidInput(f"device {requested!r} is not one of auto, cpu, cuda, mps")
+    return torch.device(requested)
+
+
+def request_device(request: Mapping[str, Any]):
+    return resolve_device(request.get("device") or fconfig(request).get("device") or "auto")
+
+
+def setup_threads() -> None:
+    import torch
+
+    value = os.environ.get("TT_NUM_THREADS")
+    if value:
+        torch.set_num_threads(max(1, int(value)))
+
+
+def stage_output(request: Mapping[str, Any], stage: str, key: str) -> Optional[str]:
+    entry = (request.get("stages") or {}).get(stage)
+    if not entry:
+        return None
+    return ((entry.get("result") or {}).get("outputs") or {}).get(key)
+
+
+def learning_rate(cfg: Mapping[str, Any]) -> float:
+    from .model import derived_learning_rate
+
+    value = cfg.get("learning_rate")
+    return float(value) if value is not None else derived_learning_rate(int(cfg["depth"]))
+
+
+def corpus_source(request: Mapping[str, Any]):
+    """(shards or None, smoke documents or None, description for manifests)."""
+    from .corpus import describe_shards, list_shards, smoke_digest, smoke_documents
+
+    cfg = fconfig(request)
+    corpus = cfg.get("corpus_path")
+    if corpus:
+        root = Path(corpus)
+        shards = list_shards(root)
+        return shards, None, {"kind": "corpus", "path": str(root), "files": describe_shards(shards, root)}
+    docs = smoke_documents(request.get("system_message", ""), request.get("train_rows") or [])
+    return None, docs, {"kind": "smoke", "sha256": smoke_digest(docs), "documents": len(docs)}
+
+
+def iter_corpus(request: Mapping[str, Any], max_chars: Optional[int]):
+    from .corpus import iter_documents
+
+    shards, smoke, _ = corpus_source(request)
+    if shards is not None:
+        return iter_documents(shards, max_chars)
+    return iter_documents_from_list(smoke, max_chars)
+
+
+def iter_documents_from_list(docs, max_chars: Optional[int]):
+    total = 0
+    for doc in docs:
+        if max_chars is not None and total + len(doc.text) >= max_chars:
+            rest = max_chars - total
+            if rest > 0:
+                from .corpus import Document
+
+                yield Document(doc.text[:rest], doc.source, doc.line)
+            return
+        total += len(doc.text)
+        yield doc
+
+
+def checkpoints_exist(lay: Layout) -> bool:
+    from .checkpoint import list_steps
+
+    return bool(list_steps(lay.checkpoints))
+
+
+def load_tokenizer(request: Mapping[str, Any]):
+    from . import tokenizer as T
+    from .protocol import StageError
+
+    lay = layout(request)
+    if not lay.tokenizer_json.is_file():
+        raise StageError(f"{lay.tokenizer_json}: tokenizer is missing; run the tokenizer stage first")
+    return T.load(lay.tokenizer_json)
+
+
+def special_ids(tok) -> dict[str, int]:
+    from . import tokenizer as T
+
+    return {
+        "bos_token_id": T.special_id(tok, T.BOS),
+        "eos_token_id": T.special_id(tok, T.ASSISTANT_END),
+        "pad_token_id": T.special_id(tok, T.PAD),
+    }
+
+
+def model_config(request: Mapping[str, Any], tok):
+    from .model import config_for_depth
+
+    cfg = fconfig(request)
+    return config_for_depth(int(cfg["depth"]), int(cfg["vocab_size"]), int(cfg["sequence_length"]), **special_ids(tok))
+
+
+def autocast_dtype(request: Mapping[str, Any], device):
+    import torch
+
+    return torch.bfloat16 if fconfig(request).get("bf16") and device.type == "cuda" else None

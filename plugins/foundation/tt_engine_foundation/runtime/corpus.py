@@ -1,0 +1,187 @@
+"""Corpus reading: .txt, .jsonl (string `text`), .parquet (`text` column) and folders of them.
+
+Shards are found sorted and recursively; symbolic links are refused. Documents
+stream one at a time (bounded memory) and `max_chars` is a deterministic upper
+bound over the sorted shards: the document that crosses the bound is cut.
+Bad data raises `StageError` naming the file and line (or parquet row).
+
+A `.txt` shard yields one document per paragraph (blank-line separated); a
+paragraph longer than `TXT_CHUNK_CHARS` is cut at line boundaries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
+
+from .protocol import InvalidInput, StageError, file_digest
+
+SHARD_SUFFIXES = (".txt", ".jsonl", ".parquet")
+TXT_CHUNK_CHARS = 1 << 16
+PARQUET_BATCH_ROWS = 1024
+
+
+@dataclass(frozen=True)
+class Document:
+    text: str
+    source: str  # file path, or "<smoke>"
+    line: int  # 1-based line (txt/jsonl) or row (parquet) where the document starts
+
+
+def list_shards(path: str | Path) -> list[Path]:
+    """The corpus files under path (a file or a folder), sorted; refuses links and empty folders."""
+    path = Path(path)
+    if path.is_symlink():
+        raise InvalidInput(f"{path}: symbolic links are refused; point at the real file")
+    if not path.exists():
+        raise InvalidInput(f"{path}: no such file or folder")
+    if path.is_file():
+        if path.suffix not in SHARD_SUFFIXES:
+            raise InvalidInput(f"{path}: unsupported corpus file type (use {', '.join(SHARD_SUFFIXES)})")
+        return [path]
+    shards: list[Path] = []
+    for root, dirs, files in os.walk(path, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in dirs:
+            if (Path(root) / name).is_symlink():
+                raise InvalidInput(f"{Path(root) / name}: symbolic links are refused inside a corpus folder")
+        for name in sorted(files):
+            if name.startswith("."):
+                continue
+            full = Path(root) / name
+            if full.suffix not in SHARD_SUFFIXES:
+                continue
+            if full.is_symlink():
+                raise InvalidInput(f"{full}: symbolic links are refused inside a corpus folder")
+            shards.append(full)
+    shards.sort(key=lambda p: p.relative_to(path).as_posix())
+    if not shards:
+        raise InvalidInput(f"{path}: folder holds no corpus shards ({', '.join(SHARD_SUFFIXES)})")
+    return shards
+
+
+def describe_shards(shards: Sequence[Path], root: Optional[Path] = None) -> list[dict[str, Any]]:
+    """File list with sizes and sha256, for manifests and fingerprints."""
+    out = []
+    for shard in shards:
+        name = shard.relative_to(root).as_posix() if root and root.is_dir() else shard.name
+        out.append({"path": name, "size": shard.stat().st_size, "sha256": file_digest(shard)})
+    return out
+
+
+def _decode(raw: bytes, source: Path, line: int) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise StageError(f"{source}:{line}: undecodable bytes (not UTF-8) at byte {exc.start} of the line") from None
+
+
+def _iter_txt(path: Path) -> Iterator[Document]:
+    lines: list[str] = []
+    size = 0
+    start = 1
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            text = _decode(raw, path, number)
+            if not text.strip():
+                if lines:
+                    yield Document("".join(lines).rstrip("\n"), str(path), start)
+                lines, size = [], 0
+                start = number + 1
+                continue
+            if not lines:
+                start = number
+            lines.append(text)
+            size += len(text)
+            if size >= TXT_CHUNK_CHARS:
+                yield Document("".join(lines), str(path), start)
+                lines, size = [], 0
+                start = number + 1
+    if lines:
+        yield Document("".join(lines).rstrip("\n"), str(path), start)
+
+
+def _iter_jsonl(path: Path) -> Iterator[Document]:
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            text = _decode(raw, path, number)
+            if not text.strip():
+                continue
+            try:
+                row = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise StageError(f"{path}:{number}: malformed JSON ({exc.msg} at column {exc.colno})") from None
+            if not isinstance(row, dict):
+                raise StageError(f"{path}:{number}: row is not a JSON object")
+            value = row.get("text")
+            if not isinstance(value, str):
+                what = "has no \"text\" field" if "text" not in row else "has a \"text\" that is not a string"
+                raise StageError(f"{path}:{number}: row {what}")
+            if value:
+                yield Document(value, str(path), number)
+
+
+def _iter_parquet(path: Path) -> Iterator[Document]:
+    import pyarrow.parquet as pq
+
+    try:
+        reader = pq.ParquetFile(path)
+    except Exception as exc:  # pyarrow raises several types for bad files
+        raise StageError(f"{path}: not a readable parquet file ({exc})") from None
+    if "text" not in reader.schema_arrow.names:
+        raise StageError(f"{path}: parquet file has no 'text' column (columns: {', '.join(reader.schema_arrow.names)})")
+    row = 0
+    for batch in reader.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=["text"]):
+        for value in batch.column(0).to_pylist():
+            row += 1
+            if not isinstance(value, str):
+                raise StageError(f"{path}: row {row}: 'text' is not a string")
+            if value:
+                yield Document(value, str(path), row)
+
+
+def iter_shard(path: Path) -> Iterator[Document]:
+    if path.suffix == ".txt":
+        return _iter_txt(path)
+    if path.suffix == ".jsonl":
+        return _iter_jsonl(path)
+    return _iter_parquet(path)
+
+
+def iter_documents(shards: Iterable[Path], max_chars: Optional[int] = None) -> Iterator[Document]:
+    """Documents across sorted shards, cut deterministically at max_chars in total."""
+    total = 0
+    for shard in shards:
+        for doc in iter_shard(shard):
+            if max_chars is not None and total + len(doc.text) >= max_chars:
+                rest = max_chars - total
+                if rest > 0:
+                    yield Document(doc.text[:rest], doc.source, doc.line)
+                return
+            total += len(doc.text)
+            yield doc
+
+
+def smoke_documents(system_message: str, train_rows: Sequence[Mapping[str, Any]]) -> list[Document]:
+    """The small corpus built from the spec's instruction and training examples.
+
+    It proves the wiring, not capability. Held-out rows never enter it.
+    """
+    docs = [Document(system_message, "<smoke>", 1)]
+    for index, row in enumerate(train_rows, start=2):
+        parts = [m["content"] for m in row.get("messages", []) if m.get("role") in ("user", "assistant")]
+        if parts:
+            docs.append(Document("\n".join(parts), "<smoke>", index))
+    return docs
+
+
+def smoke_digest(docs: Sequence[Document]) -> str:
+    digest = hashlib.sha256()
+    for doc in docs:
+        digest.update(doc.text.encode("utf-8"))
+        digest.update(b"\x00")
+    return digest.hexdigest()

@@ -1,0 +1,204 @@
+"""The pretraining loop: AdamW, warmup + cosine, accumulation, clipping, checkpoints, resume.
+
+Data order is a pure function of (seed, samples consumed), the learning rate a
+pure function of the step, and checkpoints restore weights, optimizer and RNG
+exactly, so on CPU a killed-and-resumed run ends byte-identical to an
+uninterrupted one. SIGTERM/SIGINT set a flag checked after every optimizer
+step: the loop checkpoints the current step and raises `Interrupted`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from . import checkpoint as ckpt
+from .model import GPT, ModelConfig
+from .optim import build_adamw, lr_at, set_lr
+from .protocol import Interrupted, StageError, log, progress, stop_requested
+from .token_cache import Windows
+
+
+def training_config(cfg: Mapping[str, Any], model_cfg: ModelConfig, peak_lr: float, data: Mapping[str, Any]) -> dict:
+    """Everything the weights depend on; its hash is the checkpoint fingerprint."""
+    return {
+        "model": model_cfg.to_dict(),
+        "depth": cfg["depth"],
+        "vocab_size": cfg["vocab_size"],
+        "sequence_length": cfg["sequence_length"],
+        "learning_rate": peak_lr,
+        "weight_decay": cfg["weight_decay"],
+        "warmup_steps": cfg["warmup_steps"],
+        "min_lr_ratio": cfg["min_lr_ratio"],
+        "pretrain_steps": cfg["pretrain_steps"],
+        "batch_size": cfg["batch_size"],
+        "gradient_accumulation_steps": cfg["gradient_accumulation_steps"],
+        "gradient_clip": cfg["gradient_clip"],
+        "seed": cfg["seed"],
+        "bf16": cfg["bf16"],
+        "token_cache_sha256": data["token_cache_sha256"],
+        "tokenizer_sha256": data["tokenizer_sha256"],
+    }
+
+
+def _append_jsonl(path: Path, row: Mapping[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(row) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def run_pretraining(
+    *,
+    cfg: Mapping[str, Any],
+    model_cfg: ModelConfig,
+    tokens: np.ndarray,
+    device,
+    peak_lr: float,
+    config: Mapping[str, Any],
+    fingerprint: str,
+    checkpoint_dir: Path,
+    backup_dir: Optional[Path],
+    heartbeat_path: Path,
+) -> tuple[GPT, ckpt.TrainerState, dict[str, Any]]:
+    """Train (or continue) to cfg['pretrain_steps']; returns model, final state and run figures."""
+    choice = ckpt.choose_resume(checkpoint_dir, backup_dir, fingerprint, config)
+    for note in choice.notes:
+        log(note, "warning")
+
+    seed = int(cfg["seed"])
+    torch.manual_seed(seed)
+    np.random.seed(seed % (2**32))
+    model = GPT(model_cfg)
+    model.init_weights(seed)
+    model.to(device)
+    optimizer = build_adamw(model, peak_lr, float(cfg["weight_decay"]), device)
+    if choice.path is not None:
+        state = ckpt.load(choice.path, model, optimizer, device)
+        log(f"resumed pretraining from {choice.path} at step {state.step}")
+    else:
+        state = ckpt.TrainerState()
+
+    total = int(cfg["pretrain_steps"])
+    batch, accum, seq = int(cfg["batch_size"]), int(cfg["gradient_accumulation_steps"]), int(cfg["sequence_length"])
+    windows = Windows(tokens, seq, seed)
+    tokens_per_step = batch * accum * seq
+    use_bf16 = bool(cfg["bf16"]) and device.type == "cuda"
+    autocast = (
+        torch.autocast(device_type="cuda", dtype=torch.bfloat16) if use_bf16 else contextlib.nullcontext()
+    )
+    step_fn = model
+    if cfg.get("compile"):
+        step_fn = torch.compile(model)
+    clip = float(cfg["gradient_clip"])
+    log_every = int(cfg["log_interval_steps"])
+    every_steps = int(cfg["checkpoint_interval_steps"])
+    every_seconds = float(cfg["checkpoint_interval_seconds"])
+    keep = int(cfg["keep_checkpoints"])
+
+    def save() -> Path:
+        state.scheduler = {"kind": "warmup_cosine", "step": state.step, "total": total, "peak_lr": peak_lr,
+                           "warmup_steps": int(cfg["warmup_steps"]), "min_lr_ratio": float(cfg["min_lr_ratio"])}
+        path = ckpt.save(checkpoint_dir, model, optimizer, state, config, fingerprint)
+        ckpt.roll(checkpoint_dir, keep)
+        if backup_dir is not None:
+            ckpt.backup(path, backup_dir)
+            ckpt.roll(backup_dir, keep)
+        return path
+
+    model.train()
+    started = time.monotonic()
+    last_save = started
+    prev_tick = started
+    window_start, window_tokens = started, 0
+    run_tokens = 0
+    timed_start: Optional[float] = None
+    timed_tokens = 0
+    losses: list[tuple[int, float]] = []
+    while state.step < total:
+        lr = lr_at(state.step, total, peak_lr, int(cfg["warmup_steps"]), float(cfg["min_lr_ratio"]))
+        set_lr(optimizer, lr)
+        step_loss = 0.0
+        for _ in range(accum):
+            rows = torch.from_numpy(windows.batch(state.samples_consumed, batch)).to(device, non_blocking=True)
+            state.samples_consumed += batch
+            with autocast:
+                logits = step_fn(rows[:, :-1])
+            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), rows[:, 1:].reshape(-1))
+            (loss / accum).backward()
+            step_loss += float(loss.detach()) / accum
+        if not np.isfinite(step_loss):
+            raise StageError(
+                f"pretraining loss became {step_loss} at step {state.step + 1}; "
+                "lower foundation.learning_rate or raise foundation.warmup_steps (last checkpoint kept)"
+            )
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        state.step += 1
+        state.tokens_seen += tokens_per_step
+        state.last_loss = step_loss
+        run_tokens += tokens_per_step
+        window_tokens += tokens_per_step
+        now = time.monotonic()
+        if timed_start is None:
+            timed_start = now  # the first step (warm-up, compilation) is not timed
+        else:
+            timed_tokens += tokens_per_step
+        state.elapsed_seconds += now - prev_tick
+        prev_tick = now
+        losses.append((state.step, step_loss))
+        if state.step % log_every == 0 or state.step == total:
+            rate = window_tokens / max(now - window_start, 1e-9)
+            row = {"step": state.step, "loss": step_loss, "lr": lr, "tokens_per_second": rate,
+                   "elapsed": state.elapsed_seconds, "tokens_seen": state.tokens_seen,
+                   "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            _append_jsonl(heartbeat_path, row)
+            progress(state.step, total, "step", {"loss": step_loss, "lr": lr, "tokens_per_second": rate})
+            window_start, window_tokens = now, 0
+        interrupted = stop_requested()
+        due = (
+            state.step == total
+            or (every_steps > 0 and state.step % every_steps == 0)
+            or (every_seconds > 0 and now - last_save >= every_seconds)
+            or interrupted
+        )
+        if due:
+            path = save()
+            last_save = time.monotonic()
+            if interrupted:
+                raise Interrupted(f"pretraining stopped: checkpoint {path.name} saved at step {state.step}")
+    if stop_requested() and state.step < total:
+        raise Interrupted("pretraining stopped before its first step")
+    wall = time.monotonic() - started
+    if timed_start is not None and timed_tokens > 0:
+        tps = timed_tokens / max(time.monotonic() - timed_start, 1e-9)
+    else:
+        tps = run_tokens / wall if run_tokens else 0.0
+    figures = {"tokens_per_second": tps, "run_tokens": run_tokens, "losses": losses,
+               "resumed_from": str(choice.path) if choice.path else None}
+    return model, state, figures
+
+
+def read_series(heartbeat_path: Path, last_step: int) -> list[list[float]]:
+    """Loss curve from the heartbeats file, one point per step (the latest write wins)."""
+    points: dict[int, float] = {}
+    if heartbeat_path.is_file():
+        for line in heartbeat_path.read_text(encoding="utf-8").splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by a crash
+            if isinstance(row, dict) and isinstance(row.get("step"), int) and row["step"] <= last_step:
+                points[row["step"]] = float(row["loss"])
+    return [[step, points[step]] for step in sorted(points)]

@@ -1,0 +1,131 @@
+"""On-policy RL after SFT: seeded sampling, exact-answer reward, group-mean baseline (REINFORCE).
+
+Each step takes `batch_size` training prompts in a seeded order, samples
+`SAMPLES_PER_PROMPT` answers each at temperature 1 with a seeded generator,
+rewards them with the evaluation's scorer (normalized exact match; for numeric
+references the last number), and maximizes advantage-weighted log-likelihood
+of the sampled tokens, the advantage being reward minus the mean reward of
+the same prompt's samples.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from . import tokenizer as T
+from .chat import render_prompt, reward
+from .generate import generate
+from .optim import build_adamw, set_lr
+from .protocol import Interrupted, InvalidInput, stop_requested
+
+SAMPLES_PER_PROMPT = 4
+RL_LR_SCALE = 0.1
+
+
+def reference(row: Mapping[str, Any]) -> str:
+    answers = [m["content"] for m in row["messages"] if m["role"] == "assistant"]
+    return answers[-1] if answers else ""
+
+
+def max_new_tokens(tok, rows: Sequence[Mapping[str, Any]], sequence_length: int) -> int:
+    """Room for answers: the longest training answer plus a margin, at most half the context."""
+    longest = max((len(T.encode(tok, reference(r))) for r in rows), default=8)
+    return max(4, min(longest + 8, sequence_length // 2))
+
+
+def check_reachable(tok, rows: Sequence[Mapping[str, Any]], budget: int) -> None:
+    """Refuse when no training answer can ever be produced within the generation budget."""
+    if not rows:
+        raise InvalidInput("RL needs training rows (add examples to the spec, or set foundation.rl_steps to 0)")
+    reachable = [r for r in rows if reference(r).strip() and len(T.encode(tok, reference(r))) + 1 <= budget]
+    if not reachable:
+        raise InvalidInput(
+            f"foundation.rl_steps > 0 but no training answer fits in {budget} generated tokens, so every reward "
+            "would be zero; raise foundation.sequence_length or set foundation.rl_steps to 0"
+        )
+
+
+def run_rl(
+    model,
+    tok,
+    rows: Sequence[Mapping[str, Any]],
+    cfg: Mapping[str, Any],
+    peak_lr: float,
+    device,
+    autocast_dtype: Optional[torch.dtype],
+    on_step: Optional[Callable[[int, int, float, float], None]] = None,
+) -> list[tuple[int, float]]:
+    seq = int(cfg["sequence_length"])
+    steps = int(cfg["rl_steps"])
+    seed = int(cfg["seed"])
+    budget = max_new_tokens(tok, rows, seq)
+    check_reachable(tok, rows, budget)
+    stop_id, pad_id = T.special_id(tok, T.ASSISTANT_END), T.special_id(tok, T.PAD)
+    prompts = [render_prompt(tok, r["messages"], seq - budget) for r in rows]
+    refs = [reference(r) for r in rows]
+    per_step = min(int(cfg["batch_size"]), len(rows))
+    optimizer = build_adamw(model, peak_lr * RL_LR_SCALE, 0.0, device)
+    clip = float(cfg["gradient_clip"])
+    rewards: list[tuple[int, float]] = []
+    order = np.random.default_rng([seed, 2, 0]).permutation(len(rows))
+    cursor, epoch = 0, 0
+    gen = torch.Generator(device=device)
+    for step in range(steps):
+        picked = []
+        for _ in range(per_step):
+            if cursor >= len(order):
+                epoch += 1
+                order = np.random.default_rng([seed, 2, epoch]).permutation(len(rows))
+                cursor = 0
+            picked.append(int(order[cursor]))
+            cursor += 1
+        batch_prompts = [prompts[i] for i in picked for _ in range(SAMPLES_PER_PROMPT)]
+        gen.manual_seed(seed * 1_000_003 + step)
+        samples = generate(model, batch_prompts, budget, stop_id, pad_id, device, temperature=1.0,
+                           generator=gen, autocast_dtype=autocast_dtype)
+        texts = [tok.decode([t for t in s if t != stop_id], skip_special_tokens=True) for s in samples]
+        r = torch.tensor([reward(texts[k], refs[picked[k // SAMPLES_PER_PROMPT]]) for k in range(len(texts))])
+        baseline = r.view(-1, SAMPLES_PER_PROMPT).mean(dim=1, keepdim=True)
+        advantage = (r.view(-1, SAMPLES_PER_PROMPT) - baseline).reshape(-1)
+        mean_reward = float(r.mean())
+        rewards.append((step + 1, mean_reward))
+        lr = peak_lr * RL_LR_SCALE * (1.0 - step / max(1, steps))
+        if bool((advantage != 0).any()):
+            set_lr(optimizer, lr)
+            model.train()
+            loss = _policy_loss(model, batch_prompts, samples, advantage, pad_id, device, autocast_dtype)
+            loss.backward()
+            if clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        if on_step is not None:
+            on_step(step + 1, steps, mean_reward, lr)
+        if stop_requested():
+            raise Interrupted(f"RL stopped at step {step + 1}; it restarts from the SFT model on resume")
+    return rewards
+
+
+def _policy_loss(model, prompts, samples, advantage, pad_id, device, autocast_dtype) -> torch.Tensor:
+    seqs = [p + s for p, s in zip(prompts, samples)]
+    width = max(len(s) for s in seqs) - 1
+    x = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    weight = torch.zeros((len(seqs), width))
+    y = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    for b, (prompt, sample) in enumerate(zip(prompts, samples)):
+        full = prompt + sample
+        n = len(full) - 1
+        x[b, :n] = torch.tensor(full[:-1])
+        y[b, :n] = torch.tensor(full[1:])
+        weight[b, len(prompt) - 1 : n] = float(advantage[b])
+    x, y, weight = x.to(device), y.to(device), weight.to(device)
+    use = autocast_dtype is not None and device.type == "cuda"
+    with torch.autocast(device_type=device.type, dtype=autocast_dtype or torch.bfloat16, enabled=use):
+        logits = model(x)
+    logp = -F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), y.reshape(-1), reduction="none").view_as(weight)
+    tokens = max(1, int(sum(len(s) for s in samples)))
+    return -(logp * weight).sum() / tokens

@@ -1,0 +1,114 @@
+"""Chat SFT: the compiled training rows, loss on assistant tokens only.
+
+AdamW at half the pretraining peak learning rate, linear decay to zero over
+`finetune_steps`; batches of `batch_size` rows in a seeded order, padded with
+`<|pad|>` (padding and prompt tokens are ignored by the loss).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from . import tokenizer as T
+from .chat import render, truncate_example
+from .optim import build_adamw, set_lr
+from .protocol import Interrupted, StageError, stop_requested
+
+IGNORE = -100
+SFT_LR_SCALE = 0.5
+
+
+def build_examples(tok, rows: Sequence[Mapping[str, Any]], sequence_length: int) -> list[tuple[list[int], list[int]]]:
+    out = []
+    for row in rows:
+        ids, mask = render(tok, row["messages"])
+        ids, mask = truncate_example(ids, mask, sequence_length + 1)
+        if sum(mask[1:]) == 0:
+            raise StageError(f"training row {row.get('id')!r}: no assistant token is left to supervise")
+        out.append((ids, mask))
+    if not out:
+        raise StageError("no training rows to fine-tune on (add examples to the spec)")
+    return out
+
+
+def collate(examples: Sequence[tuple[list[int], list[int]]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(ids) for ids, _ in examples) - 1
+    x = torch.full((len(examples), width), pad_id, dtype=torch.long)
+    y = torch.full((len(examples), width), IGNORE, dtype=torch.long)
+    for b, (ids, mask) in enumerate(examples):
+        n = len(ids) - 1
+        x[b, :n] = torch.tensor(ids[:-1])
+        targets = torch.tensor(ids[1:])
+        keep = torch.tensor(mask[1:], dtype=torch.bool)
+        y[b, :n] = torch.where(keep, targets, torch.full_like(targets, IGNORE))
+    return x, y
+
+
+def supervised_loss(model, x: torch.Tensor, y: torch.Tensor, autocast_dtype) -> torch.Tensor:
+    device = x.device
+    ctx = torch.autocast(device_type="cuda", dtype=autocast_dtype) if autocast_dtype is not None and device.type == "cuda" else _null()
+    with ctx:
+        logits = model(x)
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), y.reshape(-1), ignore_index=IGNORE)
+
+
+class _null:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def run_sft(
+    model,
+    tok,
+    rows: Sequence[Mapping[str, Any]],
+    cfg: Mapping[str, Any],
+    peak_lr: float,
+    device,
+    autocast_dtype: Optional[torch.dtype],
+    on_step: Optional[Callable[[int, int, float, float], None]] = None,
+) -> list[tuple[int, float]]:
+    seq = int(cfg["sequence_length"])
+    steps = int(cfg["finetune_steps"])
+    examples = build_examples(tok, rows, seq)
+    batch = min(int(cfg["batch_size"]), len(examples))
+    pad = T.special_id(tok, T.PAD)
+    torch.manual_seed(int(cfg["seed"]) + 1)
+    optimizer = build_adamw(model, peak_lr * SFT_LR_SCALE, float(cfg["weight_decay"]), device)
+    clip = float(cfg["gradient_clip"])
+    model.train()
+    losses: list[tuple[int, float]] = []
+    cursor, epoch, order = 0, 0, np.random.default_rng([int(cfg["seed"]), 1, 0]).permutation(len(examples))
+    for step in range(steps):
+        lr = peak_lr * SFT_LR_SCALE * (1.0 - step / max(1, steps))
+        set_lr(optimizer, lr)
+        picked = []
+        for _ in range(batch):
+            if cursor >= len(order):
+                epoch += 1
+                order = np.random.default_rng([int(cfg["seed"]), 1, epoch]).permutation(len(examples))
+                cursor = 0
+            picked.append(examples[int(order[cursor])])
+            cursor += 1
+        x, y = collate(picked, pad)
+        loss = supervised_loss(model, x.to(device), y.to(device), autocast_dtype)
+        loss.backward()
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        value = float(loss.detach())
+        if not np.isfinite(value):
+            raise StageError(f"SFT loss became {value} at step {step + 1}; lower foundation.learning_rate")
+        losses.append((step + 1, value))
+        if on_step is not None:
+            on_step(step + 1, steps, value, lr)
+        if stop_requested():
+            raise Interrupted(f"SFT stopped at step {step + 1}; it restarts from the pretrained model on resume")
+    return losses

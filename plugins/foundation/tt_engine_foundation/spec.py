@@ -1,0 +1,153 @@
+"""The foundation engine's spec: the neutral BehaviorSpec plus a strict `foundation` block.
+
+Light: pydantic, tt_host and the stdlib only (never torch). Paths resolve
+beside the spec (validation context `spec_dir`); corpus problems that can be
+seen without reading the data are refused here, so `tt validate` reports them
+with their dotted location before anything is created on disk.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from tt_host.spec.schema import BehaviorSpec, StrictModel, resolve_path
+
+from .runtime.corpus import SHARD_SUFFIXES
+
+MIN_VOCAB = 264  # 256 byte symbols + 8 chat special tokens
+
+
+def _check_corpus_path(path: Path, what: str) -> None:
+    """Checks that need no reading of the data: exists, no links, supported type, shards present."""
+    if path.is_symlink():
+        raise ValueError(f"{path} is a symbolic link; symbolic links are refused, point at the real {what}")
+    if not path.exists():
+        raise ValueError(f"{path} does not exist")
+    if path.is_file():
+        if path.suffix not in SHARD_SUFFIXES:
+            raise ValueError(f"{path} is not a {', '.join(SHARD_SUFFIXES)} file")
+        return
+    if not path.is_dir():
+        raise ValueError(f"{path} is neither a file nor a folder")
+    found = False
+    for root, dirs, files in os.walk(path, followlinks=False):
+        for name in list(dirs) + list(files):
+            full = Path(root) / name
+            if name.startswith("."):
+                continue
+            if full.is_symlink():
+                raise ValueError(f"{full} is a symbolic link inside the {what} folder; symbolic links are refused")
+            if full.suffix in SHARD_SUFFIXES and full.is_file():
+                found = True
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+    if not found:
+        raise ValueError(f"{path} holds no shards ({', '.join(SHARD_SUFFIXES)} files, searched recursively)")
+
+
+class FoundationConfig(StrictModel):
+    """Every knob of the foundation engine (DESIGN §4), with bounds and defaults."""
+
+    corpus_path: Optional[Path] = Field(None, description="Pretraining text: .txt, .jsonl (text), .parquet (text) or a folder of them. Unset: the smoke corpus from the spec.")
+    validation_path: Optional[Path] = Field(None, description="Held-out text for BPB, same formats; must differ from corpus_path.")
+    checkpoint_backup_dir: Optional[Path] = Field(None, description="Second folder that receives a copy of every checkpoint.")
+    depth: int = Field(4, ge=1, le=64, description="Transformer layers; width = 64 * depth, one head per 64 channels.")
+    vocab_size: int = Field(8192, ge=MIN_VOCAB, le=262_144, description="BPE vocabulary size including the 8 special tokens.")
+    tokenizer_max_chars: int = Field(10_000_000, ge=1_000, le=100_000_000_000, description="Corpus characters the tokenizer trains on.")
+    max_chars: int = Field(1_000_000_000, ge=1_000, le=10_000_000_000_000, description="Upper bound of corpus characters in the token cache (first over the sorted shards).")
+    pretrain_steps: int = Field(1000, ge=1, le=100_000_000)
+    sequence_length: int = Field(512, ge=16, le=32_768)
+    batch_size: int = Field(8, ge=1, le=4_096, description="Sequences per micro-batch.")
+    gradient_accumulation_steps: int = Field(1, ge=1, le=4_096)
+    learning_rate: Optional[float] = Field(None, gt=0, le=1.0, description="AdamW peak; unset: 2e-3 * sqrt(768 / width).")
+    weight_decay: float = Field(0.1, ge=0.0, le=1.0)
+    warmup_steps: int = Field(20, ge=0, le=10_000_000)
+    min_lr_ratio: float = Field(0.1, ge=0.0, le=1.0)
+    gradient_clip: float = Field(1.0, ge=0.0, le=1_000.0, description="Max gradient norm; 0 disables clipping.")
+    bf16: bool = Field(True, description="bf16 autocast on CUDA (ignored on CPU/MPS).")
+    checkpoint_interval_steps: int = Field(100, ge=0, le=100_000_000, description="0 disables step-based checkpoints.")
+    checkpoint_interval_seconds: float = Field(1800.0, ge=0.0, le=31_536_000.0, description="0 disables time-based checkpoints.")
+    keep_checkpoints: int = Field(3, ge=1, le=10_000)
+    log_interval_steps: int = Field(10, ge=1, le=1_000_000)
+    seed: int = Field(1337, ge=0, le=2**31 - 1)
+    finetune_steps: int = Field(100, ge=0, le=10_000_000)
+    rl_steps: int = Field(0, ge=0, le=10_000_000)
+    nproc_per_node: int = Field(1, ge=1, le=64)
+    device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
+    compile: bool = Field(False, description="torch.compile the model for pretraining.")
+
+    @field_validator("corpus_path", "validation_path", "checkpoint_backup_dir", mode="before")
+    @classmethod
+    def _resolve(cls, value, info: ValidationInfo):
+        if value is None:
+            return None
+        if not isinstance(value, (str, Path)) or not str(value).strip():
+            raise ValueError("must be a non-empty path string")
+        return resolve_path(value, info)
+
+    @field_validator("corpus_path")
+    @classmethod
+    def _corpus(cls, value: Optional[Path]) -> Optional[Path]:
+        if value is not None:
+            _check_corpus_path(value, "corpus")
+        return value
+
+    @field_validator("validation_path")
+    @classmethod
+    def _validation(cls, value: Optional[Path], info: ValidationInfo) -> Optional[Path]:
+        if value is None:
+            return None
+        _check_corpus_path(value, "validation")
+        corpus = info.data.get("corpus_path")
+        if corpus is not None:
+            a, b = os.path.realpath(value), os.path.realpath(corpus)
+            if a == b:
+                raise ValueError(f"{value} is the training corpus itself; validation must be held-out text")
+            if a.startswith(b.rstrip(os.sep) + os.sep):
+                raise ValueError(f"{value} lies inside the training corpus folder {corpus}, so it is not held out")
+            if b.startswith(a.rstrip(os.sep) + os.sep):
+                raise ValueError(f"the training corpus {corpus} lies inside {value}, so validation is not held out")
+        return value
+
+    @field_validator("checkpoint_backup_dir")
+    @classmethod
+    def _backup(cls, value: Optional[Path]) -> Optional[Path]:
+        if value is not None:
+            if value.is_symlink():
+                raise ValueError(f"{value} is a symbolic link; symbolic links are refused")
+            if value.exists() and not value.is_dir():
+                raise ValueError(f"{value} exists and is not a folder")
+        return value
+
+    @field_validator("nproc_per_node")
+    @classmethod
+    def _single_process(cls, value: int) -> int:
+        if value > 1:
+            raise ValueError(
+                "distributed training (nproc_per_node > 1) is not available yet in the foundation engine; use 1"
+            )
+        return value
+
+    @field_validator("warmup_steps")
+    @classmethod
+    def _schedule(cls, value: int, info: ValidationInfo) -> int:
+        steps = info.data.get("pretrain_steps")
+        if steps is not None and value >= steps:
+            raise ValueError(f"warmup_steps ({value}) must be smaller than pretrain_steps ({steps})")
+        return value
+
+
+class FoundationSpec(BehaviorSpec):
+    """A behavior spec trained from scratch by the foundation engine."""
+
+    engine: Literal["foundation"] = "foundation"
+    foundation: FoundationConfig = Field(default_factory=FoundationConfig)
+
+    @model_validator(mode="after")
+    def _rl_reachable(self) -> "FoundationSpec":
+        if self.foundation.rl_steps > 0 and not any(e.output.strip() for e in self.examples):
+            raise ValueError("foundation.rl_steps > 0 but no example has a non-blank output, so every reward would be zero")
+        return self

@@ -1,0 +1,54 @@
+"""Stage `chat_eval`: greedy batched generation with a KV cache for the held-out prompts.
+
+Uses the RL model when RL ran, else the SFT model. Writes predictions.jsonl
+rows `{"id", "prediction"}`; the host joins them to the references and scores.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..runtime import protocol as P
+
+EVAL_BATCH = 16
+
+
+def run(request: Mapping[str, Any]) -> dict[str, Any]:
+    from ..runtime import tokenizer as T
+    from ..runtime.chat import render_prompt
+    from ..runtime.common import autocast_dtype, fconfig, layout, load_tokenizer, request_device, setup_threads
+    from ..runtime.generate import generate
+    from ..runtime.model_io import load_model_dir
+    from ..runtime.rl import max_new_tokens
+
+    setup_threads()
+    cfg = fconfig(request)
+    lay = layout(request)
+    device = request_device(request)
+    tok = load_tokenizer(request)
+    source = "rl" if "rl" in (request.get("stages") or {}) and lay.model_dir("rl").is_dir() else "sft"
+    model = load_model_dir(lay.model_dir(source), device)
+    seq = int(cfg["sequence_length"])
+    budget = max_new_tokens(tok, request.get("train_rows") or [], seq)
+    stop_id, pad_id = T.special_id(tok, T.ASSISTANT_END), T.special_id(tok, T.PAD)
+    prompts = list(request.get("eval_prompts") or [])
+    rows = []
+    for start in range(0, len(prompts), EVAL_BATCH):
+        chunk = prompts[start : start + EVAL_BATCH]
+        ids = [render_prompt(tok, p["messages"], seq - budget) for p in chunk]
+        outs = generate(model, ids, budget, stop_id, pad_id, device, autocast_dtype=autocast_dtype(request, device))
+        for prompt, out in zip(chunk, outs):
+            text = tok.decode([t for t in out if t != stop_id], skip_special_tokens=True).strip()
+            rows.append({"id": prompt["id"], "prediction": text})
+        P.progress(min(start + EVAL_BATCH, len(prompts)), len(prompts), "prompt", {})
+    target = Path(request["stage_dir"]) / "predictions.jsonl"
+    P.atomic_write_bytes(target, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8"))
+    P.log(f"generated {len(rows)} predictions with the {source} model")
+    return {"predictions": "predictions.jsonl", "metrics": {"chat_eval.generated": len(rows)},
+            "outputs": {"model": str(lay.model_dir(source)), "max_new_tokens": budget}}
+
+
+if __name__ == "__main__":
+    P.main(run)

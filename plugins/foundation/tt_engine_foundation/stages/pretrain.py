@@ -1,0 +1,80 @@
+"""Stage `pretrain`: train the GPT from scratch on the token cache, with recoverable checkpoints.
+
+Resumes from the newest intact checkpoint whose config fingerprint matches
+(local, then `checkpoint_backup_dir`); refuses changed settings before any
+file changes. Writes the final model to `<run>/pretrain/model/`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..runtime import protocol as P
+
+
+def run(request: Mapping[str, Any]) -> dict[str, Any]:
+    from ..runtime import checkpoint as ckpt
+    from ..runtime import token_cache as TC
+    from ..runtime.common import (
+        fconfig, layout, learning_rate, load_tokenizer, model_config, request_device, setup_threads,
+    )
+    from ..runtime.model_io import save_model_dir
+    from ..runtime.pretrain import read_series, run_pretraining, training_config
+
+    setup_threads()
+    cfg = fconfig(request)
+    lay = layout(request)
+    device = request_device(request)
+    tok = load_tokenizer(request)
+    manifest = TC.read_manifest(lay.tokens_manifest)
+    if manifest is None:
+        raise P.StageError(f"{lay.tokens_manifest}: token cache manifest is missing; run the token_cache stage")
+    TC.verify(lay.tokens_bin, manifest)
+    tokens = TC.open_tokens(lay.tokens_bin, manifest)
+    model_cfg = model_config(request, tok)
+    peak_lr = learning_rate(cfg)
+    data = {"token_cache_sha256": manifest["file"]["sha256"], "tokenizer_sha256": P.file_digest(lay.tokenizer_json)}
+    config = training_config(cfg, model_cfg, peak_lr, data)
+    fingerprint = ckpt.config_fingerprint(config)
+    backup_root = cfg.get("checkpoint_backup_dir")
+    backup_dir = Path(backup_root) / Path(request["run_dir"]).name if backup_root else None
+    P.log(
+        f"pretraining depth {cfg['depth']} (width {model_cfg.hidden_size}, {model_cfg.num_attention_heads} heads) "
+        f"for {cfg['pretrain_steps']} steps at peak lr {peak_lr:.3g} on {device}"
+    )
+    model, state, figures = run_pretraining(
+        cfg=cfg, model_cfg=model_cfg, tokens=tokens, device=device, peak_lr=peak_lr, config=config,
+        fingerprint=fingerprint, checkpoint_dir=lay.checkpoints, backup_dir=backup_dir, heartbeat_path=lay.heartbeats,
+    )
+    model_dir = save_model_dir(
+        lay.model_dir("pretrain"), model, lay.tokenizer_json, "foundation-base",
+        {"stage": "pretrain", "config_fingerprint": fingerprint,
+         "system_message_sha256": request.get("system_message_sha256", "")},
+    )
+    params = model.num_params()
+    metrics = {
+        "pretrain.final_loss": state.last_loss,
+        "pretrain.tokens_per_second": figures["tokens_per_second"],
+        "pretrain.steps": state.step,
+        "pretrain.tokens_seen": state.tokens_seen,
+        "pretrain.parameters": params,
+        "pretrain.learning_rate": peak_lr,
+    }
+    notes = []
+    if not cfg.get("corpus_path"):
+        notes.append("pretrained on the smoke corpus built from the spec: it proves the wiring, not capability")
+    if figures["resumed_from"]:
+        notes.append(f"pretraining resumed from {figures['resumed_from']}")
+    return {
+        "metrics": metrics,
+        "series": {"pretrain.loss": read_series(lay.heartbeats, state.step)},
+        "outputs": {"model": str(model_dir), "checkpoint": str(lay.checkpoints / ckpt.step_name(state.step)),
+                    "config_fingerprint": fingerprint},
+        "artifacts": [{"kind": "foundation-base", "path": str(model_dir), "manifest": "artifact-manifest.json"}],
+        "notes": notes,
+    }
+
+
+if __name__ == "__main__":
+    P.main(run)

@@ -1,0 +1,44 @@
+"""Stage `rl`: on-policy RL from the SFT model with exact-answer rewards (runs when rl_steps > 0)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ..runtime import protocol as P
+
+
+def run(request: Mapping[str, Any]) -> dict[str, Any]:
+    from ..runtime.common import (
+        autocast_dtype, fconfig, layout, learning_rate, load_tokenizer, request_device, setup_threads,
+    )
+    from ..runtime.model_io import load_model_dir, save_model_dir
+    from ..runtime.rl import run_rl
+
+    setup_threads()
+    cfg = fconfig(request)
+    lay = layout(request)
+    device = request_device(request)
+    tok = load_tokenizer(request)
+    rows = request.get("train_rows") or []
+    model = load_model_dir(lay.model_dir("sft"), device)
+
+    def on_step(step: int, total: int, mean_reward: float, lr: float) -> None:
+        P.progress(step, total, "step", {"reward": mean_reward, "lr": lr})
+
+    P.log(f"RL on {len(rows)} training prompts for {cfg['rl_steps']} steps")
+    rewards = run_rl(model, tok, rows, cfg, learning_rate(cfg), device, autocast_dtype(request, device), on_step)
+    model_dir = save_model_dir(
+        lay.model_dir("rl"), model, lay.tokenizer_json, "foundation-chat",
+        {"stage": "rl", "system_message_sha256": request.get("system_message_sha256", "")},
+    )
+    mean = sum(v for _, v in rewards) / max(1, len(rewards))
+    return {
+        "metrics": {"rl.mean_reward": mean, "rl.final_reward": rewards[-1][1] if rewards else 0.0, "rl.steps": len(rewards)},
+        "series": {"rl.reward": [[s, v] for s, v in rewards]},
+        "outputs": {"model": str(model_dir)},
+        "artifacts": [{"kind": "foundation-chat", "path": str(model_dir), "manifest": "artifact-manifest.json"}],
+    }
+
+
+if __name__ == "__main__":
+    P.main(run)

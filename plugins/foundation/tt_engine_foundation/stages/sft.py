@@ -1,0 +1,48 @@
+"""Stage `sft`: chat fine-tuning of the pretrained model on the training rows (assistant tokens only)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ..runtime import protocol as P
+
+
+def run(request: Mapping[str, Any]) -> dict[str, Any]:
+    from ..runtime.common import (
+        autocast_dtype, fconfig, layout, learning_rate, load_tokenizer, request_device, setup_threads,
+    )
+    from ..runtime.model_io import load_model_dir, save_model_dir
+    from ..runtime.sft import run_sft
+
+    setup_threads()
+    cfg = fconfig(request)
+    lay = layout(request)
+    device = request_device(request)
+    tok = load_tokenizer(request)
+    rows = request.get("train_rows") or []
+    model = load_model_dir(lay.model_dir("pretrain"), device)
+    every = max(1, int(cfg["log_interval_steps"]))
+
+    def on_step(step: int, total: int, loss: float, lr: float) -> None:
+        if step % every == 0 or step == total:
+            P.progress(step, total, "step", {"loss": loss, "lr": lr})
+
+    P.log(f"SFT on {len(rows)} training rows for {cfg['finetune_steps']} steps")
+    losses = run_sft(model, tok, rows, cfg, learning_rate(cfg), device, autocast_dtype(request, device), on_step)
+    model_dir = save_model_dir(
+        lay.model_dir("sft"), model, lay.tokenizer_json, "foundation-chat",
+        {"stage": "sft", "system_message_sha256": request.get("system_message_sha256", "")},
+    )
+    metrics = {"sft.steps": len(losses)}
+    if losses:
+        metrics["sft.final_loss"] = losses[-1][1]
+    return {
+        "metrics": metrics,
+        "series": {"sft.loss": [[s, v] for s, v in losses]},
+        "outputs": {"model": str(model_dir)},
+        "artifacts": [{"kind": "foundation-chat", "path": str(model_dir), "manifest": "artifact-manifest.json"}],
+    }
+
+
+if __name__ == "__main__":
+    P.main(run)

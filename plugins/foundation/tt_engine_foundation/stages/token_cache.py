@@ -1,0 +1,78 @@
+"""Stage `token_cache`: encode the corpus once, streaming, into `pretrain/recovery/pretrain-tokens.bin`.
+
+A cache built from the same inputs (sources, tokenizer, max_chars) is verified
+against its manifest and reused. A cache from other inputs is rebuilt unless
+pretraining checkpoints already depend on it (then: use a new run directory).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping
+
+from ..runtime import protocol as P
+from ..runtime import token_cache as TC
+from ..runtime import tokenizer as T
+from ..runtime.common import checkpoints_exist, corpus_source, fconfig, iter_corpus, layout, load_tokenizer
+
+
+def run(request: Mapping[str, Any]) -> dict[str, Any]:
+    cfg = fconfig(request)
+    lay = layout(request)
+    tok = load_tokenizer(request)
+    _, _, source = corpus_source(request)
+    dtype = TC.dtype_for(int(cfg["vocab_size"]))
+    inputs = {
+        "corpus": source,
+        "tokenizer_sha256": P.file_digest(lay.tokenizer_json),
+        "max_chars": cfg["max_chars"],
+        "dtype": dtype.str,
+        "format": "bos-prefixed documents",
+    }
+    manifest = TC.read_manifest(lay.tokens_manifest)
+    if manifest is not None and lay.tokens_bin.exists():
+        if manifest.get("inputs") == inputs:
+            TC.verify(lay.tokens_bin, manifest)
+            P.log("token cache already built from these inputs and verified; reusing it")
+            return _result(lay, manifest, 0.0)
+        if checkpoints_exist(lay):
+            raise P.InvalidInput(
+                "the corpus, tokenizer or max_chars changed since this run directory's pretraining "
+                "checkpoints were made; use a new run directory (nothing was changed)"
+            )
+    lay.recovery.mkdir(parents=True, exist_ok=True, mode=0o700)
+    started = time.monotonic()
+    last = [started]
+
+    def on_progress(tokens: int, chars: int, documents: int) -> None:
+        now = time.monotonic()
+        if now - last[0] >= 2.0:
+            last[0] = now
+            P.progress(chars, cfg["max_chars"], "chars", {"tokens": tokens, "documents": documents})
+
+    built = TC.build(
+        iter_corpus(request, int(cfg["max_chars"])), tok, T.special_id(tok, T.BOS), lay.tokens_bin, dtype,
+        on_progress=on_progress,
+    )
+    seconds = time.monotonic() - started
+    TC.write_manifest(lay.tokens_manifest, inputs, built, dtype)
+    manifest = TC.read_manifest(lay.tokens_manifest)
+    TC.verify(lay.tokens_bin, manifest)
+    P.log(f"token cache: {built['tokens']} tokens from {built['documents']} documents in {seconds:.1f}s")
+    return _result(lay, manifest, seconds)
+
+
+def _result(lay, manifest: Mapping[str, Any], seconds: float) -> dict[str, Any]:
+    metrics = {"token_cache.tokens": manifest["token_count"], "token_cache.documents": manifest["documents"],
+               "token_cache.chars": manifest["chars"]}
+    if seconds > 0:
+        metrics["token_cache.mb_per_second"] = manifest["chars"] / 1e6 / seconds
+    return {
+        "metrics": metrics,
+        "outputs": {"tokens": str(lay.tokens_bin), "manifest": str(lay.tokens_manifest),
+                    "sha256": manifest["file"]["sha256"], "token_count": manifest["token_count"]},
+    }
+
+
+if __name__ == "__main__":
+    P.main(run)

@@ -1,0 +1,74 @@
+"""Stage `tokenizer`: train the byte-level BPE on the corpus head plus the compiled instruction.
+
+Writes `<run>/tokenizer/tokenizer.json` and `tokenizer-inputs.json`. An
+existing tokenizer made from the same inputs is reused; one made from other
+inputs is replaced, unless pretraining checkpoints already depend on it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+from ..runtime import protocol as P
+from ..runtime import tokenizer as T
+from ..runtime.common import checkpoints_exist, corpus_source, fconfig, iter_corpus, layout
+
+
+def run(request: Mapping[str, Any]) -> dict[str, Any]:
+    cfg = fconfig(request)
+    lay = layout(request)
+    _, _, source = corpus_source(request)
+    inputs = {
+        "vocab_size": cfg["vocab_size"],
+        "tokenizer_max_chars": cfg["tokenizer_max_chars"],
+        "corpus": source,
+        "system_message_sha256": request.get("system_message_sha256", ""),
+        "special_tokens": T.SPECIAL_TOKENS,
+    }
+    inputs_path = lay.tokenizer_dir / "tokenizer-inputs.json"
+    if lay.tokenizer_json.is_file() and inputs_path.is_file():
+        previous = json.loads(inputs_path.read_text(encoding="utf-8"))
+        if previous.get("inputs") == inputs and previous.get("sha256") == P.file_digest(lay.tokenizer_json):
+            P.log("tokenizer already trained from these inputs; reusing it")
+            return _result(lay, previous["vocab"], previous["chars"])
+        if checkpoints_exist(lay):
+            raise P.InvalidInput(
+                "the tokenizer inputs (vocab_size, tokenizer_max_chars or corpus) changed since this run "
+                "directory's pretraining checkpoints were made; use a new run directory (nothing was changed)"
+            )
+    extra = [request.get("system_message", "")]
+    for row in request.get("train_rows") or []:
+        extra += [m["content"] for m in row.get("messages", []) if m.get("role") != "system"]
+    counted = {"chars": 0}
+
+    def texts():
+        for text in extra:
+            counted["chars"] += len(text)
+            yield text
+        for doc in iter_corpus(request, int(cfg["tokenizer_max_chars"])):
+            counted["chars"] += len(doc.text)
+            yield doc.text
+
+    P.log(f"training a {cfg['vocab_size']}-token byte-level BPE on up to {cfg['tokenizer_max_chars']} corpus characters")
+    tok = T.train(texts(), int(cfg["vocab_size"]))
+    lay.tokenizer_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    P.atomic_write_bytes(lay.tokenizer_json, tok.to_str().encode("utf-8"))
+    vocab = tok.get_vocab_size(with_added_tokens=True)
+    P.atomic_write_json(
+        inputs_path,
+        {"inputs": inputs, "sha256": P.file_digest(lay.tokenizer_json), "vocab": vocab, "chars": counted["chars"]},
+    )
+    P.artifact("tokenizer", lay.tokenizer_json)
+    return _result(lay, vocab, counted["chars"])
+
+
+def _result(lay, vocab: int, chars: int) -> dict[str, Any]:
+    return {
+        "metrics": {"tokenizer.vocab_size": vocab, "tokenizer.train_chars": chars},
+        "outputs": {"tokenizer": str(lay.tokenizer_json), "sha256": P.file_digest(lay.tokenizer_json)},
+    }
+
+
+if __name__ == "__main__":
+    P.main(run)
