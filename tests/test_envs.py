@@ -20,6 +20,10 @@ def copy_engine(tmp_path: Path, tt, name="echo"):
     return source
 
 
+def echo_entry(listing: dict) -> dict:
+    return next(e for e in listing["engines"] if e["name"] == "echo")
+
+
 def keys(tt) -> dict[str, str]:
     code, listing = tt.json("engines", "list")
     assert code == 0
@@ -42,7 +46,7 @@ def test_sigkill_during_build_leaves_nothing_used_and_next_prepare_rebuilds(tt, 
     tt.env["TT_ENVS_DIR"] = str(tmp_path / "envs")
     tt.env["UV_CACHE_DIR"] = str(tmp_path / "uv-cache")  # cold cache: the build takes long enough to interrupt
     code, listing = tt.json("engines", "list")
-    env_path = Path(listing["engines"][0]["env_path"])
+    env_path = Path(echo_entry(listing)["env_path"])
     proc = tt.popen("engines", "prepare", "echo")
     deadline = time.monotonic() + 60
     while not (env_path / "bin" / "python").exists() and time.monotonic() < deadline and proc.poll() is None:
@@ -51,7 +55,7 @@ def test_sigkill_during_build_leaves_nothing_used_and_next_prepare_rebuilds(tt, 
     proc.wait()
     assert not (env_path / ".tt-env-complete.json").exists(), "the build finished before it could be killed"
     code, listing = tt.json("engines", "list")
-    assert listing["engines"][0]["env_ready"] is False
+    assert echo_entry(listing)["env_ready"] is False
     code, built = tt.json("engines", "prepare", "echo")
     assert code == 0 and built["built"] is True, built
     assert (env_path / ".tt-env-complete.json").exists()
@@ -83,7 +87,7 @@ def test_gc_removes_environments_no_engine_uses(tt, tmp_path):
     code, out = tt.json("engines", "gc")
     assert out["removed"] == [str(stale)]
     code, listing = tt.json("engines", "list")
-    assert listing["engines"][0]["env_ready"] is True
+    assert echo_entry(listing)["env_ready"] is True
 
 
 def test_run_uses_a_prepared_environment(tt, tmp_path):
