@@ -6,7 +6,7 @@ listed by `tt engines list`) instead of breaking `tt`. Switches, all optional:
 - `TT_PLUGINS=a,b`          load only these entry points
 - `TT_DISABLE_PLUGINS=a,b`  skip these entry points
 - `TT_PLUGINS_STRICT=1`     a plugin that fails to load is fatal (for plugin authors' tests)
-- `TT_TRACE_HOOKS=1`        print every hook call and result to stderr
+- `TT_TRACE_HOOKS=1`        print every hook call and result to stderr (see `call_hookimpl`)
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import sys
 import traceback
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from collections.abc import Iterator
 from importlib import metadata
 
 import pluggy
@@ -101,7 +102,7 @@ def load_plugins() -> Plugins:
             module = ep.load()
             manager.register(module, name=ep.name)
             impls = [i for i in manager.hook.tt_engines.get_hookimpls() if i.plugin_name == ep.name]
-            records = [record for impl in impls for record in (impl.function() or [])]
+            records = [record for impl in impls for record in (call_hookimpl(impl, "tt_engines") or [])]
         except Exception as exc:  # a broken plugin must not break tt
             if strict:
                 raise PluginLoadError(f"plugin {ep.name!r} ({ep.value}) failed to load: {exc}") from exc
@@ -143,6 +144,30 @@ def _check_record(record: object, plugin: str, owners: dict[str, str]) -> str | 
             "uninstall one of them (or disable one with TT_DISABLE_PLUGINS)"
         )
     return None
+
+
+def call_hookimpl(impl: pluggy.HookImpl, hook: str, **kwargs: object) -> object:
+    """Call one plugin's implementation of a hook on its own (so a failure stays that plugin's).
+
+    The host calls implementations one by one rather than through pluggy's hook
+    caller, so pluggy's tracing never sees them; TT_TRACE_HOOKS traces here.
+    Generators (e.g. from `tt_engines`) are consumed, so their errors surface here.
+    """
+    tracing = bool(os.environ.get("TT_TRACE_HOOKS"))
+    if tracing:
+        shown = ", ".join(f"{k}={str(v)[:120]}" for k, v in kwargs.items())
+        sys.stderr.write(f"tt hook: {hook}({shown}) -> plugin {impl.plugin_name!r}\n")
+    try:
+        result = impl.function(**kwargs)
+        if isinstance(result, Iterator):
+            result = list(result)
+    except Exception as exc:
+        if tracing:
+            sys.stderr.write(f"tt hook: {hook} in plugin {impl.plugin_name!r} raised {exc!r}\n")
+        raise
+    if tracing:
+        sys.stderr.write(f"tt hook: {hook} in plugin {impl.plugin_name!r} returned {str(result)[:200]}\n")
+    return result
 
 
 @lru_cache(maxsize=1)

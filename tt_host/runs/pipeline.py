@@ -27,7 +27,7 @@ from tt_host import envs
 from tt_host.console import QuietReporter
 from tt_host.fsutil import make_private_dir, write_json_atomic
 from tt_host.models import VerifyError, register
-from tt_host.plugins import Plugins
+from tt_host.plugins import Plugins, call_hookimpl
 from tt_host.report import build_report, write_report
 from tt_host.runner import EXIT_INTERRUPTED, run_stage
 from tt_host.runs.fingerprint import canonical, chain, changed_keys
@@ -257,7 +257,7 @@ def _run_one(loaded, plugins, run: RunDir, env, stage, fingerprint, resume, devi
         reporter.event(stage.name, event)
         for impl in observers:
             try:
-                impl.function(run_dir=str(run.path), stage=stage.name, event=event)
+                call_hookimpl(impl, "tt_stage_event", run_dir=str(run.path), stage=stage.name, event=event)
             except Exception as exc:  # an observer never stops a run
                 reporter.message(f"observer {impl.plugin_name!r} failed on {event.get('type')}: {exc}", "yellow")
 
