@@ -1,0 +1,1 @@
+"""Runtime code of the adapter engine; imported only inside the engine environment."""

@@ -1,0 +1,107 @@
+"""Training checkpoints that make an interrupted LoRA run resumable bit-for-bit.
+
+`<train>/checkpoints/step-<9 digits>/` holds the trainable (LoRA) weights as
+safetensors, the optimizer state, the RNG states and `meta.json` (step,
+stage fingerprint, loss series, tokens and time so far, file sha256s).
+Written to a temp folder and renamed, rolled to `keep` newest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Optional
+
+from tt_engine_adapter import fingerprint
+from tt_engine_adapter.runtime.protocol import InputError, atomic_write_json, fsync_dir, log
+
+PREFIX = "step-"
+
+
+def _dir_name(step: int) -> str:
+    return f"{PREFIX}{step:09d}"
+
+
+def save(root: Path, step: int, model: Any, optimizer: Any, meta: dict[str, Any], keep: int) -> Path:
+    import random
+
+    import torch
+    from safetensors.torch import save_file
+
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / _dir_name(step)
+    tmp = root / f".{_dir_name(step)}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    weights = {name: p.detach().to("cpu").contiguous() for name, p in model.named_parameters() if p.requires_grad}
+    save_file(weights, str(tmp / "adapter.safetensors"))
+    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    rng = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        rng["cuda"] = torch.cuda.get_rng_state_all()
+    torch.save(rng, tmp / "rng.pt")
+    files = {name: fingerprint.sha256_file(tmp / name) for name in ("adapter.safetensors", "optimizer.pt", "rng.pt")}
+    for name in files:
+        with open(tmp / name, "rb") as handle:
+            os.fsync(handle.fileno())
+    atomic_write_json(tmp / "meta.json", {**meta, "step": step, "files": files})
+    fsync_dir(tmp)
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    fsync_dir(root)
+    for old in sorted(p for p in root.glob(f"{PREFIX}*") if p.is_dir())[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def _intact(path: Path) -> Optional[dict[str, Any]]:
+    try:
+        meta = json.loads((path / "meta.json").read_text())
+        for name, digest in meta["files"].items():
+            if fingerprint.sha256_file(path / name) != digest:
+                return None
+        return meta
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def latest(root: Path, stage_fingerprint: str) -> Optional[tuple[Path, dict[str, Any]]]:
+    """Newest intact checkpoint; one made with other settings is refused."""
+    if not root.is_dir():
+        return None
+    for path in sorted((p for p in root.glob(f"{PREFIX}*") if p.is_dir()), reverse=True):
+        meta = _intact(path)
+        if meta is None:
+            log(f"checkpoint {path.name} is damaged; trying an older one", "warning")
+            continue
+        if meta.get("fingerprint") != stage_fingerprint:
+            raise InputError(
+                f"{path}: this checkpoint was made with different settings or data; "
+                "start a new run directory instead of resuming this one"
+            )
+        return path, meta
+    return None
+
+
+def restore(path: Path, model: Any, optimizer: Any) -> None:
+    import random
+
+    import torch
+    from safetensors.torch import load_file
+
+    weights = load_file(str(path / "adapter.safetensors"))
+    params = dict(model.named_parameters())
+    missing = [name for name, p in params.items() if p.requires_grad and name not in weights]
+    if missing:
+        raise InputError(f"{path}: checkpoint lacks {missing[0]}; start a new run directory")
+    with torch.no_grad():
+        for name, tensor in weights.items():
+            params[name].copy_(tensor.to(params[name].device, params[name].dtype))
+    optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location="cpu", weights_only=False))
+    rng = torch.load(path / "rng.pt", map_location="cpu", weights_only=False)
+    torch.set_rng_state(rng["torch"])
+    random.setstate(rng["python"])
+    if "cuda" in rng and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])

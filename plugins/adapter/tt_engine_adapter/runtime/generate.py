@@ -1,0 +1,81 @@
+"""Batched, greedy, deterministic generation with left padding and a KV cache.
+
+Baseline and candidate use exactly this function with the same settings.
+Prompts are rendered with the chat template (runtime.chat), truncated from the
+left to `max_seq_length`, grouped longest-first into batches, left-padded with
+the dedicated pad token, and decoded until the end-of-turn token or EOS.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Optional, Sequence
+
+from tt_engine_adapter.runtime import chat
+
+
+def stop_ids(tokenizer: Any) -> list[int]:
+    ids = [chat.end_of_turn_id(tokenizer)]
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
+        ids.append(int(tokenizer.eos_token_id))
+    return ids
+
+
+def generation_config(tokenizer: Any, max_new_tokens: int):
+    from transformers import GenerationConfig
+
+    return GenerationConfig(
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        num_beams=1,
+        use_cache=True,
+        temperature=None,
+        top_p=None,
+        top_k=None,
+        pad_token_id=chat.pad_token_id(tokenizer),
+        eos_token_id=stop_ids(tokenizer),
+    )
+
+
+def generate(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[dict],
+    *,
+    max_new_tokens: int,
+    batch_size: int,
+    max_seq_length: int,
+    device: str,
+    on_batch: Optional[Callable[[int, int, float], None]] = None,
+) -> list[dict]:
+    """Answer each `{"id", "messages"}` prompt; returns `{"id", "prediction"}` in input order."""
+    import torch
+
+    pad = chat.pad_token_id(tokenizer)
+    config = generation_config(tokenizer, max_new_tokens)
+    stops = set(config.eos_token_id)
+    encoded = [chat.encode_prompt(tokenizer, p["messages"], max_seq_length)[0] for p in prompts]
+    order = sorted(range(len(prompts)), key=lambda i: (-len(encoded[i]), i))
+    answers: dict[int, str] = {}
+    model.eval()
+    started = time.perf_counter()
+    done = 0
+    for start in range(0, len(order), batch_size):
+        batch = order[start:start + batch_size]
+        width = max(len(encoded[i]) for i in batch)
+        ids = torch.full((len(batch), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, index in enumerate(batch):
+            seq = encoded[index]
+            ids[row, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
+            mask[row, width - len(seq):] = 1
+        with torch.inference_mode():
+            out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config)
+        for row, index in enumerate(batch):
+            new = out[row, width:].tolist()
+            cut = next((k for k, tok in enumerate(new) if tok in stops), len(new))
+            answers[index] = tokenizer.decode(new[:cut], skip_special_tokens=True).strip()
+        done += len(batch)
+        if on_batch:
+            on_batch(done, len(prompts), time.perf_counter() - started)
+    return [{"id": prompts[i]["id"], "prediction": answers[i]} for i in range(len(prompts))]

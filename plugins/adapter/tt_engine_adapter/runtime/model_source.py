@@ -1,0 +1,118 @@
+"""Resolve, fingerprint and load the base model and its tokenizer.
+
+A local folder is used in place and fingerprinted (file sizes and sha256).
+A hub id is downloaded once by the prefetch stage with `huggingface_hub` at
+its pinned 40-hex revision into the Hugging Face cache; every later stage
+loads it with `local_files_only=True` (and HF_HUB_OFFLINE=1), so nothing but
+prefetch touches the network.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from tt_engine_adapter import fingerprint
+from tt_engine_adapter.runtime.protocol import InputError, StageError, log
+
+
+def go_offline() -> None:
+    """Forbid hub access for the rest of this process (call before importing transformers)."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def is_local(spec: Mapping[str, Any]) -> bool:
+    return Path(spec["base_model"]).is_absolute()
+
+
+def fetch(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """Make the base model available locally; returns {path, name, revision, fingerprint}."""
+    name = spec["base_model"]
+    if is_local(spec):
+        path = Path(name)
+        if not path.is_dir():
+            raise InputError(f"base_model: local model folder {path} does not exist")
+        problems = fingerprint.model_folder_problems(path)
+        if problems:
+            raise InputError(f"base_model: {path}: " + "; ".join(problems))
+        return {"path": str(path), "name": name, "revision": None, "fingerprint": fingerprint.folder_fingerprint(path)}
+    revision = spec.get("base_model_revision")
+    if not revision:
+        raise InputError("base_model_revision: required for a hub id")
+    from huggingface_hub import snapshot_download
+
+    try:
+        path = Path(snapshot_download(repo_id=name, revision=revision, local_files_only=True))
+        log(f"{name}@{revision} found in the Hugging Face cache")
+    except Exception:  # not cached yet: download once
+        log(f"downloading {name}@{revision} into the Hugging Face cache")
+        try:
+            path = Path(snapshot_download(repo_id=name, revision=revision))
+        except Exception as exc:
+            raise StageError(f"base_model: cannot download {name}@{revision}: {type(exc).__name__}: {exc}") from None
+    problems = fingerprint.model_folder_problems(path)
+    if problems:
+        raise StageError(f"base_model: {name}@{revision} is incomplete: " + "; ".join(problems))
+    return {"path": str(path), "name": name, "revision": revision, "fingerprint": None}
+
+
+def resolved(request: Mapping[str, Any]) -> dict[str, Any]:
+    """The prefetch stage's record of the base model (later stages never resolve it again)."""
+    try:
+        return dict(request["stages"]["prefetch"]["result"]["outputs"]["base_model"])
+    except KeyError:
+        raise StageError("the prefetch stage has not completed in this run") from None
+
+
+def pick_device(request: Mapping[str, Any]) -> str:
+    import torch
+
+    wanted = request.get("device") or "auto"
+    if wanted == "auto":
+        wanted = request["spec"].get("device", "auto")
+    if wanted == "auto":
+        if torch.cuda.is_available():
+            return "cuda"
+        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+            return "mps"
+        return "cpu"
+    if wanted == "cuda" and not torch.cuda.is_available():
+        raise InputError("device: cuda was requested but torch sees no CUDA device")
+    if wanted == "mps" and not torch.backends.mps.is_available():
+        raise InputError("device: mps was requested but is not available")
+    return wanted
+
+
+def pick_dtype(device: str, precision: str):
+    import torch
+
+    if precision == "fp32":
+        return torch.float32
+    bf16_ok = device == "cuda" and torch.cuda.is_bf16_supported()
+    if precision == "bf16":
+        if not bf16_ok:
+            raise InputError("hyperparameters.precision: bf16 needs a CUDA device that supports it")
+        return torch.bfloat16
+    return torch.bfloat16 if bf16_ok else torch.float32
+
+
+def load_tokenizer(path: str):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except Exception as exc:
+        raise StageError(f"base_model: cannot load the tokenizer from {path}: {type(exc).__name__}: {exc}") from None
+
+
+def load_model(path: str, device: str, dtype):
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
+    except Exception as exc:
+        raise StageError(f"base_model: cannot load the model from {path}: {type(exc).__name__}: {exc}") from None
+    return model.to(device)

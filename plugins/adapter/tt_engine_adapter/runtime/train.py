@@ -1,0 +1,194 @@
+"""The LoRA training loop: seeded, AdamW with warmup + decay, gradient accumulation,
+token-level loss normalization across the accumulated batch, checkpoints and resume.
+
+The whole step schedule (which rows form each micro-batch of each optimizer
+step) is computed up front from the seed, so a run resumed at step k sees
+exactly the batches an uninterrupted run would.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+from tt_engine_adapter.runtime import checkpoint
+from tt_engine_adapter.runtime.chat import IGNORE_INDEX, Encoded
+from tt_engine_adapter.runtime.protocol import STOP, Interrupted, log, progress
+
+
+def build_schedule(n_rows: int, batch_size: int, accumulation: int, n_epochs: int, seed: int,
+                   max_steps: Optional[int] = None) -> list[list[list[int]]]:
+    """Optimizer steps -> micro-batches -> row indices; each epoch is a seeded shuffle."""
+    steps: list[list[list[int]]] = []
+    for epoch in range(n_epochs):
+        order = list(range(n_rows))
+        random.Random(seed * 1_000_003 + epoch).shuffle(order)
+        micro = [order[i:i + batch_size] for i in range(0, n_rows, batch_size)]
+        steps.extend(micro[j:j + accumulation] for j in range(0, len(micro), accumulation))
+    return steps[:max_steps] if max_steps else steps
+
+
+def lr_at(step: int, total: int, base_lr: float, warmup_ratio: float, kind: str) -> float:
+    """Learning rate for 0-based optimizer step `step`: linear warmup, then cosine/linear/constant decay."""
+    warmup = math.ceil(warmup_ratio * total)
+    if step < warmup:
+        return base_lr * (step + 1) / warmup
+    if kind == "constant":
+        return base_lr
+    progress_ = (step - warmup) / max(1, total - warmup)
+    if kind == "linear":
+        return base_lr * max(0.0, 1.0 - progress_)
+    return base_lr * 0.5 * (1.0 + math.cos(math.pi * progress_))
+
+
+def collate(rows: Sequence[Encoded], pad_id: int):
+    """Right-padded input_ids / attention_mask / labels tensors (pad never supervised)."""
+    import torch
+
+    width = max(len(r.input_ids) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    labels = torch.full((len(rows), width), IGNORE_INDEX, dtype=torch.long)
+    for i, row in enumerate(rows):
+        n = len(row.input_ids)
+        ids[i, :n] = torch.tensor(row.input_ids)
+        mask[i, :n] = 1
+        labels[i, :n] = torch.tensor(row.labels)
+    return ids, mask, labels
+
+
+def supervised_targets(rows: Sequence[Encoded]) -> int:
+    """Tokens that carry loss after the causal shift (a label at position 0 has no context)."""
+    return sum(sum(1 for label in r.labels[1:] if label != IGNORE_INDEX) for r in rows)
+
+
+@dataclass
+class TrainState:
+    step: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    losses: list = None  # [[step, loss], ...]
+
+    def __post_init__(self) -> None:
+        if self.losses is None:
+            self.losses = []
+
+
+def wrap_lora(model: Any, hp: dict):
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(
+        r=hp["lora_rank"],
+        lora_alpha=hp["lora_alpha"],
+        lora_dropout=hp["lora_dropout"],
+        target_modules=hp["lora_target_modules"],
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, config)
+
+
+def train(
+    model: Any,
+    rows: Sequence[Encoded],
+    hp: dict,
+    *,
+    pad_id: int,
+    device: str,
+    autocast_dtype: Any,
+    checkpoint_dir: Path,
+    stage_fingerprint: str,
+    resume: bool,
+    on_step: Optional[Callable[[int, int, float, float, float], None]] = None,
+) -> TrainState:
+    """Train the PEFT `model` in place; returns the final state. Raises Interrupted after a checkpoint on SIGTERM."""
+    import torch
+
+    random.seed(hp["seed"])
+    torch.manual_seed(hp["seed"])
+    schedule = build_schedule(len(rows), hp["batch_size"], hp["gradient_accumulation_steps"], hp["n_epochs"],
+                              hp["seed"], hp.get("max_steps"))
+    total = len(schedule)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in trainable if p.ndim >= 2]
+    no_decay = [p for p in trainable if p.ndim < 2]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": hp["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=hp["learning_rate"], betas=(0.9, 0.999), eps=1e-8,
+    )
+    state = TrainState()
+    if resume:
+        found = checkpoint.latest(checkpoint_dir, stage_fingerprint)
+        if found:
+            path, meta = found
+            checkpoint.restore(path, model, optimizer)
+            state = TrainState(step=meta["step"], tokens=meta["tokens"], seconds=meta["seconds"], losses=meta["losses"])
+            log(f"resumed from {path.name} at step {state.step}/{total}")
+        else:
+            log("no usable checkpoint; training from the start", "warning")
+
+    def save_checkpoint() -> None:
+        meta = {"fingerprint": stage_fingerprint, "tokens": state.tokens, "seconds": state.seconds,
+                "losses": state.losses, "total_steps": total}
+        checkpoint.save(checkpoint_dir, state.step, model, optimizer, meta, hp["keep_checkpoints"])
+
+    model.train()
+    use_autocast = autocast_dtype is not None
+    while state.step < total:
+        if STOP.requested:
+            save_checkpoint()
+            raise Interrupted(f"{STOP.signal_name}: checkpoint saved at step {state.step}/{total}; resume to continue")
+        started = time.perf_counter()
+        lr = lr_at(state.step, total, hp["learning_rate"], hp["warmup_ratio"], hp["lr_scheduler"])
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        micro_batches = [[rows[i] for i in micro] for micro in schedule[state.step]]
+        targets = sum(supervised_targets(b) for b in micro_batches)
+        step_loss = 0.0
+        step_tokens = 0
+        for batch in micro_batches:
+            ids, mask, labels = collate(batch, pad_id)
+            ids, mask, labels = ids.to(device), mask.to(device), labels.to(device)
+            with torch.autocast(device_type=device, dtype=autocast_dtype, enabled=use_autocast):
+                out = model(input_ids=ids, attention_mask=mask, labels=labels, num_items_in_batch=targets)
+            out.loss.backward()
+            step_loss += float(out.loss.detach())
+            step_tokens += int(mask.sum())
+        if hp.get("max_grad_norm"):
+            torch.nn.utils.clip_grad_norm_(trainable, hp["max_grad_norm"])
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        state.seconds += time.perf_counter() - started
+        state.tokens += step_tokens
+        state.step += 1
+        state.losses.append([state.step, round(step_loss, 6)])
+        if on_step:
+            on_step(state.step, total, step_loss, lr, state.tokens / max(state.seconds, 1e-9))
+        if state.step % hp["checkpoint_interval_steps"] == 0 and state.step < total:
+            save_checkpoint()
+    return state
+
+
+def mean_loss(model: Any, rows: Sequence[Encoded], batch_size: int, pad_id: int, device: str, autocast_dtype: Any) -> float:
+    """Mean supervised-token loss over `rows` (no gradient)."""
+    import torch
+
+    model.eval()
+    total_loss, total_targets = 0.0, 0
+    with torch.inference_mode():
+        for start in range(0, len(rows), batch_size):
+            batch = rows[start:start + batch_size]
+            targets = supervised_targets(batch)
+            ids, mask, labels = (t.to(device) for t in collate(batch, pad_id))
+            with torch.autocast(device_type=device, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+                out = model(input_ids=ids, attention_mask=mask, labels=labels, num_items_in_batch=targets)
+            total_loss += float(out.loss) * targets
+            total_targets += targets
+    model.train()
+    return total_loss / max(total_targets, 1)

@@ -1,0 +1,76 @@
+"""Stages `baseline` and `candidate`: greedy generation on the held-out prompts.
+
+`baseline` loads the base model; `candidate` loads the same base model plus
+the trained adapter with `PeftModel.from_pretrained` (unmerged, as a user
+would). Both use identical generation settings and write `predictions.jsonl`
+(`{"id", "prediction"}`), which the host scores. A prebuilt `test` set is
+also answered (`predictions-test.jsonl`) and scored here as `<prefix>.test.*`.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from tt_engine_adapter.runtime import model_source
+from tt_engine_adapter.runtime.protocol import atomic_write_jsonl, log, progress, run_stage, StageError
+
+model_source.go_offline()
+
+
+def main(request: dict) -> dict:
+    from tt_engine_adapter.runtime import score
+    from tt_engine_adapter.runtime.data import prepared, read_jsonl, with_system
+    from tt_engine_adapter.runtime.generate import generate
+
+    spec, hp = request["spec"], request["spec"]["hyperparameters"]
+    prefix = "candidate" if request["stage"] == "candidate" else "baseline"
+    stage_dir = Path(request["stage_dir"])
+    base = model_source.resolved(request)
+    device = model_source.pick_device(request)
+    dtype = model_source.pick_dtype(device, hp["precision"])
+    tokenizer = model_source.load_tokenizer(base["path"])
+    system = request["system_message"]
+    prompts = [{"id": p["id"], "messages": with_system(system, p["messages"])} for p in request["eval_prompts"]]
+    if hp.get("max_eval_examples"):
+        prompts = prompts[: hp["max_eval_examples"]]
+    test_rows = read_jsonl(prepared(request)["test"]) if prepared(request).get("test") else []
+
+    model = model_source.load_model(base["path"], device, dtype)
+    if prefix == "candidate":
+        from peft import PeftModel
+
+        try:
+            adapter = request["stages"]["train"]["result"]["outputs"]["adapter"]
+        except KeyError:
+            raise StageError("the train stage has not completed in this run") from None
+        model = PeftModel.from_pretrained(model, adapter, is_trainable=False)
+        log(f"loaded adapter {adapter}")
+
+    settings = dict(max_new_tokens=hp["max_new_tokens"], batch_size=hp["eval_batch_size"],
+                    max_seq_length=hp["max_seq_length"], device=device)
+    total = len(prompts) + len(test_rows)
+
+    def on_batch(offset: int):
+        def report(done: int, _: int, seconds: float) -> None:
+            progress(offset + done, total, "prompt", {"prompts_per_second": round(done / max(seconds, 1e-9), 2)})
+        return report
+
+    started = time.perf_counter()
+    predictions = generate(model, tokenizer, prompts, on_batch=on_batch(0), **settings)
+    atomic_write_jsonl(stage_dir / "predictions.jsonl", predictions)
+    metrics = {f"{prefix}.eval_seconds": round(time.perf_counter() - started, 3)}
+    if test_rows:
+        test_prompts = [{"id": r["id"], "messages": r["messages"][:-1]} for r in test_rows]
+        answers = generate(model, tokenizer, test_prompts, on_batch=on_batch(len(prompts)), **settings)
+        atomic_write_jsonl(stage_dir / "predictions-test.jsonl", answers)
+        metrics.update(score.score([a["prediction"] for a in answers],
+                                   [r["messages"][-1]["content"] for r in test_rows], f"{prefix}.test"))
+    log(f"{prefix}: {len(predictions)} held-out prompts answered" +
+        (f", {len(test_rows)} prebuilt test prompts" if test_rows else ""))
+    return {"metrics": metrics, "predictions": "predictions.jsonl",
+            "outputs": {"predictions": str(stage_dir / "predictions.jsonl")}}
+
+
+if __name__ == "__main__":
+    run_stage(main)

@@ -1,0 +1,55 @@
+"""Stage `prefetch`: resolve the base model once and prove the chat template works on every row.
+
+A local folder is fingerprinted; a hub id is downloaded at its pinned revision
+into the Hugging Face cache. Then the tokenizer renders and tokenizes every
+training row with the exact training code, so a template that cannot render,
+a missing pad token, an answer that cannot fit or a row with no supervised
+token fails the run here, before any evaluation or training.
+"""
+
+from __future__ import annotations
+
+from tt_engine_adapter.runtime import model_source
+from tt_engine_adapter.runtime.protocol import log, run_stage
+
+
+def main(request: dict) -> dict:
+    spec = request["spec"]
+    if model_source.is_local(spec):
+        model_source.go_offline()
+    base = model_source.fetch(spec)
+    model_source.go_offline()
+    from transformers import AutoConfig
+
+    from tt_engine_adapter.runtime import chat
+    from tt_engine_adapter.runtime.data import encode_rows, prepared, read_jsonl
+
+    AutoConfig.from_pretrained(base["path"], local_files_only=True)
+    tokenizer = model_source.load_tokenizer(base["path"])
+    hp = spec["hyperparameters"]
+    rows = read_jsonl(prepared(request)["train"])
+    encoded = encode_rows(tokenizer, rows, hp["max_seq_length"])
+    truncated = sum(1 for e in encoded if e.truncated)
+    if truncated:
+        log(f"{truncated} training rows were longer than max_seq_length; their oldest prompt tokens are dropped",
+            "warning")
+    eot = chat.end_of_turn_id(tokenizer)
+    pad = chat.pad_token_id(tokenizer)
+    log(f"base model {base['name']} ready at {base['path']}; end-of-turn {tokenizer.convert_ids_to_tokens(eot)!r}, "
+        f"pad {tokenizer.convert_ids_to_tokens(pad)!r}")
+    return {
+        "metrics": {
+            "data.train_tokens": sum(len(e.input_ids) for e in encoded),
+            "data.supervised_tokens": sum(e.supervised for e in encoded),
+            "data.truncated_rows": truncated,
+        },
+        "outputs": {
+            "base_model": base,
+            "end_of_turn_token": tokenizer.convert_ids_to_tokens(eot),
+            "pad_token": tokenizer.convert_ids_to_tokens(pad),
+        },
+    }
+
+
+if __name__ == "__main__":
+    run_stage(main)

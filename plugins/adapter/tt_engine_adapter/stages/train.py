@@ -1,0 +1,105 @@
+"""Stage `train`: LoRA fine-tuning of the base model on the prepared rows.
+
+Writes checkpoints under `train/checkpoints/` (resumed when the host passes
+`resume`), then the PEFT adapter (`adapter_config.json`,
+`adapter_model.safetensors`), `tt-adapter.json` (how prompts are rendered)
+and `artifact-manifest.json` to `train/adapter/`, listed in the result's
+`artifacts` so the host verifies and registers it at once.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from tt_engine_adapter.runtime import model_source
+from tt_engine_adapter.runtime.protocol import artifact, fsync_dir, log, progress, run_stage
+
+model_source.go_offline()
+
+
+def main(request: dict) -> dict:
+    from tt_engine_adapter.runtime import chat, manifest
+    from tt_engine_adapter.runtime import train as loop
+    from tt_engine_adapter.runtime.data import encode_rows, prepared, read_jsonl
+
+    spec, hp = request["spec"], request["spec"]["hyperparameters"]
+    stage_dir = Path(request["stage_dir"])
+    base = model_source.resolved(request)
+    device = model_source.pick_device(request)
+    dtype = model_source.pick_dtype(device, hp["precision"])
+    tokenizer = model_source.load_tokenizer(base["path"])
+    outputs = prepared(request)
+    rows = encode_rows(tokenizer, read_jsonl(outputs["train"]), hp["max_seq_length"])
+    validation = encode_rows(tokenizer, read_jsonl(outputs["validation"]), hp["max_seq_length"]) \
+        if outputs.get("validation") else []
+    pad = chat.pad_token_id(tokenizer)
+
+    import torch
+
+    torch.manual_seed(hp["seed"])
+    model = model_source.load_model(base["path"], device, dtype)
+    model.config.use_cache = False
+    model = loop.wrap_lora(model, hp)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    log(f"LoRA r={hp['lora_rank']} on {hp['lora_target_modules']}: {trainable} trainable parameters; "
+        f"{len(rows)} rows on {device} ({str(dtype).replace('torch.', '')})")
+    checkpoints = stage_dir / "checkpoints"
+    if not request["resume"]:
+        shutil.rmtree(checkpoints, ignore_errors=True)
+
+    def on_step(step: int, total: int, loss: float, lr: float, tps: float) -> None:
+        if step % hp["log_interval_steps"] == 0 or step == total:
+            progress(step, total, "step", {"loss": round(loss, 6), "lr": lr, "tokens_per_second": round(tps, 1)})
+
+    autocast = dtype if dtype != torch.float32 else None
+    state = loop.train(model, rows, hp, pad_id=pad, device=device, autocast_dtype=autocast,
+                       checkpoint_dir=checkpoints, stage_fingerprint=request["fingerprint"],
+                       resume=request["resume"], on_step=on_step)
+    metrics = {
+        "train.final_loss": state.losses[-1][1] if state.losses else None,
+        "train.steps": state.step,
+        "train.tokens_per_second": round(state.tokens / max(state.seconds, 1e-9), 2),
+        "train.seconds": round(state.seconds, 3),
+        "train.trainable_parameters": trainable,
+    }
+    if validation:
+        metrics["train.validation_loss"] = round(
+            loop.mean_loss(model, validation, hp["batch_size"], pad, device, autocast), 6)
+    metrics = {k: v for k, v in metrics.items() if v is not None}
+
+    adapter_dir = stage_dir / "adapter"
+    tmp = stage_dir / ".adapter.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(str(tmp), safe_serialization=True)
+    info = {
+        "format": 1,
+        "base_model": base,
+        "system_message": request["system_message"],
+        "system_message_sha256": request["system_message_sha256"],
+        "chat": {"enable_thinking": False, "add_special_tokens": False,
+                 "end_of_turn_token": tokenizer.convert_ids_to_tokens(chat.end_of_turn_id(tokenizer)),
+                 "pad_token": tokenizer.convert_ids_to_tokens(pad)},
+        "max_seq_length": hp["max_seq_length"],
+        "generation": {"do_sample": False, "max_new_tokens": hp["max_new_tokens"]},
+    }
+    (tmp / "tt-adapter.json").write_text(json.dumps(info, indent=2) + "\n")
+    manifest.write_manifest(tmp, "adapter", base, request["system_message_sha256"],
+                            extra={"metrics": metrics})
+    fsync_dir(tmp)
+    shutil.rmtree(adapter_dir, ignore_errors=True)
+    tmp.rename(adapter_dir)
+    fsync_dir(stage_dir)
+    artifact("adapter", adapter_dir)
+    log(f"adapter saved to {adapter_dir} (final loss {metrics.get('train.final_loss')})")
+    return {
+        "metrics": metrics,
+        "series": {"train.loss": state.losses},
+        "outputs": {"adapter": str(adapter_dir)},
+        "artifacts": [{"kind": "adapter", "path": str(adapter_dir), "manifest": manifest.MANIFEST}],
+    }
+
+
+if __name__ == "__main__":
+    run_stage(main)
