@@ -142,9 +142,12 @@ def run_stage(
 
         reader = threading.Thread(target=pump, daemon=True)
         reader.start()
-        while process.poll() is None:
-            forwarder.watch()
-            time.sleep(0.1)
+        while True:
+            try:
+                process.wait(timeout=0.1)
+                break
+            except subprocess.TimeoutExpired:
+                forwarder.watch()
         reader.join(timeout=5)
     code = process.returncode
     if code < 0:  # killed by a signal
