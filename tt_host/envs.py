@@ -5,7 +5,11 @@ An engine's environment lives at `<root>/<engine>-<key>` where root is
 
     key = sha256("tt-env-v1", engine name, pyproject.toml bytes, uv.lock bytes,
                  interpreter implementation + version, platform + machine,
-                 synced dependency groups)[:16]
+                 synced dependency groups, runtime project folder)[:16]
+
+The folder is part of the key because the project is installed editable from
+it: two byte-identical projects in different folders must not share an
+environment that imports from the other one.
 
 It is built by `uv sync --locked` under an exclusive lock and becomes usable
 only when the marker file `.tt-env-complete.json` is written (atomically) at
@@ -77,6 +81,7 @@ def env_key(engine: Engine) -> str:
         interpreter_tag().encode(),
         platform_tag().encode(),
         ",".join(sorted(engine.sync_groups)).encode(),
+        str(Path(engine.runtime_project).resolve()).encode(),
     ):
         digest.update(len(part).to_bytes(8, "big"))
         digest.update(part)
