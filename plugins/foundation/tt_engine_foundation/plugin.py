@@ -65,10 +65,25 @@ def _pick(spec: FoundationSpec, *names: str) -> dict[str, Any]:
     return {name: f[name] for name in names}
 
 
+def corpus_names(path: Optional[Path]) -> Optional[list[str]]:
+    """The sorted shard names only: fixing a bad row later must not invalidate a finished tokenizer."""
+    if path is None:
+        return None
+    try:
+        shards = list_shards(path)
+    except Exception as exc:
+        return [f"error: {exc}"]
+    root = path if path.is_dir() else path.parent
+    return [s.relative_to(root).as_posix() for s in shards]
+
+
 def tokenizer_inputs(spec: FoundationSpec) -> Mapping[str, Any]:
+    # The corpus *content* is fingerprinted by token_cache (chained into every later stage);
+    # here only its shard names, so a malformed row fixed after the tokenizer finished
+    # lets the run resume (the tokenizer stays valid: it is lossless on any text).
     return {
         **_pick(spec, "vocab_size", "tokenizer_max_chars"),
-        "corpus": corpus_digest(spec.foundation.corpus_path),
+        "corpus_shards": corpus_names(spec.foundation.corpus_path),
         **_instruction(spec),
     }
 

@@ -78,8 +78,14 @@ def request_device(request: Mapping[str, Any]):
 
 
 def setup_threads() -> None:
+    """Per-process torch settings: thread count (TT_NUM_THREADS) and flush-to-zero for denormals.
+
+    Denormal floats (tiny Adam second moments, small activations) slow CPU math
+    by an order of magnitude; flushing them is deterministic.
+    """
     import torch
 
+    torch.set_flush_denormal(True)
     value = os.environ.get("TT_NUM_THREADS")
     if value:
         torch.set_num_threads(max(1, int(value)))
@@ -97,6 +103,20 @@ def learning_rate(cfg: Mapping[str, Any]) -> float:
 
     value = cfg.get("learning_rate")
     return float(value) if value is not None else derived_learning_rate(int(cfg["depth"]))
+
+
+def corpus_names(request: Mapping[str, Any]) -> dict[str, Any]:
+    """Shard names and sizes without reading the data (the tokenizer's record of its source)."""
+    from .corpus import list_shards, smoke_digest, smoke_documents
+
+    corpus = fconfig(request).get("corpus_path")
+    if corpus:
+        root = Path(corpus)
+        shards = list_shards(root)
+        base = root if root.is_dir() else root.parent
+        return {"kind": "corpus", "path": str(root), "shards": [s.relative_to(base).as_posix() for s in shards]}
+    docs = smoke_documents(request.get("system_message", ""), request.get("train_rows") or [])
+    return {"kind": "smoke", "sha256": smoke_digest(docs)}
 
 
 def corpus_source(request: Mapping[str, Any]):

@@ -28,7 +28,7 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
     P.log(f"RL on {len(rows)} training prompts for {cfg['rl_steps']} steps")
     rewards = run_rl(model, tok, rows, cfg, learning_rate(cfg), device, autocast_dtype(request, device), on_step)
     model_dir = save_model_dir(
-        lay.model_dir("rl"), model, lay.tokenizer_json, "foundation-chat",
+        lay.model_dir("rl"), model, lay.tokenizer_json, "foundation-rl",
         {"stage": "rl", "system_message_sha256": request.get("system_message_sha256", "")},
     )
     mean = sum(v for _, v in rewards) / max(1, len(rewards))
@@ -36,7 +36,7 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
         "metrics": {"rl.mean_reward": mean, "rl.final_reward": rewards[-1][1] if rewards else 0.0, "rl.steps": len(rewards)},
         "series": {"rl.reward": [[s, v] for s, v in rewards]},
         "outputs": {"model": str(model_dir)},
-        "artifacts": [{"kind": "foundation-chat", "path": str(model_dir), "manifest": "artifact-manifest.json"}],
+        "artifacts": [{"kind": "foundation-rl", "path": str(model_dir), "manifest": "artifact-manifest.json"}],
     }
 
 

@@ -30,7 +30,7 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
     P.log(f"SFT on {len(rows)} training rows for {cfg['finetune_steps']} steps")
     losses = run_sft(model, tok, rows, cfg, learning_rate(cfg), device, autocast_dtype(request, device), on_step)
     model_dir = save_model_dir(
-        lay.model_dir("sft"), model, lay.tokenizer_json, "foundation-chat",
+        lay.model_dir("sft"), model, lay.tokenizer_json, "foundation-sft",
         {"stage": "sft", "system_message_sha256": request.get("system_message_sha256", "")},
     )
     metrics = {"sft.steps": len(losses)}
@@ -40,7 +40,7 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
         "metrics": metrics,
         "series": {"sft.loss": [[s, v] for s, v in losses]},
         "outputs": {"model": str(model_dir)},
-        "artifacts": [{"kind": "foundation-chat", "path": str(model_dir), "manifest": "artifact-manifest.json"}],
+        "artifacts": [{"kind": "foundation-sft", "path": str(model_dir), "manifest": "artifact-manifest.json"}],
     }
 
 

@@ -12,13 +12,13 @@ from typing import Any, Mapping
 
 from ..runtime import protocol as P
 from ..runtime import tokenizer as T
-from ..runtime.common import checkpoints_exist, corpus_source, fconfig, iter_corpus, layout
+from ..runtime.common import checkpoints_exist, corpus_names, fconfig, iter_corpus, layout
 
 
 def run(request: Mapping[str, Any]) -> dict[str, Any]:
     cfg = fconfig(request)
     lay = layout(request)
-    _, _, source = corpus_source(request)
+    source = corpus_names(request)
     inputs = {
         "vocab_size": cfg["vocab_size"],
         "tokenizer_max_chars": cfg["tokenizer_max_chars"],
