@@ -101,3 +101,11 @@ def test_without_lock_it_says_how_to_lock(tt, tmp_path):
     flat = proc.stderr.replace("\n", "")
     assert "uv lock" in flat and str(package) in flat, proc.stderr
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "staging folder left behind"
+
+
+def test_offline_lock_failure_still_scaffolds_and_says_how_to_lock(tt, tmp_path):
+    tt.env.update(TT_OFFLINE="1", UV_CACHE_DIR=str(tmp_path / "empty-uv-cache"))
+    code, made = tt.json("engines", "new", "offline_demo", tmp_path / "pkg")
+    assert code == 0 and made["locked"] is False and "uv lock" in made["lock_error"]
+    assert made["lock_command"] == f"cd {tmp_path / 'pkg'} && uv lock"
+    assert (tmp_path / "pkg" / "pyproject.toml").is_file() and not (tmp_path / "pkg" / "uv.lock").exists()
