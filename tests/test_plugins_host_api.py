@@ -85,3 +85,11 @@ def test_only_switch_and_hook_tracing(tt, tmp_path):
     assert "tt_engines" in proc.stderr, proc.stderr
     tt.env.pop("TT_TRACE_HOOKS")
     assert "tt_engines" not in tt("engines", "list", "--json").stderr
+
+
+def test_api_version_rule():
+    from tt_host.plugins import _api_compatible
+
+    assert _api_compatible("1.0")
+    assert not _api_compatible("1.7")  # needs a newer minor than this host offers
+    assert not _api_compatible("2.0") and not _api_compatible("0.9") and not _api_compatible("one")

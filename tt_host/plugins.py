@@ -70,8 +70,18 @@ def _names(variable: str) -> set[str] | None:
     return {n.strip() for n in value.split(",") if n.strip()} if value else None
 
 
+def _api_version(text: str) -> tuple[int, int]:
+    major, _, minor = str(text).partition(".")
+    return int(major), int(minor or 0)
+
+
 def _api_compatible(declared: str) -> bool:
-    return declared.split(".")[0] == HOST_API_VERSION.split(".")[0]
+    """Same major, and no newer minor than this host offers (a plugin may use features added in its minor)."""
+    try:
+        (major, minor), (host_major, host_minor) = _api_version(declared), _api_version(HOST_API_VERSION)
+    except ValueError:
+        return False
+    return major == host_major and minor <= host_minor
 
 
 def _distribution(ep: metadata.EntryPoint) -> tuple[str, str]:

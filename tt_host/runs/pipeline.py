@@ -243,7 +243,7 @@ def _run_one(loaded, plugins, run: RunDir, env, stage, fingerprint, resume, devi
         "run_dir": str(run.path), "stage_dir": str(stage_dir), "result_path": str(result_path),
         "spec": spec_data, "spec_dir": str(loaded.path.parent),
         "system_message": compiled.system_message, "system_message_sha256": compiled.system_message_sha256,
-        "train_rows": compiled.train_rows,
+        "train_rows": compiled.train_rows if stage.gets_train_rows else [],
         "eval_prompts": compiled.eval_prompts() if stage.evaluates else [],
         "device": device or _spec_device(spec_data) or "auto",
         "resume": resume, "fingerprint": fingerprint, "stages": completed,
