@@ -1,0 +1,135 @@
+"""Helpers for the foundation engine tests: tiny configs, hand-written stage requests, real subprocesses.
+
+These tests run inside the engine environment (torch, tokenizers); they never import tt_host.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+
+STAGES = ["tokenizer", "token_cache", "pretrain", "bpb", "sft", "rl", "chat_eval"]
+SYSTEM = "Answer with the sum only."
+
+
+def tiny_config(**overrides: Any) -> dict[str, Any]:
+    cfg = dict(
+        corpus_path=None, validation_path=None, checkpoint_backup_dir=None, depth=1, vocab_size=320,
+        tokenizer_max_chars=200_000, max_chars=1_000_000, pretrain_steps=24, sequence_length=32, batch_size=4,
+        gradient_accumulation_steps=2, learning_rate=None, weight_decay=0.1, warmup_steps=3, min_lr_ratio=0.1,
+        gradient_clip=1.0, bf16=True, checkpoint_interval_steps=6, checkpoint_interval_seconds=0,
+        keep_checkpoints=3, log_interval_steps=1, seed=11, finetune_steps=4, rl_steps=0, nproc_per_node=1,
+        device="cpu", compile=False,
+    )
+    cfg.update(overrides)
+    return cfg
+
+
+def train_rows(n: int = 12) -> list[dict[str, Any]]:
+    return [
+        {"id": f"r{i}", "messages": [{"role": "system", "content": SYSTEM},
+                                     {"role": "user", "content": f"What is {i} plus {i + 2}?"},
+                                     {"role": "assistant", "content": str(2 * i + 2)}]}
+        for i in range(n)
+    ]
+
+
+def eval_prompts(n: int = 3) -> list[dict[str, Any]]:
+    return [{"id": f"e{i}", "messages": [{"role": "system", "content": SYSTEM},
+                                         {"role": "user", "content": f"What is {i} plus 5?"}]} for i in range(n)]
+
+
+def write_corpus(path: Path, seed: int = 1, rows: int = 400) -> Path:
+    r = random.Random(seed)
+    with open(path, "w", encoding="utf-8") as handle:
+        for _ in range(rows):
+            a, b = r.randint(0, 40), r.randint(0, 40)
+            handle.write(json.dumps({"text": f"{a} plus {b} is {a + b}. What is {a} plus {b}? {a + b}"}) + "\n")
+    return path
+
+
+def make_request(run_dir: Path, stage: str, cfg: dict[str, Any], resume: bool = False) -> Path:
+    stages = {}
+    for name in STAGES:
+        result = run_dir / name / "result.json"
+        if result.is_file() and name != stage:
+            stages[name] = {"dir": str(run_dir / name), "result": json.loads(result.read_text())}
+    stage_dir = run_dir / stage
+    stage_dir.mkdir(parents=True, exist_ok=True)
+    request = {
+        "protocol": 1, "engine": "foundation", "stage": stage, "run_dir": str(run_dir), "stage_dir": str(stage_dir),
+        "result_path": str(stage_dir / "result.json"),
+        "spec": {"name": "t", "engine": "foundation", "foundation": cfg}, "spec_dir": str(run_dir.parent),
+        "system_message": SYSTEM, "system_message_sha256": hashlib.sha256(SYSTEM.encode()).hexdigest(),
+        "train_rows": train_rows(), "eval_prompts": eval_prompts() if stage == "chat_eval" else [],
+        "device": "cpu", "resume": resume, "fingerprint": "test", "stages": stages,
+    }
+    path = stage_dir / "request.json"
+    path.write_text(json.dumps(request))
+    return path
+
+
+class StageRun:
+    def __init__(self, code: int, events: list[dict], lines: list[str]):
+        self.code, self.events, self.lines = code, events, lines
+
+    def logs(self, level: Optional[str] = None) -> list[str]:
+        return [e["message"] for e in self.events if e.get("type") == "log" and (level is None or e["level"] == level)]
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+def run_stage(run_dir: Path, stage: str, cfg: dict[str, Any], resume: bool = False,
+              signal_at_step: Optional[int] = None, sig: int = signal.SIGTERM) -> StageRun:
+    """Run a stage module in a subprocess; optionally send `sig` once a progress event reaches a step."""
+    request = make_request(run_dir, stage, cfg, resume)
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TT_NUM_THREADS="1")
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # let the engine env cache bytecode: torch imports 2x faster
+    proc = subprocess.Popen([sys.executable, "-m", f"tt_engine_foundation.stages.{stage}", str(request)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=run_dir)
+    events, lines, sent = [], [], False
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.append(line.rstrip("\n"))
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(event, dict):
+            continue
+        events.append(event)
+        if (signal_at_step is not None and not sent and event.get("type") == "progress"
+                and event.get("step", 0) >= signal_at_step):
+            proc.send_signal(sig)
+            sent = True
+    return StageRun(proc.wait(), events, lines)
+
+
+def prepare(run_dir: Path, cfg: dict[str, Any]) -> None:
+    for stage in ("tokenizer", "token_cache"):
+        out = run_stage(run_dir, stage, cfg)
+        assert out.code == 0, out.text
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, str]]:
+    out = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            out[str(path.relative_to(root))] = (path.stat().st_size, hashlib.sha256(path.read_bytes()).hexdigest())
+    return out
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    return write_corpus(tmp_path / "corpus.jsonl")

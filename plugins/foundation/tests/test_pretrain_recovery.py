@@ -1,0 +1,166 @@
+"""Items 2-4 at the stage level: byte-identical resume after SIGKILL/SIGTERM, fallback to older or backup
+checkpoints, clear refusal when none is intact or the configuration changed, and nothing deleted."""
+
+import json
+import shutil
+import signal
+from pathlib import Path
+
+import pytest
+
+from conftest import prepare, run_stage, snapshot, tiny_config
+
+MODEL = "pretrain/model/model.safetensors"
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """An uninterrupted pretraining run, shared by the tests below."""
+    base = tmp_path_factory.mktemp("ref")
+    from conftest import write_corpus
+
+    corpus = write_corpus(base / "corpus.jsonl")
+    cfg = tiny_config(corpus_path=str(corpus))
+    run = base / "run"
+    prepare(run, cfg)
+    out = run_stage(run, "pretrain", cfg)
+    assert out.code == 0, out.text
+    return cfg, run
+
+
+def _fresh(tmp_path, reference):
+    cfg, ref = reference
+    run = tmp_path / "run"
+    run.mkdir()
+    for part in ("tokenizer", "token_cache"):
+        shutil.copytree(ref / part, run / part)
+    (run / "pretrain/recovery").mkdir(parents=True)
+    for name in ("pretrain-tokens.bin", "pretrain-tokens.manifest.json"):
+        shutil.copy(ref / "pretrain/recovery" / name, run / "pretrain/recovery" / name)
+    return cfg, run
+
+
+def _steps(run):
+    return sorted(p.name for p in (run / "pretrain/recovery/checkpoints").iterdir())
+
+
+def test_reference_run_writes_checkpoints_heartbeats_and_result(reference):
+    cfg, run = reference
+    assert _steps(run) == ["step-000000012", "step-000000018", "step-000000024"]
+    meta = json.loads((run / "pretrain/recovery/checkpoints/step-000000024/metadata.json").read_text())
+    assert meta["step"] == 24 and meta["samples_consumed"] == 24 * 4 * 2 and meta["tokens_seen"] == 24 * 4 * 2 * 32
+    assert {f["path"] for f in meta["files"]} == {"model.safetensors", "optimizer.pt", "trainer-state.pt"}
+    assert len(meta["config_fingerprint"]) == 64 and isinstance(meta["last_loss"], float)
+    beats = [json.loads(l) for l in (run / "pretrain/recovery/training-metrics.jsonl").read_text().splitlines()]
+    assert [b["step"] for b in beats] == list(range(1, 25))
+    assert {"step", "loss", "lr", "tokens_per_second", "elapsed"} <= set(beats[0])
+    result = json.loads((run / "pretrain/result.json").read_text())
+    assert result["metrics"]["pretrain.steps"] == 24 and result["metrics"]["pretrain.tokens_per_second"] > 0
+    assert len(result["series"]["pretrain.loss"]) == 24
+    manifest = json.loads((run / "pretrain/model/artifact-manifest.json").read_text())
+    assert {f["path"] for f in manifest["files"]} == {"model.safetensors", "config.json", "tt-model.json", "tokenizer.json"}
+
+
+def test_sigkill_between_checkpoints_then_resume_is_byte_identical(tmp_path, reference):
+    cfg, run = _fresh(tmp_path, reference)
+    killed = run_stage(run, "pretrain", cfg, signal_at_step=9, sig=signal.SIGKILL)
+    assert killed.code == -9
+    assert "step-000000006" in _steps(run) and not (run / MODEL).exists()
+    resumed = run_stage(run, "pretrain", cfg, resume=True)
+    assert resumed.code == 0, resumed.text
+    assert any("resumed pretraining from" in m for m in resumed.logs())
+    assert (run / MODEL).read_bytes() == (reference[1] / MODEL).read_bytes()
+    for step in ("step-000000018", "step-000000024"):
+        a = run / "pretrain/recovery/checkpoints" / step / "model.safetensors"
+        assert a.read_bytes() == (reference[1] / "pretrain/recovery/checkpoints" / step / "model.safetensors").read_bytes()
+
+
+def test_sigterm_checkpoints_the_current_step_and_resumes_from_it(tmp_path, reference):
+    cfg, run = _fresh(tmp_path, reference)
+    stopped = run_stage(run, "pretrain", cfg, signal_at_step=8, sig=signal.SIGTERM)
+    assert stopped.code == 130, stopped.text
+    last_step = max(e["step"] for e in stopped.events if e.get("type") == "progress")
+    assert f"step-{last_step:09d}" == _steps(run)[-1]
+    assert any(f"saved at step {last_step}" in m for m in stopped.logs("warning"))
+    resumed = run_stage(run, "pretrain", cfg, resume=True)
+    assert resumed.code == 0, resumed.text
+    assert any(f"at step {last_step}" in m for m in resumed.logs())
+    first = min(e["step"] for e in resumed.events if e.get("type") == "progress")
+    assert first == last_step + 1
+    assert (run / MODEL).read_bytes() == (reference[1] / MODEL).read_bytes()
+
+
+def test_corrupt_newest_falls_back_to_previous_and_says_so(tmp_path, reference):
+    cfg, run = _fresh(tmp_path, reference)
+    shutil.copytree(reference[1] / "pretrain/recovery/checkpoints", run / "pretrain/recovery/checkpoints")
+    newest = run / "pretrain/recovery/checkpoints/step-000000024/model.safetensors"
+    newest.write_bytes(newest.read_bytes()[:-100])  # truncated
+    middle = run / "pretrain/recovery/checkpoints/step-000000018/optimizer.pt"
+    data = bytearray(middle.read_bytes())
+    data[len(data) // 2] ^= 0x01  # one flipped bit
+    middle.write_bytes(bytes(data))
+    out = run_stage(run, "pretrain", cfg, resume=True)
+    assert out.code == 0, out.text
+    warnings = "\n".join(out.logs("warning"))
+    assert "step-000000024 is not usable: model.safetensors is" in warnings and "truncated" in warnings
+    assert "step-000000018 is not usable: optimizer.pt does not match its sha256" in warnings
+    assert "resuming from" in warnings and "step-000000012" in warnings
+    assert (run / MODEL).read_bytes() == (reference[1] / MODEL).read_bytes()
+    # the damaged folder was moved aside, not deleted
+    assert any(p.name.startswith("step-000000024.replaced-") for p in (run / "pretrain/recovery/checkpoints").iterdir())
+
+
+def test_backup_copy_is_used_when_local_checkpoints_are_damaged(tmp_path, reference):
+    cfg, run = _fresh(tmp_path, reference)
+    backup = tmp_path / "backup"
+    cfg = dict(cfg, checkpoint_backup_dir=str(backup))
+    stopped = run_stage(run, "pretrain", cfg, signal_at_step=14, sig=signal.SIGTERM)
+    assert stopped.code == 130
+    local = _steps(run)
+    assert sorted(p.name for p in (backup / "run").iterdir()) == local
+    for step in local:  # damage every local copy
+        (run / "pretrain/recovery/checkpoints" / step / "metadata.json").write_text("{broken")
+    out = run_stage(run, "pretrain", cfg, resume=True)
+    assert out.code == 0, out.text
+    assert any(str(backup / "run") in m for m in out.logs())
+    assert (run / MODEL).read_bytes() == (reference[1] / MODEL).read_bytes()
+
+
+def test_no_intact_checkpoint_stops_and_deletes_nothing(tmp_path, reference):
+    cfg, run = _fresh(tmp_path, reference)
+    shutil.copytree(reference[1] / "pretrain/recovery/checkpoints", run / "pretrain/recovery/checkpoints")
+    for step in _steps(run):
+        (run / "pretrain/recovery/checkpoints" / step / "model.safetensors").write_bytes(b"garbage")
+    before = snapshot(run / "pretrain/recovery")
+    out = run_stage(run, "pretrain", cfg, resume=True)
+    assert out.code == 1
+    assert "no intact pretraining checkpoint" in out.logs("error")[-1] and "nothing was deleted" in out.logs("error")[-1]
+    assert snapshot(run / "pretrain/recovery") == before
+
+
+@pytest.mark.parametrize("change", [{"depth": 2}, {"learning_rate": 0.01}, {"pretrain_steps": 30}, {"seed": 12}])
+def test_changed_configuration_is_refused_before_any_change(tmp_path, reference, change):
+    cfg, run = _fresh(tmp_path, reference)
+    shutil.copytree(reference[1] / "pretrain/recovery/checkpoints", run / "pretrain/recovery/checkpoints")
+    before = snapshot(run)
+    out = run_stage(run, "pretrain", dict(cfg, **change), resume=True)
+    assert out.code == 2, out.text
+    message = out.logs("error")[-1]
+    assert "use a new run directory" in message and next(iter(change)) in message
+    after = snapshot(run)
+    after.pop("pretrain/request.json", None)
+    before.pop("pretrain/request.json", None)
+    assert after == before
+
+
+def test_changed_corpus_or_vocab_is_refused_by_earlier_stages(tmp_path, reference):
+    cfg, run = _fresh(tmp_path, reference)
+    shutil.copytree(reference[1] / "pretrain/recovery/checkpoints", run / "pretrain/recovery/checkpoints")
+    before = snapshot(run / "pretrain/recovery")
+    out = run_stage(run, "tokenizer", dict(cfg, vocab_size=330))
+    assert out.code == 2 and "use a new run directory" in out.logs("error")[-1]
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps({"text": "different text " * 50}) + "\n")
+    out = run_stage(run, "token_cache", dict(cfg, corpus_path=str(other)))
+    assert out.code == 2 and "use a new run directory" in out.logs("error")[-1]
+    assert snapshot(run / "pretrain/recovery") == before
