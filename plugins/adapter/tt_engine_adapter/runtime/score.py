@@ -1,25 +1,30 @@
 """Scores for prebuilt test sets, which the host cannot see (it scores its own held-out rows).
 
-Same definitions as the host's scoring: normalized exact match (NFKC, trim,
-collapsed whitespace, lower-case), JSON-field match when the reference is a
-JSON object, and bag-of-tokens F1.
+Same definitions as the host's `tt_host.scoring` (which the engine env cannot
+import): exact match of normalized text (NFKC, case-folded, whitespace
+collapsed, edge whitespace and punctuation stripped), JSON-field match when
+the reference is a JSON object, SQuAD-style word-token F1.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import string
 import unicodedata
 from collections import Counter
 from typing import Optional, Sequence
 
 
+_EDGE = string.punctuation + " \t\n\r"
+
+
 def normalize(text: str) -> str:
-    return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text)).strip().lower()
+    return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text).casefold()).strip(_EDGE)
 
 
 def token_f1(prediction: str, reference: str) -> float:
-    pred, ref = normalize(prediction).split(), normalize(reference).split()
+    pred, ref = re.findall(r"\w+", normalize(prediction)), re.findall(r"\w+", normalize(reference))
     if not pred and not ref:
         return 1.0
     common = sum((Counter(pred) & Counter(ref)).values())
@@ -37,12 +42,12 @@ def json_field_match(prediction: str, reference: str) -> Optional[float]:
     if not isinstance(ref, dict) or not ref:
         return None
     try:
-        pred = json.loads(prediction)
+        pred = json.loads(prediction.strip())
     except ValueError:
-        return 0.0
+        pred = {}
     if not isinstance(pred, dict):
-        return 0.0
-    return sum(1 for key, value in ref.items() if pred.get(key) == value) / len(ref)
+        pred = {}
+    return sum(1 for key, value in ref.items() if key in pred and pred[key] == value) / len(ref)
 
 
 def score(predictions: Sequence[str], references: Sequence[str], prefix: str) -> dict[str, float]:

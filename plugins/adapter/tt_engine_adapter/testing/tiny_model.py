@@ -104,7 +104,7 @@ def build_tokenizer(arch: str, vocab_size: int = 512):
         show_progress=False,
     )
     tok.train_from_iterator(_corpus(), trainer=trainer)
-    kwargs = {"eos_token": info["eos"], "pad_token": info["pad"]}
+    kwargs = {"eos_token": info["eos"], "pad_token": info["pad"], "model_input_names": ["input_ids", "attention_mask"]}
     if info["bos"]:
         kwargs["bos_token"] = info["bos"]
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, **kwargs)
