@@ -1,0 +1,216 @@
+"""`tt serve`'s engine side: the real server process, the official `openai` client, raw HTTP for bad requests.
+
+A tiny Llama-style model is built locally (no hub); each server is a real
+subprocess on an ephemeral loopback port.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import pytest
+
+from tt_engine_adapter.testing import serving
+
+SYSTEM = "Classify the sentiment of the movie review."
+PROMPT = [{"role": "user", "content": "the film was great"}]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from tt_engine_adapter.testing.tiny_model import build
+
+    return build(tmp_path_factory.mktemp("serve-model") / "tiny", arch="llama", hidden=64, layers=2)
+
+
+@pytest.fixture(scope="module")
+def server(tiny, tmp_path_factory):
+    with serving.start(tmp_path_factory.mktemp("srv"), tiny, model_name="tiny-model", system_message=SYSTEM) as srv:
+        yield srv
+
+
+def chat(url: str, body, **kwargs) -> httpx.Response:
+    content = body if isinstance(body, (bytes, str)) else json.dumps(body)
+    return httpx.post(f"{url}/v1/chat/completions", content=content, timeout=60,
+                      headers={"Content-Type": "application/json", **kwargs.pop("headers", {})}, **kwargs)
+
+
+def test_openai_client_chat_and_stream_agree(server):
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"{server.url}/v1", api_key="not-needed-on-loopback", max_retries=0)
+    assert [m.id for m in client.models.list().data] == ["tiny-model"]
+    for stop in (None, ["e"]):
+        full = client.chat.completions.create(model="tiny-model", messages=PROMPT, temperature=0, max_tokens=24,
+                                              stop=stop)
+        text = full.choices[0].message.content
+        assert full.choices[0].finish_reason in ("stop", "length")
+        assert full.usage.prompt_tokens > 0 and full.usage.total_tokens == full.usage.prompt_tokens + \
+            full.usage.completion_tokens
+        if stop:
+            assert "e" not in text
+        chunks = list(client.chat.completions.create(model="tiny-model", messages=PROMPT, temperature=0,
+                                                     max_tokens=24, stop=stop, stream=True,
+                                                     stream_options={"include_usage": True}))
+        joined = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert joined == text
+        assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == full.choices[0].finish_reason
+        assert chunks[-1].usage.completion_tokens == full.usage.completion_tokens
+    # the spec's system message, sent again verbatim by the client, is accepted and changes nothing
+    again = client.chat.completions.create(model="tiny-model", temperature=0, max_tokens=24,
+                                           messages=[{"role": "system", "content": SYSTEM}] + PROMPT)
+    first = client.chat.completions.create(model="tiny-model", messages=PROMPT, temperature=0, max_tokens=24)
+    assert again.choices[0].message.content == first.choices[0].message.content
+    # seeded sampling is reproducible; top_p accepted
+    a, b = (client.chat.completions.create(model="tiny-model", messages=PROMPT, temperature=1.0, top_p=0.9, seed=7,
+                                           max_tokens=12).choices[0].message.content for _ in range(2))
+    assert a == b
+
+
+def test_server_matches_tt_evaluation_greedy(server, tiny):
+    """At temperature 0 the server answers exactly what the evaluation stages predict."""
+    from tt_engine_adapter.runtime.generate import generate
+    from tt_engine_adapter.runtime.model_source import load_model, load_tokenizer
+
+    import torch
+
+    tokenizer, model = load_tokenizer(str(tiny)), load_model(str(tiny), "cpu", torch.float32)
+    prompts = [{"id": "a", "messages": [{"role": "system", "content": SYSTEM}] + PROMPT}]
+    expected = generate(model, tokenizer, prompts, max_new_tokens=16, batch_size=1, max_seq_length=512,
+                        device="cpu")[0]["prediction"]
+    got = chat(server.url, {"model": "tiny-model", "messages": PROMPT, "temperature": 0, "max_tokens": 16}).json()
+    assert got["choices"][0]["message"]["content"] == expected
+
+
+BAD_REQUESTS = [
+    ("malformed JSON", b'{"model": "tiny-model", "messages": [', 400, None),
+    ("not an object", b"[1, 2]", 400, None),
+    ("missing messages", {"model": "tiny-model"}, 400, "messages"),
+    ("empty messages", {"model": "tiny-model", "messages": []}, 400, "messages"),
+    ("messages not a list", {"model": "tiny-model", "messages": "hi"}, 400, "messages"),
+    ("message not an object", {"model": "tiny-model", "messages": ["hi"]}, 400, "messages[0]"),
+    ("content wrong type", {"model": "tiny-model", "messages": [{"role": "user", "content": 5}]}, 400,
+     "messages[0].content"),
+    ("content missing", {"model": "tiny-model", "messages": [{"role": "user"}]}, 400, "messages[0].content"),
+    ("unknown role", {"model": "tiny-model", "messages": [{"role": "wizard", "content": "hi"}]}, 400,
+     "messages[0].role"),
+    ("role wrong type", {"model": "tiny-model", "messages": [{"role": 1, "content": "hi"}]}, 400, "messages[0].role"),
+    ("ends with assistant", {"model": "tiny-model", "messages": PROMPT + [{"role": "assistant", "content": "x"}]},
+     400, "messages[1].role"),
+    ("other system message", {"model": "tiny-model", "messages": [{"role": "system", "content": "Be rude."}] + PROMPT},
+     400, "messages[0]"),
+    ("max_tokens zero", {"model": "tiny-model", "messages": PROMPT, "max_tokens": 0}, 400, "max_tokens"),
+    ("max_tokens negative", {"model": "tiny-model", "messages": PROMPT, "max_tokens": -3}, 400, "max_tokens"),
+    ("max_tokens huge", {"model": "tiny-model", "messages": PROMPT, "max_tokens": 10**9}, 400, "max_tokens"),
+    ("max_tokens string", {"model": "tiny-model", "messages": PROMPT, "max_tokens": "5"}, 400, "max_tokens"),
+    ("max_tokens float", {"model": "tiny-model", "messages": PROMPT, "max_tokens": 2.5}, 400, "max_tokens"),
+    ("prompt + max_tokens over context", {"model": "tiny-model", "messages": PROMPT, "max_tokens": 510}, 400,
+     "max_tokens"),
+    ("prompt longer than context", {"model": "tiny-model", "messages": [{"role": "user", "content": "great " * 600}]},
+     400, "messages"),
+    ("temperature wrong type", {"model": "tiny-model", "messages": PROMPT, "temperature": "hot"}, 400, "temperature"),
+    ("temperature out of range", {"model": "tiny-model", "messages": PROMPT, "temperature": 9}, 400, "temperature"),
+    ("top_p zero", {"model": "tiny-model", "messages": PROMPT, "top_p": 0}, 400, "top_p"),
+    ("stop wrong type", {"model": "tiny-model", "messages": PROMPT, "stop": 3}, 400, "stop"),
+    ("too many stops", {"model": "tiny-model", "messages": PROMPT, "stop": list("abcde")}, 400, "stop"),
+    ("stream wrong type", {"model": "tiny-model", "messages": PROMPT, "stream": "yes"}, 400, "stream"),
+    ("n > 1", {"model": "tiny-model", "messages": PROMPT, "n": 2}, 400, "n"),
+    ("tools", {"model": "tiny-model", "messages": PROMPT, "tools": [{"type": "function"}]}, 400, "tools"),
+    ("unknown argument", {"model": "tiny-model", "messages": PROMPT, "temprature": 0}, 400, "temprature"),
+    ("missing model", {"messages": PROMPT}, 400, "model"),
+    ("unknown model", {"model": "gpt-4", "messages": PROMPT}, 404, "model"),
+]
+
+
+@pytest.mark.parametrize("name,body,status,param", BAD_REQUESTS, ids=[b[0] for b in BAD_REQUESTS])
+def test_bad_request_gets_openai_error_and_server_keeps_answering(server, name, body, status, param):
+    response = chat(server.url, body)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["message"] and error["type"] == "invalid_request_error"
+    assert error["param"] == param
+    ok = chat(server.url, {"model": "tiny-model", "messages": PROMPT, "max_tokens": 2, "temperature": 0})
+    assert ok.status_code == 200 and httpx.get(f"{server.url}/health").json() == {"status": "ok"}
+
+
+def test_unknown_route_method_and_oversized_body(server):
+    assert httpx.get(f"{server.url}/v1/nothing").status_code == 404
+    response = httpx.get(f"{server.url}/v1/chat/completions")
+    assert response.status_code == 405 and "error" in response.json()
+    big = chat(server.url, b"{" + b" " * (5 * 1024 * 1024) + b"}")
+    assert big.status_code == 413 and "error" in big.json()
+
+
+def test_api_key_concurrency_limit_and_clean_shutdown(tiny, tmp_path):
+    srv = serving.start(tmp_path, tiny, model_name="tiny-model", api_key="s3cret", max_concurrency=1)
+    try:
+        good = {"Authorization": "Bearer s3cret"}
+        assert httpx.get(f"{srv.url}/v1/models").status_code == 401
+        assert httpx.get(f"{srv.url}/v1/models", headers={"Authorization": "Bearer nope"}).status_code == 401
+        denied = chat(srv.url, {"model": "tiny-model", "messages": PROMPT})
+        assert denied.status_code == 401 and denied.json()["error"]["code"] == "invalid_api_key"
+        assert httpx.get(f"{srv.url}/v1/models", headers=good).json()["data"][0]["id"] == "tiny-model"
+
+        from openai import OpenAI
+
+        client = OpenAI(base_url=f"{srv.url}/v1", api_key="s3cret", max_retries=0)
+        assert client.chat.completions.create(model="tiny-model", messages=PROMPT, max_tokens=3).choices
+
+        # One long stream holds the only slot: the next request gets 429 at once.
+        body = {"model": "tiny-model", "messages": PROMPT, "stream": True, "max_tokens": 400, "temperature": 0,
+                "stop": ["\u2603"]}
+        with httpx.Client(timeout=60) as http:
+            with http.stream("POST", f"{srv.url}/v1/chat/completions", json=body, headers=good) as stream:
+                lines = stream.iter_lines()
+                assert next(lines).startswith("data: ")
+                busy = chat(srv.url, {"model": "tiny-model", "messages": PROMPT, "max_tokens": 2}, headers=good)
+                assert busy.status_code == 429, busy.text
+                assert busy.json()["error"]["type"] == "rate_limit_error" and busy.headers["retry-after"] == "1"
+                # the client goes away mid-stream: the slot must come back
+        deadline = time.monotonic() + 20
+        while True:
+            again = chat(srv.url, {"model": "tiny-model", "messages": PROMPT, "max_tokens": 2}, headers=good)
+            if again.status_code != 429 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert again.status_code == 200, again.text
+    finally:
+        code = srv.stop()
+    assert code == 130, srv.log.read_text()
+
+
+def test_non_loopback_bind_without_key_is_refused(tiny, tmp_path):
+    with pytest.raises(serving.StartFailed) as failed:
+        serving.start(tmp_path, tiny, host="0.0.0.0")
+    assert failed.value.code == 2 and "API key" in failed.value.output
+
+
+def test_adapter_served_on_its_base(tiny, tmp_path):
+    """Base + PEFT adapter (unmerged) answers like the candidate evaluation, stream and not."""
+    import torch
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    from tt_engine_adapter.runtime.generate import generate
+    from tt_engine_adapter.runtime.model_source import load_model, load_tokenizer
+
+    torch.manual_seed(0)
+    base = load_model(str(tiny), "cpu", torch.float32)
+    peft = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                           init_lora_weights=False))
+    peft.save_pretrained(str(tmp_path / "adapter"))
+    tokenizer = load_tokenizer(str(tiny))
+    model = PeftModel.from_pretrained(load_model(str(tiny), "cpu", torch.float32), str(tmp_path / "adapter"))
+    prompts = [{"id": "a", "messages": [{"role": "system", "content": SYSTEM}] + PROMPT}]
+    expected = generate(model, tokenizer, prompts, max_new_tokens=16, batch_size=1, max_seq_length=512,
+                        device="cpu")[0]["prediction"]
+    with serving.start(tmp_path / "srv", tiny, adapter_path=tmp_path / "adapter", model_name="tuned",
+                       system_message=SYSTEM) as srv:
+        body = {"model": "tuned", "messages": PROMPT, "temperature": 0, "max_tokens": 16}
+        got = chat(srv.url, body).json()["choices"][0]["message"]["content"]
+        streamed = chat(srv.url, {**body, "stream": True}).text
+    assert got == expected
+    pieces = [json.loads(line[6:]) for line in streamed.splitlines() if line.startswith("data: {")]
+    assert "".join(p["choices"][0]["delta"].get("content", "") for p in pieces) == expected
+    assert streamed.rstrip().endswith("data: [DONE]")

@@ -1,0 +1,7 @@
+"""An OpenAI-compatible chat server for a Hugging Face causal LM, optionally with a PEFT adapter.
+
+`python -m tt_engine_adapter.serve REQUEST.json` (see `__main__`); `tt serve`
+writes the request and runs it in the adapter engine's environment. Modules:
+`request` (body validation, OpenAI errors), `generation` (model, prompt,
+streaming token loop), `app` (Starlette routes, auth, concurrency limit).
+"""

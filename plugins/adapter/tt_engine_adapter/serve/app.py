@@ -1,0 +1,251 @@
+"""The OpenAI-compatible HTTP app (Starlette): routes, auth, concurrency limit, errors.
+
+Routes: `GET /health`, `GET /v1/models`, `GET /v1/models/{id}`,
+`POST /v1/chat/completions` (JSON, or server-sent events with `stream: true`).
+
+- Auth: with an API key, every `/v1/*` request needs `Authorization: Bearer
+  <key>` (compared in constant time) or gets 401. `/health` answers without
+  it and reveals nothing but readiness.
+- Concurrency: at most `max_concurrency` chat requests are accepted at once
+  (one generates, the rest wait their turn); one more gets 429 with
+  `Retry-After: 1` at once.
+- Errors: every 4xx/5xx is an OpenAI error body `{"error": {...}}`; an
+  unexpected exception is a 500 with that body and the server keeps serving.
+- A client that disconnects mid-stream stops its generation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import threading
+import time
+import traceback
+import uuid
+from typing import Any, AsyncIterator, Optional
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from tt_engine_adapter.serve.generation import Cancelled, ChatModel, Delta, Finish
+from tt_engine_adapter.serve.request import ApiError, apply_system_message, parse_chat
+
+MAX_BODY_BYTES = 4 * 1024 * 1024
+_DONE = object()
+
+
+def error_response(error: ApiError, headers: Optional[dict[str, str]] = None) -> JSONResponse:
+    return JSONResponse(error.body(), status_code=error.status, headers=headers)
+
+
+class Slots:
+    """A non-blocking counter of accepted chat requests."""
+
+    def __init__(self, limit: int):
+        self.limit, self.used = limit, 0
+
+    def try_take(self) -> bool:
+        if self.used >= self.limit:
+            return False
+        self.used += 1
+        return True
+
+    def give(self) -> None:
+        self.used = max(0, self.used - 1)
+
+
+class _StreamWithSlot(StreamingResponse):
+    """A streaming response that always gives its slot back and stops generation, however it ends."""
+
+    def __init__(self, content: AsyncIterator[str], slots: Slots, cancel: threading.Event):
+        super().__init__(content, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self._slots, self._cancel = slots, cancel
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._cancel.set()
+            self._slots.give()
+
+
+async def _events(model: ChatModel, params, prompt: list[int], max_new: int,
+                  cancel: threading.Event) -> AsyncIterator[Any]:
+    """Run generation in a worker thread and yield its Delta/Finish items as they come."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+
+    def put(item: Any) -> None:
+        try:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+        except RuntimeError:  # the loop is closed (server shutting down)
+            pass
+
+    def work() -> None:
+        try:
+            for item in model.run(params, prompt, max_new, cancel):
+                put(item)
+        except Cancelled:
+            pass
+        except BaseException as exc:  # reported to the request, never kills the server
+            traceback.print_exc()
+            put(exc)
+        finally:
+            put(_DONE)
+
+    threading.Thread(target=work, name="tt-generate", daemon=True).start()
+    try:
+        while True:
+            item = await queue.get()
+            if item is _DONE:
+                return
+            if isinstance(item, BaseException):
+                raise ApiError(500, f"generation failed: {type(item).__name__}: {item}", None, "generation_failed",
+                               "server_error")
+            yield item
+    finally:
+        cancel.set()
+
+
+def create_app(model: ChatModel, *, model_name: str, system_message: Optional[str], api_key: Optional[str],
+               max_concurrency: int) -> Starlette:
+    slots = Slots(max_concurrency)
+    created = int(time.time())
+
+    def authorized(request: Request) -> bool:
+        if not api_key:
+            return True
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), api_key.encode())
+
+    def unauthorized() -> JSONResponse:
+        return error_response(ApiError(401, "a valid API key is required: send 'Authorization: Bearer <key>'",
+                                       None, "invalid_api_key"), headers={"WWW-Authenticate": "Bearer"})
+
+    def model_card() -> dict[str, Any]:
+        return {"id": model_name, "object": "model", "created": created, "owned_by": "tt"}
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def list_models(request: Request) -> Response:
+        if not authorized(request):
+            return unauthorized()
+        return JSONResponse({"object": "list", "data": [model_card()]})
+
+    async def get_model(request: Request) -> Response:
+        if not authorized(request):
+            return unauthorized()
+        if request.path_params["model_id"] != model_name:
+            return error_response(ApiError(404, f"the model {request.path_params['model_id']!r} does not exist",
+                                           "model", "model_not_found"))
+        return JSONResponse(model_card())
+
+    async def read_body(request: Request) -> bytes:
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+            raise ApiError(413, f"the request body is larger than {MAX_BODY_BYTES} bytes")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise ApiError(413, f"the request body is larger than {MAX_BODY_BYTES} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def chat_completions(request: Request) -> Response:
+        if not authorized(request):
+            return unauthorized()
+        try:
+            params = parse_chat(await read_body(request), model_name, model.context_length)
+            messages = apply_system_message(params.messages, system_message)
+            prompt, max_new = model.plan(params, messages)
+        except ApiError as exc:
+            return error_response(exc)
+        if not slots.try_take():
+            return error_response(ApiError(429, f"the server is busy ({max_concurrency} requests in progress); "
+                                                "retry shortly", None, "rate_limit_exceeded", "rate_limit_error"),
+                                  headers={"Retry-After": "1"})
+        cancel = threading.Event()
+        completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+        stamp = int(time.time())
+        if params.stream:
+            body = _sse(_events(model, params, prompt, max_new, cancel), completion_id, stamp, model_name,
+                        params.include_usage)
+            return _StreamWithSlot(body, slots, cancel)
+        try:
+            text, finish = [], None
+            async for item in _events(model, params, prompt, max_new, cancel):
+                if isinstance(item, Delta):
+                    text.append(item.text)
+                else:
+                    finish = item
+        except ApiError as exc:
+            return error_response(exc)
+        finally:
+            cancel.set()
+            slots.give()
+        assert isinstance(finish, Finish)
+        return JSONResponse({
+            "id": completion_id, "object": "chat.completion", "created": stamp, "model": model_name,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(text)},
+                         "logprobs": None, "finish_reason": finish.reason}],
+            "usage": _usage(finish),
+        })
+
+    async def http_error(request: Request, exc: HTTPException) -> Response:
+        codes = {404: "not_found", 405: "method_not_allowed"}
+        message = {404: f"no route {request.url.path}", 405: f"{request.method} is not allowed on {request.url.path}"}
+        return error_response(ApiError(exc.status_code, message.get(exc.status_code, str(exc.detail)), None,
+                                       codes.get(exc.status_code)))
+
+    async def server_error(request: Request, exc: Exception) -> Response:
+        traceback.print_exception(exc)
+        return error_response(ApiError(500, f"internal error: {type(exc).__name__}", None, "internal_error",
+                                       "server_error"))
+
+    routes = [
+        Route("/health", health, methods=["GET"]),
+        Route("/v1/models", list_models, methods=["GET"]),
+        Route("/v1/models/{model_id:path}", get_model, methods=["GET"]),
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+    ]
+    app = Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: server_error})
+    app.state.slots = slots
+    return app
+
+
+def _usage(finish: Finish) -> dict[str, int]:
+    return {"prompt_tokens": finish.prompt_tokens, "completion_tokens": finish.completion_tokens,
+            "total_tokens": finish.prompt_tokens + finish.completion_tokens}
+
+
+async def _sse(items: AsyncIterator[Any], completion_id: str, stamp: int, model_name: str,
+               include_usage: bool) -> AsyncIterator[str]:
+    """OpenAI chunk events: a role chunk, content chunks, a finish chunk, optional usage, [DONE]."""
+
+    def chunk(delta: dict[str, Any], finish_reason: Optional[str] = None, **extra: Any) -> str:
+        body = {"id": completion_id, "object": "chat.completion.chunk", "created": stamp, "model": model_name,
+                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}], **extra}
+        return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+
+    yield chunk({"role": "assistant", "content": ""})
+    try:
+        async for item in items:
+            if isinstance(item, Delta):
+                yield chunk({"content": item.text})
+            else:
+                yield chunk({}, item.reason)
+                if include_usage:
+                    body = {"id": completion_id, "object": "chat.completion.chunk", "created": stamp,
+                            "model": model_name, "choices": [], "usage": _usage(item)}
+                    yield f"data: {json.dumps(body)}\n\n"
+    except ApiError as exc:  # headers are sent already: report in-band, as OpenAI does
+        yield f"data: {json.dumps(exc.body())}\n\n"
+    yield "data: [DONE]\n\n"

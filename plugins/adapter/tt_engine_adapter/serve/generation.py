@@ -1,0 +1,227 @@
+"""The served model: loading, prompt rendering, and token-by-token generation with text deltas.
+
+One code path serves both streamed and non-streamed requests: `ChatModel.run`
+yields `Delta(text)` pieces and one final `Finish`. Joined deltas are exactly
+the non-streamed text, because both come from the same `TextTracker`:
+
+- prompts are rendered with the model's own chat template (`runtime.chat`,
+  the path training and evaluation use), tokenized without extra specials;
+- each step is a forward pass over the new token with the KV cache; greedy at
+  temperature 0, else seeded sampling with temperature and top-p;
+- generation ends at the end-of-turn token or EOS (finish_reason "stop"), at a
+  client stop sequence ("stop"), or after max_tokens ("length");
+- the answer is decoded with special tokens skipped and surrounding
+  whitespace stripped (as the evaluation stages do); text that might still
+  change (an incomplete UTF-8 character, trailing whitespace, the start of a
+  stop sequence) is held back until it is certain.
+
+Only one generation runs at a time (a lock around the model); the app limits
+how many requests may wait.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Optional, Union
+
+from tt_engine_adapter.runtime import chat
+from tt_engine_adapter.serve.request import ApiError, ChatParams
+
+
+@dataclass
+class Delta:
+    text: str
+
+
+@dataclass
+class Finish:
+    reason: str  # "stop" | "length"
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class Cancelled(Exception):
+    """The client went away; generation stopped early."""
+
+
+class TextTracker:
+    """Turns a growing list of token ids into stable text deltas and detects stop sequences."""
+
+    def __init__(self, tokenizer: Any, stops: list[str]):
+        self.tokenizer, self.stops = tokenizer, stops
+        self.ids: list[int] = []
+        self.sent = ""
+        self.stopped = False
+
+    def _decoded(self) -> str:
+        return self.tokenizer.decode(self.ids, skip_special_tokens=True, clean_up_tokenization_spaces=False).lstrip()
+
+    def add(self, token_id: int) -> str:
+        """Add one token; return the newly certain text (possibly empty)."""
+        self.ids.append(token_id)
+        text = self._decoded()
+        cut = min((i for i in (text.find(s) for s in self.stops) if i >= 0), default=-1)
+        if cut >= 0:
+            self.stopped = True
+            return self._send(text[:cut].rstrip())
+        if text.endswith("\ufffd"):
+            return ""  # an incomplete UTF-8 character: wait for its other bytes
+        safe = len(text.rstrip())
+        for stop in self.stops:  # hold back a tail that could begin a stop sequence
+            for k in range(min(len(stop) - 1, len(text)), 0, -1):
+                if text.endswith(stop[:k]):
+                    safe = min(safe, len(text) - k)
+                    break
+        return self._send(text[:safe].rstrip())
+
+    def finish(self) -> str:
+        """The rest of the text at the end of generation."""
+        if self.stopped:
+            return ""
+        return self._send(self._decoded().rstrip())
+
+    def _send(self, certain: str) -> str:
+        if len(certain) <= len(self.sent) or not certain.startswith(self.sent):
+            return ""
+        delta, self.sent = certain[len(self.sent):], certain
+        return delta
+
+
+class ChatModel:
+    """A causal LM (optionally with a PEFT adapter) and its tokenizer, ready to answer chats."""
+
+    def __init__(self, model_path: str, adapter_path: Optional[str] = None, device: str = "auto"):
+        import torch
+
+        from tt_engine_adapter.runtime import model_source
+
+        model_source.go_offline()
+        self.torch = torch
+        self.device = _pick_device(device)
+        dtype = model_source.pick_dtype(self.device, "auto")
+        self.tokenizer = model_source.load_tokenizer(model_path)
+        model = model_source.load_model(model_path, self.device, dtype)
+        if adapter_path:
+            from peft import PeftModel
+
+            model = PeftModel.from_pretrained(model, adapter_path, is_trainable=False)
+        model.eval()
+        self.model = model
+        self.stop_ids = set(_stop_ids(self.tokenizer))
+        config = model.config
+        self.context_length = int(getattr(config, "max_position_embeddings", 0) or self.tokenizer.model_max_length)
+        self.lock = threading.Lock()
+        chat.render_prompt(self.tokenizer, [{"role": "user", "content": "ping"}])  # fail now, not per request
+
+    def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
+        try:
+            text = chat.render_prompt(self.tokenizer, messages)
+        except chat.ChatError as exc:
+            raise ApiError(400, f"the model's chat template cannot render these messages: {exc}", "messages") from None
+        return chat.encode_text(self.tokenizer, text)
+
+    def plan(self, params: ChatParams, messages: list[dict[str, str]]) -> tuple[list[int], int]:
+        """(prompt ids, max new tokens), or ApiError when the prompt does not fit the context."""
+        ids = self.prompt_ids(messages)
+        room = self.context_length - len(ids)
+        if room < 1:
+            raise ApiError(400, f"the prompt is {len(ids)} tokens; this model's context is {self.context_length} "
+                           "tokens and leaves no room for an answer", "messages", "context_length_exceeded")
+        if params.max_tokens is None:
+            return ids, room
+        if params.max_tokens > room:
+            raise ApiError(400, f"the prompt ({len(ids)} tokens) plus max_tokens ({params.max_tokens}) exceeds the "
+                           f"model's context of {self.context_length} tokens", "max_tokens", "context_length_exceeded")
+        return ids, params.max_tokens
+
+    def run(self, params: ChatParams, prompt: list[int], max_new: int,
+            cancel: threading.Event) -> Iterator[Union[Delta, Finish]]:
+        """Generate; yields text deltas then one Finish. Holds the model lock throughout."""
+        torch = self.torch
+        tracker = TextTracker(self.tokenizer, params.stop)
+        generator = torch.Generator(device="cpu")
+        generator.manual_seed(params.seed if params.seed is not None else secrets.randbits(63))
+        produced, reason = 0, "length"
+        with self.lock, torch.inference_mode():
+            past = None
+            step = torch.tensor([prompt], dtype=torch.long, device=self.device)
+            while produced < max_new:
+                if cancel.is_set():
+                    raise Cancelled()
+                out = self.model(input_ids=step, past_key_values=past, use_cache=True)
+                past = out.past_key_values
+                token = self._pick(out.logits[0, -1].float(), params, generator)
+                produced += 1
+                if token in self.stop_ids:
+                    reason = "stop"
+                    break
+                delta = tracker.add(token)
+                if delta:
+                    yield Delta(delta)
+                if tracker.stopped:
+                    reason = "stop"
+                    break
+                step = torch.tensor([[token]], dtype=torch.long, device=self.device)
+        rest = tracker.finish()
+        if rest:
+            yield Delta(rest)
+        yield Finish(reason, len(prompt), produced)
+
+    def _pick(self, logits, params: ChatParams, generator) -> int:
+        torch = self.torch
+        if params.temperature <= 0:
+            return int(torch.argmax(logits).item())
+        probs = torch.softmax(logits.cpu() / params.temperature, dim=-1)
+        if params.top_p < 1.0:
+            sorted_probs, order = torch.sort(probs, descending=True)
+            keep = torch.cumsum(sorted_probs, dim=-1) - sorted_probs < params.top_p
+            keep[0] = True
+            filtered = torch.zeros_like(probs)
+            filtered[order[keep]] = sorted_probs[keep]
+            probs = filtered / filtered.sum()
+        return int(torch.multinomial(probs, 1, generator=generator).item())
+
+
+def _stop_ids(tokenizer: Any) -> list[int]:
+    ids = []
+    try:
+        ids.append(chat.end_of_turn_id(tokenizer))
+    except chat.ChatError:
+        pass
+    if tokenizer.eos_token_id is not None:
+        ids.append(int(tokenizer.eos_token_id))
+    if not ids:
+        raise chat.ChatError("the tokenizer has neither an end-of-turn token nor EOS; generation could never stop")
+    return ids
+
+
+def _pick_device(wanted: str) -> str:
+    import torch
+
+    if wanted in ("auto", "", None):
+        if torch.cuda.is_available():
+            return "cuda"
+        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+            return "mps"
+        return "cpu"
+    if wanted == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("--device cuda was requested but torch sees no CUDA device")
+    if wanted == "mps" and not torch.backends.mps.is_available():
+        raise RuntimeError("--device mps was requested but it is not available")
+    return wanted
+
+
+def set_threads() -> None:
+    import torch
+
+    value = os.environ.get("TT_NUM_THREADS")
+    if value and value.isdigit() and int(value) > 0:
+        torch.set_num_threads(int(value))
+
+
+def model_files_exist(path: str) -> bool:
+    return (Path(path) / "config.json").is_file()
