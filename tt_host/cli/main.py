@@ -14,6 +14,7 @@ from tt_host import __version__
 from tt_host.cli import engines as engines_cli
 from tt_host.cli import models as models_cli
 from tt_host.cli import runs as runs_cli
+from tt_host.cli import serve as serve_cli
 from tt_host.cli.common import JsonOption, console, emit_json, err, fail, load_plugins
 
 app = typer.Typer(
@@ -181,6 +182,9 @@ def init(
         emit_json({"ok": True, "spec": str(target.absolute()), "engine": engine})
     else:
         console.print(f"wrote {target}; replace the TODO placeholders, then `tt doctor {target}`")
+
+
+app.command("serve")(serve_cli.serve)
 
 
 def main() -> None:

@@ -1,6 +1,8 @@
-"""`tt models list|verify`: registered, verified artifacts."""
+"""`tt models list|verify|export`: registered, verified artifacts (export logic in tt_host.export)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import typer
 
@@ -44,3 +46,27 @@ def verify(model_id: str = typer.Argument(..., help="Model id (see `tt models li
     else:
         console.print(f"[green]{model_id}: verified[/] ({entry['path']})")
     raise typer.Exit(1 if problems else 0)
+
+
+@app.command()
+def export(
+    model: str = typer.Argument(..., help="Registered model id, run directory or model folder."),
+    out: Path = typer.Argument(..., help="New folder to write (must not exist)."),
+    fmt: str = typer.Option("hf", "--format", help="Output format: hf (Hugging Face folder)."),
+    merged: bool = typer.Option(False, "--merged", help="Adapter models: merge LoRA into full-precision base weights."),
+    offline: bool = typer.Option(False, "--offline", help="Build engine environments from uv's cache only."),
+    json_mode: bool = JsonOption,
+) -> None:
+    """Write MODEL as a folder transformers loads: a foundation model in full, an adapter (optionally merged)."""
+    from tt_host.export import ExportError, export_model
+    from tt_host.modelref import ModelRefError, resolve
+
+    log = (lambda line: None) if json_mode else (lambda line: err.print(line, markup=False))
+    try:
+        summary = export_model(resolve(model), out, fmt=fmt, merged=merged, offline=offline or None, log=log)
+    except (ExportError, ModelRefError) as exc:
+        fail(str(exc), code=exc.exit_code, json_mode=json_mode)
+    if json_mode:
+        emit_json(summary)
+    else:
+        console.print(f"[green]exported[/] {summary['model']} ({summary['kind']}) to {summary['path']}")

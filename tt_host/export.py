@@ -1,0 +1,164 @@
+"""`tt models export`: write a model as a folder other tools load (host side; never imports torch).
+
+- a foundation model → a standard Hugging Face Llama folder, written by
+  `python -m tt_engine_foundation.export REQUEST.json` in the foundation
+  engine's environment;
+- an adapter with `merged=True` → base + LoRA merged into full-precision
+  weights, written by `python -m tt_engine_adapter.export REQUEST.json` in the
+  adapter engine's environment; without it, a verbatim copy of the PEFT
+  adapter folder (it is already the Hugging Face PEFT format).
+
+OUT must not exist (tt never overwrites user files). The engine writes into a
+hidden sibling folder; the host verifies its `artifact-manifest.json` and
+only then renames it to OUT. `serving_folder` keeps a verified export of a
+foundation model under `<run>/export/hf` for `tt serve`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from tt_host import envs
+from tt_host.fsutil import make_private_dir, sha256_file, write_json_atomic
+from tt_host.models import MANIFEST, tt_home, verify_artifact
+from tt_host.modelref import ModelRefError, ResolvedModel
+
+FORMATS = ("hf",)
+EXPORT_MODULES = {"foundation": "tt_engine_foundation.export", "adapter": "tt_engine_adapter.export"}
+
+
+class ExportError(Exception):
+    def __init__(self, message: str, exit_code: int = 1):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def engine_python(name: str, offline: Optional[bool], log: Callable[[str], None]) -> Path:
+    """The engine's hashed environment (built when needed), as `tt run` uses it."""
+    from tt_host.plugins import UnknownEngineError, plugins
+
+    try:
+        engine = plugins().engine(name)
+    except UnknownEngineError as exc:
+        raise ExportError(f"{exc}; install the {name} engine plugin", exit_code=2) from None
+    try:
+        return envs.ensure_env(engine, offline=offline, log=log).python
+    except envs.EnvBuildError as exc:
+        raise ExportError(str(exc)) from None
+
+
+def run_engine_module(engine: str, module: str, request: dict[str, Any], offline: Optional[bool],
+                      log: Callable[[str], None]) -> None:
+    """Run `python -m module REQUEST.json` in the engine env (signals forwarded); raise on failure."""
+    from tt_host.runner import run_stage
+
+    python = engine_python(engine, offline, log)
+    with tempfile.TemporaryDirectory(prefix="tt-export-") as tmp:
+        request_path = Path(tmp) / "request.json"
+        write_json_atomic(request_path, request)
+
+        def on_event(event: dict[str, Any]) -> None:
+            if event.get("type") == "log" and event.get("message"):
+                log(str(event["message"]))
+
+        outcome = run_stage(python, module, request_path, Path(tmp), Path(tmp) / "export.log", on_event)
+    if outcome.interrupted:
+        raise ExportError("interrupted", exit_code=130)
+    if outcome.exit_code != 0:
+        detail = outcome.last_error or "\n".join(outcome.tail[-10:]) or f"exit {outcome.exit_code}"
+        raise ExportError(f"{module} failed: {detail}", exit_code=2 if outcome.exit_code == 2 else 1)
+
+
+def _staging(out: Path) -> Path:
+    return out.with_name(f".{out.name}.tt-export-{os.getpid()}")
+
+
+def _finish(staging: Path, out: Path) -> None:
+    manifest, problems = verify_artifact(staging)
+    if problems:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise ExportError("the export failed verification: " + "; ".join(map(str, problems)))
+    if out.exists():
+        shutil.rmtree(staging, ignore_errors=True)
+        raise ExportError(f"{out} appeared while exporting; nothing was overwritten", exit_code=2)
+    os.replace(staging, out)
+
+
+def _engine_export(model: ResolvedModel, staging: Path, offline: Optional[bool], log: Callable[[str], None]) -> None:
+    if model.form == "foundation":
+        request = {"source": str(model.path), "out": str(staging), "model_id": model.model_id,
+                   "system_message": model.system_message, "system_message_sha256": model.system_message_sha256}
+        run_engine_module("foundation", EXPORT_MODULES["foundation"], request, offline, log)
+    else:
+        request = {"adapter": str(model.path), "out": str(staging), "model_id": model.model_id,
+                   "system_message": model.system_message, "system_message_sha256": model.system_message_sha256}
+        run_engine_module("adapter", EXPORT_MODULES["adapter"], request, offline, log)
+
+
+def export_model(model: ResolvedModel, out: Path, fmt: str = "hf", merged: bool = False,
+                 offline: Optional[bool] = None, log: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+    """Write `model` to the new folder `out`; returns a summary for --json."""
+    if fmt not in FORMATS:
+        raise ExportError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}", exit_code=2)
+    out = out.expanduser().absolute()
+    if out.exists() or out.is_symlink():
+        raise ExportError(f"{out} already exists; tt never overwrites it (choose a new folder)", exit_code=2)
+    if model.form == "hf":
+        raise ExportError(f"{model.path} is already a Hugging Face model folder; copy it as it is", exit_code=2)
+    if merged and model.form != "adapter":
+        raise ExportError("--merged applies to adapter models only (a foundation model is exported whole)",
+                          exit_code=2)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = _staging(out)
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        if model.form == "adapter" and not merged:
+            shutil.copytree(model.path, staging)
+            kind = "adapter"
+        else:
+            _engine_export(model, staging, offline, log)
+            kind = "merged" if model.form == "adapter" else "foundation-hf"
+        _finish(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return {"ok": True, "model": model.model_id, "kind": kind, "source": str(model.path), "path": str(out),
+            "files": sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())}
+
+
+def _export_is_current(folder: Path, model: ResolvedModel) -> bool:
+    _, problems = verify_artifact(folder)
+    if problems:
+        return False
+    try:
+        info = json.loads((folder / "tt-export.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return False
+    source_manifest = model.path / MANIFEST
+    recorded = (info.get("source") or {}).get("manifest_sha256")
+    return bool(recorded) and source_manifest.is_file() and recorded == sha256_file(source_manifest) \
+        and info.get("system_message") == model.system_message
+
+
+def serving_folder(model: ResolvedModel, offline: Optional[bool], log: Callable[[str], None]) -> Path:
+    """A verified Hugging Face export of a foundation model, made once and reused (`<run>/export/hf`)."""
+    if model.form != "foundation":
+        raise ModelRefError(f"{model.path} is not a foundation model")
+    if model.run_dir is not None and os.access(model.run_dir, os.W_OK):
+        folder = model.run_dir / "export" / "hf"
+    else:
+        folder = tt_home() / "exports" / model.model_id
+    if folder.is_dir() and _export_is_current(folder, model):
+        return folder
+    make_private_dir(folder.parent)
+    if folder.exists():
+        log(f"replacing the stale export {folder}")
+        shutil.rmtree(folder)
+    log(f"exporting {model.model_id} to {folder}")
+    export_model(model, folder, offline=offline, log=log)
+    return folder

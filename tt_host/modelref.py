@@ -1,0 +1,182 @@
+"""Resolving a MODEL argument (`tt models export`, `tt serve`) to a verified model on disk.
+
+MODEL may be:
+
+- a registered model id (`tt models list`);
+- a run directory: its final model (foundation: RL, else SFT, else the
+  pretrained base; adapter: the trained adapter);
+- a model folder: a foundation model folder (`<run>/sft/model`), an adapter
+  folder (`<run>/train/adapter`), a folder written by `tt models export`, or
+  any Hugging Face model folder.
+
+Every folder with an `artifact-manifest.json` is verified (sizes and sha256)
+before use. The spec's system message comes from the run's frozen
+`spec.json` (recompiled, and checked against the sha256 the manifest
+recorded) or from the `tt-adapter.json` / `tt-export.json` the engines write.
+Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Optional
+
+from tt_host import models as registry
+from tt_host.spec.compiler import compile_system_message, sha256_text
+
+FOUNDATION_PREFERENCE = ("foundation-rl", "foundation-sft", "foundation-base")
+FOUNDATION_STAGE_DIRS = {"foundation-rl": "rl", "foundation-sft": "sft", "foundation-base": "pretrain"}
+HF_KINDS = ("foundation-hf", "merged")
+
+
+class ModelRefError(Exception):
+    """MODEL cannot be used; exit_code 2 (bad argument) or 1 (a model that fails verification)."""
+
+    def __init__(self, message: str, exit_code: int = 2):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@dataclass
+class ResolvedModel:
+    form: str  # "foundation" (tt model folder), "adapter" (PEFT folder on a base), "hf" (ready HF folder)
+    path: Path
+    model_id: str
+    kind: str
+    engine: Optional[str] = None
+    run_dir: Optional[Path] = None
+    base_model_path: Optional[Path] = None
+    system_message: Optional[str] = None
+    system_message_sha256: Optional[str] = None
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+
+def _read_json(path: Path) -> Optional[dict[str, Any]]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _verified_manifest(path: Path) -> dict[str, Any]:
+    manifest, problems = registry.verify_artifact(path)
+    if problems:
+        raise ModelRefError(f"{path} failed verification: " + "; ".join(map(str, problems)), exit_code=1)
+    return manifest
+
+
+def spec_system_message(run_dir: Path) -> Optional[str]:
+    """The compiled system message of a run's frozen spec.json (None when it has none)."""
+    spec = _read_json(run_dir / "spec.json")
+    if spec is None:
+        return None
+    neutral = SimpleNamespace(system_prompt=spec.get("system_prompt") or "", guidelines=spec.get("guidelines") or [],
+                              constraints=spec.get("constraints") or [])
+    return compile_system_message(neutral)
+
+
+def _find_run_dir(path: Path) -> Optional[Path]:
+    for candidate in (path.parent, path.parent.parent):
+        if (candidate / "run.json").is_file():
+            return candidate
+    return None
+
+
+def _registered_for(path: Path) -> Optional[dict[str, Any]]:
+    target = str(path.resolve())
+    for entry in registry.list_models():
+        if str(Path(entry.get("path", "")).resolve()) == target:
+            return entry
+    return None
+
+
+def _default_id(run_dir: Optional[Path], kind: str, fallback: str) -> str:
+    if run_dir is not None:
+        run = _read_json(run_dir / "run.json") or {}
+        if run.get("id") and run.get("spec_name"):
+            return f"{registry.slug(run['spec_name'])}-{run['id']}-{registry.slug(kind)}"
+    return registry.slug(fallback)
+
+
+def from_folder(path: Path, model_id: Optional[str] = None) -> ResolvedModel:
+    """A model folder (see the module docstring) as a ResolvedModel."""
+    path = path.absolute()
+    if (path / registry.MANIFEST).is_file():
+        manifest = _verified_manifest(path)
+        kind = str(manifest.get("kind") or "model")
+    elif (path / "config.json").is_file():
+        manifest, kind = {}, "hf"
+    else:
+        raise ModelRefError(f"{path} is not a model folder (no artifact-manifest.json or config.json)")
+    run_dir = _find_run_dir(path)
+    entry = _registered_for(path)
+    model_id = model_id or (entry or {}).get("id") or _default_id(run_dir, kind, path.name)
+    resolved = ResolvedModel(form="hf", path=path, model_id=model_id, kind=kind, engine=manifest.get("engine"),
+                             run_dir=run_dir, manifest=manifest,
+                             system_message_sha256=manifest.get("system_message_sha256") or None)
+    if kind == "adapter":
+        info = _read_json(path / "tt-adapter.json") or {}
+        base = (info.get("base_model") or {}).get("path")
+        if not base or not (Path(base) / "config.json").is_file():
+            raise ModelRefError(f"{path}: the adapter's base model {base!r} is not available; restore it first")
+        resolved.form, resolved.base_model_path = "adapter", Path(base)
+        resolved.system_message = info.get("system_message")
+    elif (path / "tt-model.json").is_file():
+        resolved.form = "foundation"
+    elif kind in HF_KINDS:
+        info = _read_json(path / "tt-export.json") or {}
+        resolved.system_message = info.get("system_message")
+        resolved.model_id = model_id if entry else (info.get("model_id") or model_id)
+    if resolved.system_message is None and run_dir is not None and resolved.system_message_sha256:
+        resolved.system_message = spec_system_message(run_dir)
+    if resolved.system_message is not None and resolved.system_message_sha256 and \
+            sha256_text(resolved.system_message) != resolved.system_message_sha256:
+        raise ModelRefError(f"{path}: the spec's system message no longer matches the sha256 recorded with the model "
+                            "(spec.json changed?); use --no-spec-prompt to serve without it", exit_code=1)
+    return resolved
+
+
+def from_run_dir(run_dir: Path) -> ResolvedModel:
+    run_dir = run_dir.absolute()
+    run = _read_json(run_dir / "run.json") or {}
+    entries = [e for e in registry.list_models() if Path(e.get("run_dir", "")).absolute() == run_dir]
+    by_kind = {e.get("kind"): e for e in entries}
+    order = FOUNDATION_PREFERENCE + ("adapter",)
+    for kind in order:
+        if kind in by_kind:
+            return resolve_registered(by_kind[kind]["id"])
+    # Not registered here (another TT_HOME?): the engines' own run layout.
+    candidates = [(run_dir / FOUNDATION_STAGE_DIRS[k] / "model") for k in FOUNDATION_PREFERENCE]
+    candidates.append(run_dir / "train" / "adapter")
+    stages = run.get("stages") or {}
+    for folder in candidates:
+        stage = folder.parent.name
+        if folder.is_dir() and (stages.get(stage) or {}).get("state") == "completed":
+            return from_folder(folder)
+    raise ModelRefError(f"{run_dir}: the run has no finished model yet (status {run.get('status', 'unknown')})")
+
+
+def resolve_registered(model_id: str) -> ResolvedModel:
+    entry = registry.get_model(model_id)
+    if entry is None:
+        raise ModelRefError(f"no registered model {model_id!r} and no such folder; see `tt models list`")
+    _, problems = registry.verify_model(model_id)
+    if problems:
+        raise ModelRefError(f"model {model_id} failed verification: " + "; ".join(map(str, problems)), exit_code=1)
+    return from_folder(Path(entry["path"]), model_id=model_id)
+
+
+def resolve(reference: str) -> ResolvedModel:
+    """MODEL as given on the command line."""
+    path = Path(reference).expanduser()
+    if path.is_dir():
+        if (path / "run.json").is_file():
+            return from_run_dir(path)
+        return from_folder(path)
+    if path.exists():
+        raise ModelRefError(f"{path} is a file; give a model id, a run directory or a model folder")
+    return resolve_registered(reference)

@@ -1,0 +1,194 @@
+"""`tt serve`: run the OpenAI-compatible server for a model, in the foreground (host side).
+
+The server itself is `python -m tt_engine_adapter.serve REQUEST.json` in the
+adapter engine's hashed environment (it has transformers and PEFT). The host:
+
+1. refuses a non-loopback `--host` without an API key (exit 2) before doing
+   anything else;
+2. resolves MODEL (`tt_host.modelref`); a foundation model is first exported
+   to a Hugging Face folder (`tt_host.export.serving_folder`, cached);
+3. writes the request JSON into a private temporary folder (the API key goes
+   to the child through the environment, never into a file);
+4. runs the server in its own session with stdout parsed for JSON events and
+   stderr (uvicorn's log) passed through; Ctrl-C / SIGTERM are forwarded
+   (the first asks for a graceful shutdown, a second Ctrl-C stops at once, and
+   after the grace period the process group is killed).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from tt_host.export import ExportError, engine_python, serving_folder
+from tt_host.fsutil import write_json_atomic
+from tt_host.modelref import ResolvedModel
+
+SERVE_MODULE = "tt_engine_adapter.serve"
+EXIT_INTERRUPTED = 130
+KILL_AFTER_SECONDS = 30.0
+
+
+class ServeError(Exception):
+    def __init__(self, message: str, exit_code: int = 2):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@dataclass
+class ServeOptions:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key: Optional[str] = None
+    max_concurrency: int = 4
+    spec_prompt: bool = True
+    device: str = "auto"
+    offline: Optional[bool] = None
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_options(options: ServeOptions) -> None:
+    """Refusals that need nothing but the options (exit 2, nothing started)."""
+    if not options.host:
+        raise ServeError("--host must not be empty")
+    if not is_loopback(options.host) and not options.api_key:
+        raise ServeError(f"refusing to listen on {options.host} without an API key: any address other than "
+                         "loopback needs --api-key KEY (or the TT_API_KEY environment variable), and every "
+                         "request must then send 'Authorization: Bearer KEY'")
+    if not 0 <= options.port <= 65535:
+        raise ServeError("--port must be between 0 and 65535")
+    if not 1 <= options.max_concurrency <= 1024:
+        raise ServeError("--max-concurrency must be between 1 and 1024")
+    if options.device not in ("auto", "cpu", "cuda", "mps"):
+        raise ServeError(f"--device must be one of auto, cpu, cuda, mps, not {options.device!r}")
+
+
+def build_request(model: ResolvedModel, options: ServeOptions, log: Callable[[str], None],
+                  ready_file: Optional[Path]) -> dict[str, Any]:
+    if model.form == "foundation":
+        model_path, adapter = serving_folder(model, options.offline, log), None
+    elif model.form == "adapter":
+        model_path, adapter = model.base_model_path, model.path
+    else:
+        model_path, adapter = model.path, None
+    if options.spec_prompt and model.system_message is None:
+        log(f"no spec system message is recorded for {model.model_id}; serving without one")
+    return {
+        "model_path": str(model_path), "adapter_path": str(adapter) if adapter else None,
+        "model_name": model.model_id,
+        "system_message": model.system_message if options.spec_prompt else None,
+        "host": options.host, "port": options.port, "max_concurrency": options.max_concurrency,
+        "device": options.device, "ready_file": str(ready_file) if ready_file else None,
+    }
+
+
+class _Forwarder:
+    """Forward SIGINT/SIGTERM to the server's process group; kill it if it outlives the grace period."""
+
+    def __init__(self, process: subprocess.Popen):
+        self.process = process
+        self.signalled = False
+        self.deadline: Optional[float] = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> "_Forwarder":
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self.signalled = True
+        if self.deadline is None:
+            self.deadline = time.monotonic() + KILL_AFTER_SECONDS
+        self._send(signum)  # a second SIGINT makes uvicorn stop at once
+
+    def _send(self, sig: int) -> None:
+        try:
+            os.killpg(self.process.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def wait(self) -> int:
+        while True:
+            try:
+                return self.process.wait(timeout=0.2)
+            except subprocess.TimeoutExpired:
+                if self.deadline is not None and time.monotonic() > self.deadline:
+                    self._send(signal.SIGKILL)
+
+
+def run_server(model: ResolvedModel, options: ServeOptions, on_event: Callable[[dict[str, Any]], None],
+               log: Callable[[str], None]) -> int:
+    """Serve until the server stops; returns the exit code (130 after Ctrl-C / SIGTERM)."""
+    check_options(options)
+    python = engine_python("adapter", options.offline, log)
+    with tempfile.TemporaryDirectory(prefix="tt-serve-") as tmp:
+        request = build_request(model, options, log, Path(tmp) / "ready.json")
+        request_path = Path(tmp) / "serve-request.json"
+        write_json_atomic(request_path, request)
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env.pop("PYTHONPATH", None)
+        env.pop("VIRTUAL_ENV", None)
+        env.pop("TT_SERVE_API_KEY", None)
+        if options.api_key:
+            env["TT_SERVE_API_KEY"] = options.api_key
+        process = subprocess.Popen([str(python), "-m", SERVE_MODULE, str(request_path)], env=env, cwd=tmp,
+                                   stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True,
+                                   text=True, bufsize=1, errors="replace")
+        with _Forwarder(process) as forwarder:
+            reader = threading.Thread(target=_pump, args=(process, on_event), daemon=True)
+            reader.start()
+            code = forwarder.wait()
+            reader.join(timeout=5)
+    if code < 0 or (forwarder.signalled and code in (0, EXIT_INTERRUPTED)):
+        return EXIT_INTERRUPTED if forwarder.signalled else 1
+    return code
+
+
+def _pump(process: subprocess.Popen, on_event: Callable[[dict[str, Any]], None]) -> None:
+    assert process.stdout is not None
+    for line in process.stdout:
+        text = line.strip()
+        event = None
+        if text.startswith("{"):
+            try:
+                event = json.loads(text)
+            except json.JSONDecodeError:
+                event = None
+        if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+            event = {"type": "log", "level": "info", "message": line.rstrip("\n")}
+        on_event(event)
+
+
+def serve(reference: str, options: ServeOptions, on_event: Callable[[dict[str, Any]], None],
+          log: Callable[[str], None]) -> int:
+    from tt_host.modelref import resolve
+
+    check_options(options)
+    model = resolve(reference)
+    try:
+        return run_server(model, options, on_event, log)
+    except ExportError as exc:
+        raise ServeError(str(exc), exc.exit_code) from None
