@@ -1,0 +1,148 @@
+"""Helpers for the foundation end-to-end tests: the real `tt` console script in a subprocess.
+
+Stdlib only (these tests run in the host venv, which has no torch). Engine
+environments are shared through TT_ENVS_DIR (default: the user cache), so the
+foundation environment is built once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+REPO = Path(__file__).resolve().parents[2]
+TT_BIN = shutil.which("tt", path=str(Path(sys.executable).parent)) or "tt"
+
+
+def tt_env(tmp_path: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["TT_HOME"] = str(tmp_path / "tt-home")
+    if not env.get("TT_ENVS_DIR"):
+        cache = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        env["TT_ENVS_DIR"] = str(Path(cache) / "tt" / "envs")
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # the engine env caches bytecode: stages start faster
+    env["TT_NUM_THREADS"] = env.get("TT_NUM_THREADS", "2")
+    return env
+
+
+def tt(tmp_path: Path, *args: Any, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([TT_BIN, *map(str, args)], env=tt_env(tmp_path), cwd=tmp_path, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def tt_popen(tmp_path: Path, *args: Any) -> subprocess.Popen:
+    return subprocess.Popen([TT_BIN, *map(str, args)], env=tt_env(tmp_path), cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def write_corpus(path: Path, seed: int, rows: int) -> Path:
+    r = random.Random(seed)
+    with open(path, "w", encoding="utf-8") as handle:
+        for _ in range(rows):
+            a, b = r.randint(0, 40), r.randint(0, 40)
+            handle.write(json.dumps({"text": f"{a} plus {b} is {a + b}. What is {a} plus {b}? {a + b}"}) + "\n")
+    return path
+
+
+def tiny_spec(folder: Path, **foundation: Any) -> Path:
+    """A CPU-sized foundation spec with its own corpus and validation text in folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if not (folder / "corpus.jsonl").exists():
+        write_corpus(folder / "corpus.jsonl", 1, 600)
+    if not (folder / "validation.jsonl").exists():
+        write_corpus(folder / "validation.jsonl", 2, 60)
+    block = dict(
+        corpus_path="corpus.jsonl", validation_path="validation.jsonl", depth=2, vocab_size=320,
+        tokenizer_max_chars=100_000, max_chars=1_000_000, pretrain_steps=60, sequence_length=64, batch_size=8,
+        gradient_accumulation_steps=1, warmup_steps=5, checkpoint_interval_steps=20, checkpoint_interval_seconds=0,
+        keep_checkpoints=3, log_interval_steps=1, seed=5, finetune_steps=3, rl_steps=0, device="cpu",
+    )
+    block.update(foundation)
+    spec = {
+        "name": "tiny-foundation", "system_prompt": "Add the numbers.", "guidelines": ["Answer with the sum only."],
+        "examples": [{"input": f"What is {i} plus {i + 3}?", "output": str(2 * i + 3)} for i in range(10)],
+        "engine": "foundation", "foundation": block,
+    }
+    path = folder / "tunedtensor.json"
+    path.write_text(json.dumps(spec, indent=2))
+    return path
+
+
+def heartbeat_step(run_dir: Path) -> int:
+    path = run_dir / "pretrain" / "recovery" / "training-metrics.jsonl"
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return 0
+    steps = []
+    for line in lines:
+        try:
+            steps.append(json.loads(line)["step"])
+        except (json.JSONDecodeError, KeyError):
+            pass
+    return max(steps, default=0)
+
+
+def wait_for_step(run_dir: Path, step: int, proc: subprocess.Popen, timeout: float = 300) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        current = heartbeat_step(run_dir)
+        if current >= step:
+            return current
+        if proc.poll() is not None:
+            raise AssertionError(f"tt exited {proc.returncode} before step {step}:\n{proc.stdout.read() if proc.stdout else ''}")
+        time.sleep(0.02)
+    raise AssertionError(f"pretraining did not reach step {step} in {timeout}s")
+
+
+def stage_pids(module: str, run_dir: Path) -> list[int]:
+    """Processes running `python -m <module>` for this run directory (found through /proc)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        text = [c.decode(errors="replace") for c in cmd]
+        if module in text and any(str(run_dir) in c for c in text):
+            pids.append(int(entry.name))
+    return pids
+
+
+def kill_hard(proc: subprocess.Popen, run_dir: Path, module: str) -> None:
+    """SIGKILL the stage's process group and tt itself: what a power cut leaves behind."""
+    for pid in stage_pids(module, run_dir):
+        try:
+            os.killpg(os.getpgid(pid), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.kill()
+    proc.wait(timeout=30)
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, str]]:
+    out = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and path.name != ".tt-run.lock":
+            out[str(path.relative_to(root))] = (path.stat().st_size, hashlib.sha256(path.read_bytes()).hexdigest())
+    return out
+
+
+def report(run_dir: Path) -> dict[str, Any]:
+    return json.loads((run_dir / "report.json").read_text())
+
+
+def checkpoints(run_dir: Path) -> list[str]:
+    folder = run_dir / "pretrain" / "recovery" / "checkpoints"
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith("step-") and "." not in p.name)

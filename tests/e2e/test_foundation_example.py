@@ -1,0 +1,43 @@
+"""Item 1: examples/foundation runs end to end on CPU through `tt run` and reports every metric."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+from foundation_support import REPO, tt
+
+REQUIRED = [
+    "pretrain.final_loss", "pretrain.tokens_per_second", "pretrain.steps", "bpb.value", "bpb.source",
+    "sft.final_loss", "chat_eval.exact_match", "chat_eval.count", "rl.mean_reward",
+]
+
+
+def test_example_runs_end_to_end_on_cpu(tmp_path):
+    example = tmp_path / "example"
+    shutil.copytree(REPO / "examples" / "foundation", example, ignore=shutil.ignore_patterns(".tuned-tensor"))
+    run_dir = tmp_path / "run"
+    proc = tt(tmp_path, "run", example / "tunedtensor.json", "--device", "cpu", "--resume", run_dir, "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads((run_dir / "report.json").read_text())
+    metrics = report["metrics"]
+    missing = [name for name in REQUIRED if name not in metrics]
+    assert not missing, f"missing metrics {missing} in {sorted(metrics)}"
+    assert report["engine"] == "foundation" and report["status"] == "completed"
+    assert metrics["bpb.source"] == "validation"
+    assert math.isfinite(metrics["bpb.value"]) and 0 < metrics["bpb.value"] < 8
+    spec = json.loads((example / "tunedtensor.json").read_text())
+    assert metrics["pretrain.steps"] == spec["foundation"]["pretrain_steps"]
+    assert metrics["pretrain.tokens_per_second"] > 0 and math.isfinite(metrics["pretrain.final_loss"])
+    assert 0 <= metrics["rl.mean_reward"] <= 1 and metrics["chat_eval.count"] >= 1
+    predictions = [json.loads(l) for l in (run_dir / "chat_eval" / "predictions.jsonl").read_text().splitlines()]
+    assert len(predictions) == metrics["chat_eval.count"] and all(set(p) == {"id", "prediction"} for p in predictions)
+    markdown = (run_dir / "report.md").read_text()
+    assert "bpb.value" in markdown and "pretrain.loss" in markdown
+    for name in ("tokenizer/tokenizer.json", "pretrain/recovery/pretrain-tokens.bin",
+                 "pretrain/recovery/training-metrics.jsonl", "pretrain/model/model.safetensors",
+                 "pretrain/model/config.json", "sft/model/model.safetensors", "rl/model/model.safetensors"):
+        assert (run_dir / name).is_file(), name
+    config = json.loads((run_dir / "pretrain/model/config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"]

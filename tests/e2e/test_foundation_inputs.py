@@ -1,0 +1,89 @@
+"""Item 5 through `tt`: bad corpora seen without reading data are refused by `tt validate` and `tt run`
+(exit 2, no run directory); bad data found while streaming fails the run naming file and line, keeps
+the finished stages, and the run resumes once the file is fixed."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from foundation_support import report, tiny_spec, tt
+
+
+def _edit(spec, **foundation):
+    data = json.loads(spec.read_text())
+    data["foundation"].update(foundation)
+    spec.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize(
+    "case, loc, words",
+    [
+        ("missing", "foundation.corpus_path", "does not exist"),
+        ("link", "foundation.corpus_path", "symbolic link"),
+        ("empty_folder", "foundation.corpus_path", "holds no shards"),
+        ("same_as_training", "foundation.validation_path", "training corpus itself"),
+        ("inside_training", "foundation.validation_path", "inside the training corpus"),
+        ("missing_validation", "foundation.validation_path", "does not exist"),
+        ("distributed", "foundation.nproc_per_node", "not available yet"),
+        ("typo", "foundation.detph", "unknown field"),
+    ],
+)
+def test_bad_inputs_are_refused_before_anything_is_created(tmp_path, case, loc, words):
+    spec = tiny_spec(tmp_path / "spec")
+    folder = spec.parent
+    if case == "missing":
+        _edit(spec, corpus_path="nope.jsonl")
+    elif case == "link":
+        os.symlink(folder / "corpus.jsonl", folder / "linked.jsonl")
+        _edit(spec, corpus_path="linked.jsonl")
+    elif case == "empty_folder":
+        (folder / "shards" / "sub").mkdir(parents=True)
+        (folder / "shards" / "README.md").write_text("not a shard")
+        _edit(spec, corpus_path="shards")
+    elif case == "same_as_training":
+        _edit(spec, validation_path="./corpus.jsonl")
+    elif case == "inside_training":
+        (folder / "shards").mkdir()
+        (folder / "shards" / "a.jsonl").write_text('{"text": "x"}\n')
+        (folder / "shards" / "held.jsonl").write_text('{"text": "y"}\n')
+        _edit(spec, corpus_path="shards", validation_path="shards/held.jsonl")
+    elif case == "missing_validation":
+        _edit(spec, validation_path="gone.txt")
+    elif case == "distributed":
+        _edit(spec, nproc_per_node=2)
+    elif case == "typo":
+        _edit(spec, detph=3)
+    before = sorted(p.name for p in folder.iterdir())
+    validated = tt(tmp_path, "validate", spec)
+    assert validated.returncode == 2, validated.stdout + validated.stderr
+    assert loc in validated.stdout + validated.stderr and words in validated.stdout + validated.stderr
+    ran = tt(tmp_path, "run", spec)
+    assert ran.returncode == 2, ran.stdout + ran.stderr
+    assert loc in ran.stdout + ran.stderr
+    assert sorted(p.name for p in folder.iterdir()) == before  # no .tuned-tensor, nothing new
+
+
+def test_bad_row_while_streaming_fails_names_line_and_resumes_after_fix(tmp_path):
+    spec = tiny_spec(tmp_path / "spec", tokenizer_max_chars=2_000, pretrain_steps=8, checkpoint_interval_steps=4)
+    corpus = spec.parent / "corpus.jsonl"
+    good = corpus.read_text()
+    lines = good.splitlines()
+    lines[400] = '{"text": "broken row'
+    corpus.write_text("\n".join(lines) + "\n")
+    run_dir = tmp_path / "run"
+    failed = tt(tmp_path, "run", spec, "--resume", run_dir)
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert f"{corpus}:401: malformed JSON" in failed.stdout + failed.stderr
+    state = json.loads((run_dir / "run.json").read_text())
+    assert state["stages"]["tokenizer"]["state"] == "completed"
+    assert state["stages"]["token_cache"]["state"] == "failed"
+    tokenizer_bytes = (run_dir / "tokenizer" / "tokenizer.json").read_bytes()
+
+    corpus.write_text(good)
+    resumed = tt(tmp_path, "run", spec, "--resume", run_dir)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert (run_dir / "tokenizer" / "tokenizer.json").read_bytes() == tokenizer_bytes  # kept, not redone
+    assert report(run_dir)["metrics"]["pretrain.steps"] == 8
