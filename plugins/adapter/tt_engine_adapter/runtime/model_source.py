@@ -68,8 +68,15 @@ def resolved(request: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def pick_device(request: Mapping[str, Any]) -> str:
+    """The device for this stage: the request's, else the spec's `device`, else the best available.
+
+    Also applies TT_NUM_THREADS (torch CPU threads) when set.
+    """
     import torch
 
+    threads = os.environ.get("TT_NUM_THREADS", "")
+    if threads.isdigit() and int(threads) > 0:
+        torch.set_num_threads(int(threads))
     wanted = request.get("device") or "auto"
     if wanted == "auto":
         wanted = request["spec"].get("device", "auto")

@@ -1,0 +1,128 @@
+"""Helpers for the adapter end-to-end tests: the real `tt` console script in a subprocess.
+
+Stdlib only (the host venv has no torch). The adapter engine's environment is
+prepared once with `tt engines prepare adapter --json` (shared through
+TT_ENVS_DIR); its python builds the tiny base model and runs the PEFT checks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+TT_BIN = shutil.which("tt", path=str(Path(sys.executable).parent)) or "tt"
+
+POSITIVE = ["great", "wonderful", "superb", "lovely", "brilliant", "delightful", "excellent", "charming"]
+NEGATIVE = ["awful", "boring", "dreadful", "terrible", "dull", "clumsy", "bland", "tedious"]
+SUBJECTS = ["the film", "the plot", "the acting", "the music", "the ending", "the script", "the cast", "the story"]
+
+
+def tt_env(home: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["TT_HOME"] = str(home / "tt-home")
+    if not env.get("TT_ENVS_DIR"):
+        cache = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        env["TT_ENVS_DIR"] = str(Path(cache) / "tt" / "envs")
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.setdefault("TT_NUM_THREADS", "2")
+    env["HF_HUB_OFFLINE"] = "1"
+    return env
+
+
+def tt(home: Path, *args: Any, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([TT_BIN, *map(str, args)], env=tt_env(home), cwd=home, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def engine_python(home: Path) -> str:
+    proc = tt(home, "engines", "prepare", "adapter", "--json", timeout=1800)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout)["python"]
+
+
+def engine_run(python: str, home: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    proc = subprocess.run([python, *args], env=tt_env(home), cwd=home, capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def build_tiny_model(python: str, home: Path, outdir: Path, arch: str = "llama") -> Path:
+    engine_run(python, home, "-m", "tt_engine_adapter.testing.tiny_model", str(outdir), "--arch", arch)
+    return outdir
+
+
+def sentiment_examples() -> list[dict[str, str]]:
+    """64 distinct reviews, labels alternating; deterministic."""
+    rows = []
+    for i in range(64):
+        label = "positive" if i % 2 == 0 else "negative"
+        adjective = (POSITIVE if label == "positive" else NEGATIVE)[(i // 2) % 8]
+        subject = SUBJECTS[(i * 3 + i // 16) % 8]
+        rows.append({"input": f"{subject} was {adjective} (review {i})", "output": label})
+    return rows
+
+
+def write_spec(folder: Path, base_model: str, **extra: Any) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    spec = {
+        "name": "sentiment",
+        "engine": "adapter",
+        "system_prompt": "Classify the sentiment of the movie review.",
+        "guidelines": ["Answer with one word: positive or negative."],
+        "base_model": base_model,
+        "hyperparameters": {"n_epochs": 6, "learning_rate": 0.005, "batch_size": 8, "lora_rank": 8,
+                            "lora_alpha": 16, "lora_dropout": 0.0, "max_seq_length": 128, "max_new_tokens": 6,
+                            "seed": 7, "checkpoint_interval_steps": 5},
+        "examples": sentiment_examples(),
+    }
+    for key, value in extra.items():
+        if key == "hyperparameters":
+            spec["hyperparameters"].update(value)
+        else:
+            spec[key] = value
+    path = folder / "tunedtensor.json"
+    path.write_text(json.dumps(spec, indent=2))
+    return path
+
+
+def only_run_dir(spec_dir: Path) -> Path:
+    runs = [p for p in (spec_dir / ".tuned-tensor" / "runs").iterdir() if p.is_dir()]
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+# Loads base + adapter with plain transformers/PEFT (no tt code) and answers the held-out prompts
+# the candidate stage received, the way any user would.
+PEFT_CHECK = r"""
+import json, sys
+from pathlib import Path
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from peft import PeftModel
+base, adapter, request, max_new = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+tok = AutoTokenizer.from_pretrained(base)
+model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), adapter).eval()
+stop = [tok.convert_tokens_to_ids(t) for t in ("<|eot_id|>", "<|im_end|>") if t in tok.get_vocab()]
+out = {}
+for prompt in json.loads(Path(request).read_text())["eval_prompts"]:
+    text = tok.apply_chat_template(prompt["messages"], tokenize=False, add_generation_prompt=True, enable_thinking=False)
+    ids = tok(text, add_special_tokens=False, return_tensors="pt")
+    gen = model.generate(input_ids=ids["input_ids"], attention_mask=ids["attention_mask"], max_new_tokens=max_new,
+                         do_sample=False, pad_token_id=tok.pad_token_id, eos_token_id=stop)
+    out[prompt["id"]] = tok.decode(gen[0, ids["input_ids"].shape[1]:], skip_special_tokens=True).strip()
+print(json.dumps(out))
+"""
+
+# Max absolute difference between two adapters' tensors (and whether their keys match).
+COMPARE = r"""
+import json, sys
+from safetensors.torch import load_file
+a, b = load_file(sys.argv[1]), load_file(sys.argv[2])
+print(json.dumps({"same_keys": a.keys() == b.keys(), "count": len(a),
+                  "max_diff": max(float((a[k] - b[k]).abs().max()) for k in a) if a.keys() == b.keys() else None}))
+"""
