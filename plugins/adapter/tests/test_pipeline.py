@@ -17,9 +17,22 @@ HP = {"n_epochs": 6, "learning_rate": 5e-3, "batch_size": 8, "lora_rank": 8, "lo
       "max_seq_length": 128, "max_new_tokens": 6, "seed": 3}
 
 
+def _write_jsonl(path, examples):
+    path.write_text("".join(json.dumps({"messages": [{"role": "user", "content": e["input"]},
+                                                     {"role": "assistant", "content": e["output"]}]}) + "\n"
+                            for e in examples))
+    return str(path)
+
+
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory, tiny_llama):
-    run = sentiment_run(tmp_path_factory.mktemp("run") / "r", str(tiny_llama), HP, n_train=48, n_eval=16)
+    from tt_engine_adapter.testing.tiny_model import sentiment_examples
+
+    folder = tmp_path_factory.mktemp("run")
+    extra = sentiment_examples(100, seed=7)[64:]  # disjoint from the harness's 64 examples
+    run = sentiment_run(folder / "r", str(tiny_llama), HP, n_train=48, n_eval=16)
+    run.spec["datasets"] = {"train": _write_jsonl(folder / "train.jsonl", extra[:16]), "validation": None,
+                            "test": _write_jsonl(folder / "test.jsonl", extra[16:28])}
     for stage in ("prepare", "prefetch", "baseline", "train", "candidate"):
         run.stage(stage)
     return run
@@ -27,6 +40,11 @@ def finished(tmp_path_factory, tiny_llama):
 
 def test_candidate_beats_baseline(finished):
     assert finished.exact_match("candidate") > finished.exact_match("baseline")
+    assert finished.done["prepare"]["result"]["metrics"]["data.train_rows"] == 48 + 16
+    # the prebuilt test set is answered and scored by the engine, for both models
+    base, cand = finished.done["baseline"]["result"]["metrics"], finished.done["candidate"]["result"]["metrics"]
+    assert base["baseline.test.count"] == cand["candidate.test.count"] == 12
+    assert cand["candidate.test.exact_match"] > base["baseline.test.exact_match"]
     metrics = finished.done["train"]["result"]["metrics"]
     assert metrics["train.final_loss"] < finished.done["train"]["result"]["series"]["train.loss"][0][1]
     assert metrics["train.tokens_per_second"] > 0
@@ -91,3 +109,16 @@ def test_template_that_cannot_render_fails_before_training(tmp_path, tiny_llama)
     assert result["code"] == 2
     assert any("cannot render" in e.get("message", "") for e in result["events"] if e.get("level") == "error")
     assert not (tmp_path / "run" / "prefetch" / "result.json").exists()
+
+
+def test_prebuilt_row_with_another_system_message_is_refused(tmp_path, tiny_llama):
+    run = sentiment_run(tmp_path / "r", str(tiny_llama), HP, n_train=4, n_eval=2)
+    rows = [{"messages": [{"role": "user", "content": "fine film"}, {"role": "assistant", "content": "positive"}]},
+            {"messages": [{"role": "system", "content": "Something else."}, {"role": "user", "content": "bad film"},
+                          {"role": "assistant", "content": "negative"}]}]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run.spec["datasets"] = {"train": str(tmp_path / "train.jsonl"), "validation": None, "test": None}
+    result = run.stage("prepare", check=False)
+    assert result["code"] == 2
+    assert any("train.jsonl:2" in e.get("message", "") and "system message" in e["message"] for e in result["events"])
+    assert not (tmp_path / "r" / "prepare" / "train.jsonl").exists()
