@@ -30,7 +30,7 @@ def tt_env(tmp_path: Path) -> dict[str, str]:
         cache = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
         env["TT_ENVS_DIR"] = str(Path(cache) / "tt" / "envs")
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # the engine env caches bytecode: stages start faster
-    env["TT_NUM_THREADS"] = env.get("TT_NUM_THREADS", "2")
+    env["TT_NUM_THREADS"] = env.get("TT_NUM_THREADS", "1")  # tiny models: one thread is fastest on a shared CPU
     return env
 
 
@@ -62,7 +62,7 @@ def tiny_spec(folder: Path, **foundation: Any) -> Path:
         write_corpus(folder / "validation.jsonl", 2, 60)
     block = dict(
         corpus_path="corpus.jsonl", validation_path="validation.jsonl", depth=2, vocab_size=320,
-        tokenizer_max_chars=100_000, max_chars=1_000_000, pretrain_steps=60, sequence_length=64, batch_size=8,
+        tokenizer_max_chars=100_000, max_chars=1_000_000, pretrain_steps=80, sequence_length=64, batch_size=8,
         gradient_accumulation_steps=1, warmup_steps=5, checkpoint_interval_steps=20, checkpoint_interval_seconds=0,
         keep_checkpoints=3, log_interval_steps=1, seed=5, finetune_steps=3, rl_steps=0, device="cpu",
     )

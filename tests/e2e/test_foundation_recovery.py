@@ -32,7 +32,7 @@ def test_sigkill_between_checkpoints_then_resume_is_byte_identical(tmp_path, ref
     proc = tt_popen(tmp_path, "run", spec, "--resume", run_dir)
     reached = wait_for_step(run_dir, 25, proc)
     kill_hard(proc, run_dir, PRETRAIN)
-    assert reached < 40 or heartbeat_step(run_dir) < 60, "the run finished before it could be killed"
+    assert reached < 40 or heartbeat_step(run_dir) < 80, "the run finished before it could be killed"
     assert not (run_dir / MODEL).exists()
     assert "step-000000020" in checkpoints(run_dir)
     resumed = tt(tmp_path, "run", spec, "--resume", run_dir)
@@ -40,7 +40,7 @@ def test_sigkill_between_checkpoints_then_resume_is_byte_identical(tmp_path, ref
     log = (run_dir / "logs" / "pretrain.log").read_text()
     assert "resumed pretraining from" in log
     assert (run_dir / MODEL).read_bytes() == (ref / MODEL).read_bytes()
-    assert report(run_dir)["metrics"]["pretrain.steps"] == 60
+    assert report(run_dir)["metrics"]["pretrain.steps"] == 80
 
 
 def test_sigterm_checkpoints_current_step_refuses_changes_then_resumes_identically(tmp_path, reference):
@@ -52,7 +52,7 @@ def test_sigterm_checkpoints_current_step_refuses_changes_then_resumes_identical
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 130, out
     stopped_at = heartbeat_step(run_dir)
-    assert stopped_at < 60
+    assert stopped_at < 80
     assert checkpoints(run_dir)[-1] == f"step-{stopped_at:09d}"
     state = json.loads((run_dir / "run.json").read_text())
     assert state["stages"]["pretrain"]["state"] == "interrupted"
