@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(traceback.format_exc())
         log(f"{type(exc).__name__}: {exc}", "error")
         return EXIT_FAILED
-    log(f"exported {out}")
+    log(f"export complete: {len(list(out.iterdir()))} files, listed with sha256 in artifact-manifest.json")
     return 0
 
 
