@@ -1,0 +1,162 @@
+"""examples/adapter-on-foundation end to end, through the `tt` command only (smallest configuration, CPU).
+
+`tt run` (foundation) → `tt models export` (Hugging Face folder) → `tt run`
+(adapter whose base_model is that folder) → `tt models export --merged` →
+`tt serve` (the foundation run, exported and cached on the way, and the
+adapter by its registered id): `/health`, `/v1/models`, a chat completion,
+Ctrl-C. Plus the refusals: an existing OUT, a non-loopback bind without a key.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, TT, TT_BIN, base_env
+
+EXAMPLE = REPO / "examples" / "adapter-on-foundation"
+
+
+def shrink(path: Path, section: str, **values) -> None:
+    spec = json.loads(path.read_text())
+    spec[section].update(values)
+    path.write_text(json.dumps(spec, indent=2))
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory):
+    root = tmp_path_factory.mktemp("aof")
+    work = root / "example"
+    shutil.copytree(EXAMPLE, work, ignore=shutil.ignore_patterns("runs", "base-model", ".tuned-tensor"))
+    shrink(work / "foundation" / "tunedtensor.json", "foundation", pretrain_steps=16, finetune_steps=6,
+           checkpoint_interval_steps=8, tokenizer_max_chars=40000, max_chars=40000, log_interval_steps=4)
+    shrink(work / "adapter" / "tunedtensor.json", "hyperparameters", n_epochs=1, max_steps=3, max_eval_examples=3,
+           checkpoint_interval_steps=2)
+    tt = TT(base_env(root, []), work)
+    steps: dict = {"tt": tt, "work": work}
+
+    code, out = tt.json("run", "foundation/tunedtensor.json", "--resume", "runs/foundation")
+    assert code == 0 and out["status"] == "completed", out
+    steps["foundation"] = out
+
+    code, out = tt.json("models", "export", "runs/foundation", "--format", "hf", "base-model")
+    assert code == 0 and out["kind"] == "foundation-hf", out
+    steps["export"] = out
+
+    code, out = tt.json("run", "adapter/tunedtensor.json", "--resume", "runs/adapter")
+    assert code == 0 and out["status"] == "completed", out
+    steps["adapter"] = out
+    return steps
+
+
+def test_foundation_run_export_and_adapter_run(pipeline):
+    tt, work = pipeline["tt"], pipeline["work"]
+    exported = work / "base-model"
+    assert set(pipeline["export"]["files"]) >= {"config.json", "model.safetensors", "tokenizer.json",
+                                                "tokenizer_config.json", "special_tokens_map.json",
+                                                "generation_config.json", "artifact-manifest.json"}
+    config = json.loads((exported / "config.json").read_text())
+    assert config["model_type"] == "llama" and config["tie_word_embeddings"] is False
+    assert pipeline["export"]["model"].endswith("foundation-sft")
+
+    report = pipeline["adapter"]["report"]
+    assert report["engine"] == "adapter" and report["status"] == "completed"
+    for key in ("baseline.exact_match", "candidate.exact_match", "train.final_loss", "eval.count"):
+        assert key in report["metrics"], key
+    adapter_manifest = json.loads((work / "runs/adapter/train/adapter/artifact-manifest.json").read_text())
+    assert adapter_manifest["base_model"]["name"] == str(exported)
+
+    # OUT exists: refused with exit 2, nothing touched
+    before = sorted(p.name for p in exported.iterdir())
+    code, out = tt.json("models", "export", "runs/foundation", "--format", "hf", "base-model")
+    assert code == 2 and "already exists" in out["error"]
+    assert sorted(p.name for p in exported.iterdir()) == before
+    code, out = tt.json("models", "export", "runs/foundation", "--format", "gguf", "other")
+    assert code == 2 and not (work / "other").exists()
+
+    # the adapter merged into full-precision weights, by registered id
+    code, listing = tt.json("models", "list")
+    adapter_id = next(m["id"] for m in listing["models"] if m["kind"] == "adapter")
+    code, out = tt.json("models", "export", adapter_id, "--merged", "merged")
+    assert code == 0 and out["kind"] == "merged", out
+    assert (work / "merged" / "model.safetensors").is_file() and not (work / "merged" / "adapter_config.json").exists()
+    code, out = tt.json("models", "verify", adapter_id)
+    assert code == 0 and out["ok"]
+
+
+def _start(tt: TT, *args: str) -> tuple[subprocess.Popen, dict]:
+    process = tt.popen("serve", *args, "--port", "0", "--json")
+    deadline = time.monotonic() + 300
+    assert process.stdout is not None
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if event.get("type") == "ready":
+            return process, event
+    process.kill()
+    raise AssertionError(f"tt serve did not become ready (exit {process.wait()}): {process.stderr.read()}")
+
+
+def _get(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def _chat(url: str, model: str) -> dict:
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "the film was great"}],
+                       "max_tokens": 4, "temperature": 0}).encode()
+    request = urllib.request.Request(f"{url}/v1/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return json.loads(response.read())
+
+
+@pytest.mark.parametrize("which", ["foundation-run", "adapter-id"])
+def test_tt_serve_answers_and_stops_on_ctrl_c(pipeline, which):
+    tt, work = pipeline["tt"], pipeline["work"]
+    if which == "foundation-run":
+        target = "runs/foundation"
+    else:
+        _, listing = tt.json("models", "list")
+        target = next(m["id"] for m in listing["models"] if m["kind"] == "adapter")
+    process, ready = _start(tt, target)
+    try:
+        assert _get(f"{ready['url']}/health") == {"status": "ok"}
+        name = _get(f"{ready['url']}/v1/models")["data"][0]["id"]
+        assert name == ready["model"]
+        if which == "adapter-id":
+            assert name == target
+        else:
+            assert name.endswith("foundation-sft") and (work / "runs/foundation/export/hf/config.json").is_file()
+        answer = _chat(ready["url"], name)
+        assert answer["choices"][0]["message"]["role"] == "assistant" and answer["usage"]["prompt_tokens"] > 0
+    finally:
+        process.send_signal(signal.SIGINT)
+        code = process.wait(timeout=60)
+    assert code == 130
+    with pytest.raises(urllib.error.URLError):
+        _get(f"{ready['url']}/health")
+
+
+def test_tt_serve_refuses_public_bind_without_key(pipeline):
+    tt = pipeline["tt"]
+    env = dict(tt.env)
+    env.pop("TT_API_KEY", None)
+    started = time.monotonic()
+    proc = subprocess.run([TT_BIN, "serve", "runs/foundation", "--host", "0.0.0.0"], env=env, cwd=tt.cwd,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "API key" in proc.stderr
+    assert time.monotonic() - started < 30
