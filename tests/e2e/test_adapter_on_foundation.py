@@ -153,8 +153,7 @@ def test_tt_serve_answers_and_stops_on_ctrl_c(pipeline, which):
 
 def test_tt_serve_refuses_public_bind_without_key(pipeline):
     tt = pipeline["tt"]
-    env = dict(tt.env)
-    env.pop("TT_API_KEY", None)
+    env = {k: v for k, v in tt.env.items() if k != "TT_API_KEY"}
     started = time.monotonic()
     proc = subprocess.run([TT_BIN, "serve", "runs/foundation", "--host", "0.0.0.0"], env=env, cwd=tt.cwd,
                           capture_output=True, text=True, timeout=60)

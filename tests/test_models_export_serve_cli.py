@@ -1,0 +1,57 @@
+"""`tt models export` and `tt serve` refusals that need no engine environment (fast, host only)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def fake_model(folder: Path) -> Path:
+    """A folder that looks like a verified artifact (manifest over one file)."""
+    import hashlib
+
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    data = (folder / "config.json").read_bytes()
+    (folder / "artifact-manifest.json").write_text(json.dumps({
+        "format": 1, "kind": "foundation-hf", "engine": "foundation",
+        "files": [{"path": "config.json", "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}]}))
+    return folder
+
+
+def test_public_bind_without_key_is_refused_before_anything(tt, tmp_path):
+    tt.env.pop("TT_API_KEY", None)
+    proc = tt("serve", "no-such-model", "--host", "0.0.0.0")
+    assert proc.returncode == 2 and "API key" in proc.stderr
+    code, out = tt.json("serve", str(tmp_path), "--host", "192.168.1.5")
+    assert code == 2 and "API key" in out["error"]
+
+
+def test_bad_options_and_unknown_models(tt, tmp_path):
+    code, out = tt.json("serve", "no-such-model")
+    assert code == 2 and "no registered model" in out["error"]
+    code, out = tt.json("serve", str(tmp_path / "x"), "--max-concurrency", "0")
+    assert code == 2 and "max-concurrency" in out["error"]
+    code, out = tt.json("serve", str(tmp_path), "--device", "tpu")
+    assert code == 2 and "--device" in out["error"]
+    code, out = tt.json("models", "export", "no-such-model", str(tmp_path / "out"))
+    assert code == 2 and "no registered model" in out["error"] and not (tmp_path / "out").exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, out = tt.json("models", "export", str(empty), str(tmp_path / "out"))
+    assert code == 2 and "not a model folder" in out["error"]
+
+
+def test_export_never_overwrites_and_tampering_is_caught(tt, tmp_path):
+    model = fake_model(tmp_path / "model")
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    code, out = tt.json("models", "export", str(model), str(taken))
+    assert code == 2 and "already exists" in out["error"]
+    code, out = tt.json("models", "export", str(model), str(tmp_path / "new"))
+    assert code == 2 and "already a Hugging Face model folder" in out["error"]
+    (model / "config.json").write_text('{"changed": true}')
+    code, out = tt.json("models", "export", str(model), str(tmp_path / "new"))
+    assert code == 1 and "config.json" in out["error"] and not (tmp_path / "new").exists()
+    code, out = tt.json("serve", str(model))
+    assert code == 1 and "config.json" in out["error"]
