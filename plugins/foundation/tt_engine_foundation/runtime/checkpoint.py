@@ -14,11 +14,11 @@ folder that would be overwritten is moved aside.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import re
 import shutil
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +26,7 @@ from typing import Any, Iterable, Mapping, Optional
 
 import torch
 from safetensors.torch import load as st_load
-from safetensors.torch import save as st_save
+from safetensors.torch import save_file
 
 from .protocol import InvalidInput, StageError, atomic_write_json, fsync_dir
 
@@ -40,21 +40,6 @@ def step_name(step: int) -> str:
 
 def config_fingerprint(config: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-def _write_file(path: Path, data: bytes) -> dict[str, Any]:
-    with open(path, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.chmod(path, 0o600)
-    return {"path": path.name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-
-
-def _torch_bytes(obj: Any) -> bytes:
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
-    return buffer.getvalue()
 
 
 def rng_state() -> dict[str, Any]:
@@ -88,6 +73,56 @@ class TrainerState:
     scheduler: dict[str, Any] = field(default_factory=dict)
 
 
+class Saver:
+    """Writes checkpoints; hashing, fsync, the atomic rename, backup and rolling finish in a
+    background thread so training pays only for serialisation (about a plain save).
+
+    At most one checkpoint is being finished at a time; `wait()` joins it and re-raises its
+    error. Older checkpoints are rolled only after the new one is durable, so a power cut
+    always leaves at least one complete checkpoint behind.
+    """
+
+    def __init__(self, directory: Path, keep: int, backup_dir: Optional[Path] = None, background: bool = True):
+        self.directory, self.keep, self.backup_dir, self.background = directory, keep, backup_dir, background
+        self._thread: Optional[threading.Thread] = None
+        self._error: Optional[BaseException] = None
+        self.last: Optional[Path] = None
+
+    def save(self, model, optimizer, state: "TrainerState", config: Mapping[str, Any], fingerprint: str) -> Path:
+        self.wait()
+        tmp, final = _write_raw(self.directory, model, optimizer, state)
+        counters = _counters(state)
+        args = (tmp, final, counters, dict(config), fingerprint)
+        if self.background:
+            self._thread = threading.Thread(target=self._finish_safely, args=args, daemon=False)
+            self._thread.start()
+        else:
+            self._finish(*args)
+        self.last = final
+        return final
+
+    def _finish_safely(self, *args) -> None:
+        try:
+            self._finish(*args)
+        except BaseException as exc:  # surfaced by wait()
+            self._error = exc
+
+    def _finish(self, tmp: Path, final: Path, counters: dict, config: dict, fingerprint: str) -> None:
+        _finalize(tmp, final, counters, config, fingerprint)
+        roll(self.directory, self.keep)
+        if self.backup_dir is not None:
+            backup(final, self.backup_dir)
+            roll(self.backup_dir, self.keep)
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+
 def save(
     directory: Path,
     model: torch.nn.Module,
@@ -96,7 +131,14 @@ def save(
     config: Mapping[str, Any],
     fingerprint: str,
 ) -> Path:
-    """Write step-<N>/ atomically under directory and return its path."""
+    """Write step-<N>/ atomically under directory (synchronously) and return its path."""
+    tmp, final = _write_raw(directory, model, optimizer, state)
+    _finalize(tmp, final, _counters(state), dict(config), fingerprint)
+    return final
+
+
+def _write_raw(directory: Path, model, optimizer, state: TrainerState) -> tuple[Path, Path]:
+    """Serialise weights, optimizer and trainer state into a hidden temporary folder."""
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     name = step_name(state.step)
     final = directory / name
@@ -105,18 +147,29 @@ def save(
         shutil.rmtree(tmp)
     tmp.mkdir(mode=0o700)
     weights = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
-    files = [
-        _write_file(tmp / "model.safetensors", st_save(weights, metadata={"format": "pt"})),
-        _write_file(tmp / "optimizer.pt", _torch_bytes(optimizer.state_dict())),
-        _write_file(
-            tmp / "trainer-state.pt",
-            _torch_bytes({"scheduler": state.scheduler, "rng": rng_state(), "counters": _counters(state)}),
-        ),
-    ]
+    save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    torch.save({"scheduler": state.scheduler, "rng": rng_state(), "counters": _counters(state)}, tmp / "trainer-state.pt")
+    return tmp, final
+
+
+def _hash_file(path: Path) -> dict[str, Any]:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+        os.fsync(handle.fileno())
+    os.chmod(path, 0o600)
+    return {"path": path.name, "size": path.stat().st_size, "sha256": digest.hexdigest()}
+
+
+def _finalize(tmp: Path, final: Path, counters: dict, config: dict, fingerprint: str) -> None:
+    """Hash and fsync every file, write metadata.json, rename the folder into place."""
+    files = [_hash_file(tmp / name) for name in FILES]
     metadata = {
         "format": 1,
-        **_counters(state),
-        "config": dict(config),
+        **counters,
+        "config": config,
         "config_fingerprint": fingerprint,
         "files": files,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -126,8 +179,7 @@ def save(
     if final.exists():
         _move_aside(final)
     os.replace(tmp, final)
-    fsync_dir(directory)
-    return final
+    fsync_dir(final.parent)
 
 
 def _counters(state: TrainerState) -> dict[str, Any]:

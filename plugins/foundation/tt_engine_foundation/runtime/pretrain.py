@@ -18,9 +18,9 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from . import checkpoint as ckpt
+from .loss import cross_entropy
 from .model import GPT, ModelConfig
 from .optim import build_adamw, lr_at, set_lr
 from .protocol import Interrupted, StageError, log, progress, stop_requested
@@ -105,15 +105,12 @@ def run_pretraining(
     every_seconds = float(cfg["checkpoint_interval_seconds"])
     keep = int(cfg["keep_checkpoints"])
 
+    saver = ckpt.Saver(checkpoint_dir, keep, backup_dir)
+
     def save() -> Path:
         state.scheduler = {"kind": "warmup_cosine", "step": state.step, "total": total, "peak_lr": peak_lr,
                            "warmup_steps": int(cfg["warmup_steps"]), "min_lr_ratio": float(cfg["min_lr_ratio"])}
-        path = ckpt.save(checkpoint_dir, model, optimizer, state, config, fingerprint)
-        ckpt.roll(checkpoint_dir, keep)
-        if backup_dir is not None:
-            ckpt.backup(path, backup_dir)
-            ckpt.roll(backup_dir, keep)
-        return path
+        return saver.save(model, optimizer, state, config, fingerprint)
 
     model.train()
     started = time.monotonic()
@@ -124,68 +121,77 @@ def run_pretraining(
     timed_start: Optional[float] = None
     timed_tokens = 0
     losses: list[tuple[int, float]] = []
-    while state.step < total:
-        lr = lr_at(state.step, total, peak_lr, int(cfg["warmup_steps"]), float(cfg["min_lr_ratio"]))
-        set_lr(optimizer, lr)
-        step_loss = 0.0
-        for _ in range(accum):
-            rows = torch.from_numpy(windows.batch(state.samples_consumed, batch)).to(device, non_blocking=True)
-            state.samples_consumed += batch
-            with autocast:
-                logits = step_fn(rows[:, :-1])
-            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), rows[:, 1:].reshape(-1))
-            (loss / accum).backward()
-            step_loss += float(loss.detach()) / accum
-        if not np.isfinite(step_loss):
-            raise StageError(
-                f"pretraining loss became {step_loss} at step {state.step + 1}; "
-                "lower foundation.learning_rate or raise foundation.warmup_steps (last checkpoint kept)"
+    train_seconds = 0.0
+    try:
+        while state.step < total:
+            step_started = time.monotonic()
+            lr = lr_at(state.step, total, peak_lr, int(cfg["warmup_steps"]), float(cfg["min_lr_ratio"]))
+            set_lr(optimizer, lr)
+            loss_sum = torch.zeros((), device=device)
+            for _ in range(accum):
+                rows = torch.from_numpy(windows.batch(state.samples_consumed, batch)).to(device, non_blocking=True)
+                state.samples_consumed += batch
+                with autocast:
+                    logits = step_fn(rows[:, :-1])
+                loss = cross_entropy(logits.reshape(-1, logits.size(-1)).float(), rows[:, 1:].reshape(-1))
+                (loss / accum).backward()
+                loss_sum += loss.detach()
+            step_loss = float(loss_sum) / accum  # one device sync per step
+            if not np.isfinite(step_loss):
+                raise StageError(
+                    f"pretraining loss became {step_loss} at step {state.step + 1}; "
+                    "lower foundation.learning_rate or raise foundation.warmup_steps (last checkpoint kept)"
+                )
+            if clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            state.step += 1
+            state.tokens_seen += tokens_per_step
+            state.last_loss = step_loss
+            run_tokens += tokens_per_step
+            window_tokens += tokens_per_step
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            now = time.monotonic()
+            if timed_start is None:
+                timed_start = now  # the first step (warm-up, compilation) is not timed
+            else:
+                timed_tokens += tokens_per_step
+                train_seconds += now - step_started  # compute only: heartbeats and checkpoints excluded
+            state.elapsed_seconds += now - prev_tick
+            prev_tick = now
+            losses.append((state.step, step_loss))
+            if state.step % log_every == 0 or state.step == total:
+                rate = window_tokens / max(now - window_start, 1e-9)
+                row = {"step": state.step, "loss": step_loss, "lr": lr, "tokens_per_second": rate,
+                       "elapsed": state.elapsed_seconds, "tokens_seen": state.tokens_seen,
+                       "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                _append_jsonl(heartbeat_path, row)
+                progress(state.step, total, "step", {"loss": step_loss, "lr": lr, "tokens_per_second": rate})
+                window_start, window_tokens = now, 0
+            interrupted = stop_requested()
+            due = (
+                state.step == total
+                or (every_steps > 0 and state.step % every_steps == 0)
+                or (every_seconds > 0 and now - last_save >= every_seconds)
+                or interrupted
             )
-        if clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        state.step += 1
-        state.tokens_seen += tokens_per_step
-        state.last_loss = step_loss
-        run_tokens += tokens_per_step
-        window_tokens += tokens_per_step
-        now = time.monotonic()
-        if timed_start is None:
-            timed_start = now  # the first step (warm-up, compilation) is not timed
-        else:
-            timed_tokens += tokens_per_step
-        state.elapsed_seconds += now - prev_tick
-        prev_tick = now
-        losses.append((state.step, step_loss))
-        if state.step % log_every == 0 or state.step == total:
-            rate = window_tokens / max(now - window_start, 1e-9)
-            row = {"step": state.step, "loss": step_loss, "lr": lr, "tokens_per_second": rate,
-                   "elapsed": state.elapsed_seconds, "tokens_seen": state.tokens_seen,
-                   "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-            _append_jsonl(heartbeat_path, row)
-            progress(state.step, total, "step", {"loss": step_loss, "lr": lr, "tokens_per_second": rate})
-            window_start, window_tokens = now, 0
-        interrupted = stop_requested()
-        due = (
-            state.step == total
-            or (every_steps > 0 and state.step % every_steps == 0)
-            or (every_seconds > 0 and now - last_save >= every_seconds)
-            or interrupted
-        )
-        if due:
-            path = save()
-            last_save = time.monotonic()
-            if interrupted:
-                raise Interrupted(f"pretraining stopped: checkpoint {path.name} saved at step {state.step}")
+            if due:
+                path = save()
+                last_save = time.monotonic()
+                if interrupted:
+                    raise Interrupted(f"pretraining stopped: checkpoint {path.name} saved at step {state.step}")
+    finally:
+        saver.wait()  # the last checkpoint is durable before the stage reports or exits
     if stop_requested() and state.step < total:
         raise Interrupted("pretraining stopped before its first step")
     wall = time.monotonic() - started
-    if timed_start is not None and timed_tokens > 0:
-        tps = timed_tokens / max(time.monotonic() - timed_start, 1e-9)
+    if timed_tokens > 0:
+        tps = timed_tokens / max(train_seconds, 1e-9)
     else:
         tps = run_tokens / wall if run_tokens else 0.0
-    figures = {"tokens_per_second": tps, "run_tokens": run_tokens, "losses": losses,
+    figures = {"tokens_per_second": tps, "train_seconds": train_seconds, "timed_tokens": timed_tokens, "run_tokens": run_tokens, "losses": losses,
                "resumed_from": str(choice.path) if choice.path else None}
     return model, state, figures
 
