@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from typing import Any, Optional
 
 import typer
 
-from tt_host.cli.common import JsonOption, console, emit_json, err, fail
+from tt_host.cli.common import JsonOption, console, err, fail
+
+
+def emit_line(event: dict[str, Any]) -> None:
+    """One compact JSON object per line (--json): events arrive while the server runs."""
+    sys.stdout.write(json.dumps(event, ensure_ascii=False, default=str) + "\n")
+    sys.stdout.flush()
 
 
 def serve(
@@ -22,7 +30,11 @@ def serve(
     offline: bool = typer.Option(False, "--offline", help="Build engine environments from uv's cache only."),
     json_mode: bool = JsonOption,
 ) -> None:
-    """Serve MODEL at /v1/chat/completions (streaming too) and /v1/models until Ctrl-C."""
+    """Serve MODEL at /v1/chat/completions (streaming too) and /v1/models until Ctrl-C.
+
+    With --json, stdout carries one JSON event per line, among them
+    {"type": "ready", "url": ...} once the server answers.
+    """
     from tt_host.modelref import ModelRefError
     from tt_host.serve import ServeError, ServeOptions, serve as run
 
@@ -31,13 +43,13 @@ def serve(
 
     def log(line: str) -> None:
         if json_mode:
-            emit_json({"type": "log", "level": "info", "message": line})
+            emit_line({"type": "log", "level": "info", "message": line})
         else:
             err.print(line, markup=False)
 
     def on_event(event: dict[str, Any]) -> None:
         if json_mode:
-            emit_json(event)
+            emit_line(event)
         elif event.get("type") == "ready":
             console.print(f"[green]serving[/] {event['model']} at {event['url']}/v1 "
                           f"(context {event.get('context_length')} tokens, {event.get('device')}); Ctrl-C stops")
