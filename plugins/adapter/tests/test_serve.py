@@ -157,6 +157,10 @@ def test_api_key_concurrency_limit_and_clean_shutdown(tiny, tmp_path):
 
         client = OpenAI(base_url=f"{srv.url}/v1", api_key="s3cret", max_retries=0)
         assert client.chat.completions.create(model="tiny-model", messages=PROMPT, max_tokens=3).choices
+        # no spec prompt on this server (--no-spec-prompt): the client's own system message and turns are used
+        own = [{"role": "system", "content": "Be rude."}, {"role": "user", "content": "hi"},
+               {"role": "assistant", "content": "no"}, {"role": "user", "content": [{"type": "text", "text": "why"}]}]
+        assert client.chat.completions.create(model="tiny-model", messages=own, max_tokens=3).usage.prompt_tokens > 20
 
         # One long stream holds the only slot: the next request gets 429 at once.
         body = {"model": "tiny-model", "messages": PROMPT, "stream": True, "max_tokens": 400, "temperature": 0,
