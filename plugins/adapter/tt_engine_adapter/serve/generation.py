@@ -25,7 +25,6 @@ import os
 import secrets
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Iterator, Optional, Union
 
 from tt_engine_adapter.runtime import chat
@@ -221,7 +220,3 @@ def set_threads() -> None:
     value = os.environ.get("TT_NUM_THREADS")
     if value and value.isdigit() and int(value) > 0:
         torch.set_num_threads(int(value))
-
-
-def model_files_exist(path: str) -> bool:
-    return (Path(path) / "config.json").is_file()
