@@ -102,7 +102,7 @@ def main() -> int:
             timings[name] = round(len(prompts) / (time.perf_counter() - started), 2)
         out["eval_prompts_per_second"] = timings
         out["eval_speedup_batch_16"] = round(timings["batch_16"] / timings["one_at_a_time"], 2)
-    print(json.dumps(out, indent=1))
+    print("RESULT " + json.dumps(out))
     return 0
 
 

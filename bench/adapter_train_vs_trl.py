@@ -106,7 +106,7 @@ def main() -> int:
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--rows", type=int, default=256)
     parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     import torch
 
@@ -131,8 +131,9 @@ def main() -> int:
         for _ in range(args.repeats):  # interleaved, so background load hits both alike
             results["tt"].append(run_tt(model_dir, rows, hp, args.device))
             results["trl"].append(run_trl(model_dir, rows, hp, args.device))
-    tt_tps = statistics.median(r["tokens_per_second"] for r in results["tt"])
-    trl_tps = statistics.median(r["tokens_per_second"] for r in results["trl"])
+    # best of the interleaved repeats: on a shared machine, background load only ever slows a run down
+    tt_tps = max(r["tokens_per_second"] for r in results["tt"])
+    trl_tps = max(r["tokens_per_second"] for r in results["trl"])
     tt_loss, trl_loss = results["tt"][0]["losses"], results["trl"][0]["losses"]
     third = max(1, len(tt_loss) // 3)
     summary = {
@@ -152,7 +153,7 @@ def main() -> int:
                                      "trl": [round(x, 3) for x in trl_loss[::4]]},
         "runs_seconds": {k: [round(r["seconds"], 2) for r in v] for k, v in results.items()},
     }
-    print(json.dumps(summary, indent=1))
+    print("RESULT " + json.dumps(summary))
     return 0
 
 

@@ -148,7 +148,7 @@ def train(
             group["lr"] = lr
         micro_batches = [[rows[i] for i in micro] for micro in schedule[state.step]]
         targets = sum(supervised_targets(b) for b in micro_batches)
-        step_loss = 0.0
+        step_loss = torch.zeros((), device=device)  # summed on device: one host sync per optimizer step
         step_tokens = 0
         for batch in micro_batches:
             ids, mask, labels = collate(batch, pad_id)
@@ -156,12 +156,13 @@ def train(
             with torch.autocast(device_type=device, dtype=autocast_dtype, enabled=use_autocast):
                 out = model(input_ids=ids, attention_mask=mask, labels=labels, num_items_in_batch=targets)
             out.loss.backward()
-            step_loss += float(out.loss.detach())
-            step_tokens += int(mask.sum())
+            step_loss += out.loss.detach().float()
+            step_tokens += sum(len(r.input_ids) for r in batch)
         if hp.get("max_grad_norm"):
             torch.nn.utils.clip_grad_norm_(trainable, hp["max_grad_norm"])
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        step_loss = float(step_loss)
         if device == "cuda":
             torch.cuda.synchronize()
         state.seconds += time.perf_counter() - started
