@@ -12,6 +12,7 @@ import time
 from typing import Any, Callable, Optional, Sequence
 
 from tt_engine_adapter.runtime import chat
+from tt_engine_adapter.runtime.protocol import STOP, Interrupted
 
 
 def stop_ids(tokenizer: Any) -> list[int]:
@@ -61,6 +62,8 @@ def generate(
     started = time.perf_counter()
     done = 0
     for start in range(0, len(order), batch_size):
+        if STOP.requested:  # nothing worth saving: a rerun of the stage answers every prompt again
+            raise Interrupted(f"{STOP.signal_name}: evaluation stopped after {done}/{len(prompts)} prompts")
         batch = order[start:start + batch_size]
         width = max(len(encoded[i]) for i in batch)
         ids = torch.full((len(batch), width), pad, dtype=torch.long)
