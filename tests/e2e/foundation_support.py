@@ -92,11 +92,14 @@ def heartbeat_step(run_dir: Path) -> int:
     return max(steps, default=0)
 
 
-def wait_for_step(run_dir: Path, step: int, proc: subprocess.Popen, timeout: float = 300) -> int:
+def wait_for_step(run_dir: Path, step: int, proc: subprocess.Popen, timeout: float = 300,
+                  checkpoint: Optional[str] = None) -> int:
+    """Wait for a heartbeat at `step` or later (and for a finished checkpoint folder, when named)."""
     deadline = time.monotonic() + timeout
+    folder = run_dir / "pretrain" / "recovery" / "checkpoints"
     while time.monotonic() < deadline:
         current = heartbeat_step(run_dir)
-        if current >= step:
+        if current >= step and (checkpoint is None or (folder / checkpoint).is_dir()):
             return current
         if proc.poll() is not None:
             raise AssertionError(f"tt exited {proc.returncode} before step {step}:\n{proc.stdout.read() if proc.stdout else ''}")

@@ -30,7 +30,7 @@ def test_sigkill_between_checkpoints_then_resume_is_byte_identical(tmp_path, ref
     spec, ref = reference
     run_dir = tmp_path / "run"
     proc = tt_popen(tmp_path, "run", spec, "--resume", run_dir)
-    reached = wait_for_step(run_dir, 25, proc)
+    reached = wait_for_step(run_dir, 25, proc, checkpoint="step-000000020")
     kill_hard(proc, run_dir, PRETRAIN)
     assert reached < 40 or heartbeat_step(run_dir) < 80, "the run finished before it could be killed"
     assert not (run_dir / MODEL).exists()

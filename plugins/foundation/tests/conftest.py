@@ -91,8 +91,10 @@ class StageRun:
 
 
 def run_stage(run_dir: Path, stage: str, cfg: dict[str, Any], resume: bool = False,
-              signal_at_step: Optional[int] = None, sig: int = signal.SIGTERM) -> StageRun:
-    """Run a stage module in a subprocess; optionally send `sig` once a progress event reaches a step."""
+              signal_at_step: Optional[int] = None, sig: int = signal.SIGTERM,
+              signal_after: Optional[Path] = None) -> StageRun:
+    """Run a stage module in a subprocess; optionally send `sig` once a progress event reaches a step
+    (and, when given, once `signal_after` exists: checkpoints are finished in a background thread)."""
     request = make_request(run_dir, stage, cfg, resume)
     env = dict(os.environ, PYTHONUNBUFFERED="1", TT_NUM_THREADS="1")
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # let the engine env cache bytecode: torch imports 2x faster
@@ -110,7 +112,8 @@ def run_stage(run_dir: Path, stage: str, cfg: dict[str, Any], resume: bool = Fal
             continue
         events.append(event)
         if (signal_at_step is not None and not sent and event.get("type") == "progress"
-                and event.get("step", 0) >= signal_at_step):
+                and event.get("step", 0) >= signal_at_step
+                and (signal_after is None or signal_after.exists())):
             proc.send_signal(sig)
             sent = True
     return StageRun(proc.wait(), events, lines)

@@ -63,7 +63,8 @@ def test_reference_run_writes_checkpoints_heartbeats_and_result(reference):
 
 def test_sigkill_between_checkpoints_then_resume_is_byte_identical(tmp_path, reference):
     cfg, run = _fresh(tmp_path, reference)
-    killed = run_stage(run, "pretrain", cfg, signal_at_step=9, sig=signal.SIGKILL)
+    killed = run_stage(run, "pretrain", cfg, signal_at_step=9, sig=signal.SIGKILL,
+                       signal_after=run / "pretrain/recovery/checkpoints/step-000000006")
     assert killed.code == -9
     assert "step-000000006" in _steps(run) and not (run / MODEL).exists()
     resumed = run_stage(run, "pretrain", cfg, resume=True)
@@ -114,7 +115,8 @@ def test_backup_copy_is_used_when_local_checkpoints_are_damaged(tmp_path, refere
     cfg, run = _fresh(tmp_path, reference)
     backup = tmp_path / "backup"
     cfg = dict(cfg, checkpoint_backup_dir=str(backup))
-    stopped = run_stage(run, "pretrain", cfg, signal_at_step=14, sig=signal.SIGTERM)
+    stopped = run_stage(run, "pretrain", cfg, signal_at_step=14, sig=signal.SIGTERM,
+                        signal_after=run / "pretrain/recovery/checkpoints/step-000000012")
     assert stopped.code == 130
     local = _steps(run)
     assert sorted(p.name for p in (backup / "run").iterdir()) == local
