@@ -78,7 +78,7 @@ def run_trl(model_dir: Path, rows: list[dict], hp: dict, device: str) -> dict:
         config = SFTConfig(
             output_dir=tmp, per_device_train_batch_size=hp["batch_size"],
             gradient_accumulation_steps=hp["gradient_accumulation_steps"], num_train_epochs=hp["n_epochs"],
-            learning_rate=hp["learning_rate"], lr_scheduler_type="constant", warmup_ratio=0.0, weight_decay=0.0,
+            learning_rate=hp["learning_rate"], lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
             max_grad_norm=hp["max_grad_norm"], logging_steps=1, save_strategy="no", report_to=[], seed=hp["seed"],
             max_length=hp["max_seq_length"], packing=False, completion_only_loss=True, dataloader_num_workers=0,
             use_cpu=device == "cpu", bf16=device == "cuda", disable_tqdm=True, optim="adamw_torch",
