@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import time
 
 import pytest
 
@@ -13,13 +15,23 @@ from tt_engine_adapter.runtime.protocol import InputError
 REV = "0123456789abcdef0123456789abcdef01234567"
 
 
-def test_local_folder_fingerprint_notices_a_changed_byte(tmp_path, tiny_llama):
+def test_local_folder_fingerprint_notices_a_changed_byte(tmp_path, tiny_llama, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     copy = tmp_path / "model"
     shutil.copytree(tiny_llama, copy)
+    first_fresh = fingerprint.folder_fingerprint(copy)  # files just written: hashed, not cached (racy)
+    assert not (tmp_path / "cache" / "tt" / "adapter-sha256-cache.json").exists()
+    for path in copy.iterdir():
+        os.utime(path, ns=(time.time_ns() - 10**10, time.time_ns() - 10**10))
     first = model_source.fetch({"base_model": str(copy)})
-    assert first["path"] == str(copy) and first["revision"] is None
-    config = copy / "config.json"
-    config.write_text(config.read_text().replace("}", " }", 1))
+    assert first["path"] == str(copy) and first["revision"] is None and first["fingerprint"] == first_fresh
+    assert (tmp_path / "cache" / "tt" / "adapter-sha256-cache.json").is_file()
+    assert fingerprint.folder_fingerprint(copy) == first["fingerprint"]  # from the hash cache
+    assert fingerprint.folder_fingerprint(copy, use_cache=False) == first["fingerprint"]
+    weights = copy / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0x01  # same size: only the content (and mtime) change
+    weights.write_bytes(bytes(data))
     assert fingerprint.folder_fingerprint(copy) != first["fingerprint"]
 
 
