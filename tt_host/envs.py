@@ -164,6 +164,7 @@ def _uv_sync(engine: Engine, path: Path, offline: bool, log: Callable[[str], Non
     command = [
         uv_binary(), "sync", "--locked", "--project", str(engine.runtime_project),
         "--python", getattr(sys, "_base_executable", sys.executable), "--no-python-downloads",
+        "--compile-bytecode",  # stages start fast even where PYTHONDONTWRITEBYTECODE is set
     ]
     for group in engine.sync_groups:
         command += ["--group", group]
