@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from tt_host.spec.schema import BehaviorSpec
 
@@ -37,6 +37,10 @@ class Stage:
                never answers) and writes predictions.jsonl; the host scores them
                and stores metrics under this prefix (e.g. "baseline").
     gets_train_rows: the stage receives the compiled training chat rows.
+    launch:    optional; returns the interpreter arguments that start the stage
+               for this spec, instead of `-m <module>` (for example
+               `-m torch.distributed.run --nproc_per_node 2 -m <module>`).
+               The host appends the request path and knows nothing of them.
     description: one line for progress displays.
     """
 
@@ -46,7 +50,12 @@ class Stage:
     enabled: Callable[[BehaviorSpec], bool] = _always
     evaluates: Optional[str] = None
     gets_train_rows: bool = False
+    launch: Optional[Callable[[BehaviorSpec], Sequence[str]]] = None
     description: str = ""
+
+    def arguments(self, spec: BehaviorSpec) -> list[str]:
+        """Interpreter arguments that start this stage (before the request path)."""
+        return list(self.launch(spec)) if self.launch is not None else ["-m", self.module]
 
 
 @dataclass(frozen=True)

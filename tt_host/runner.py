@@ -1,6 +1,7 @@
 """Running one stage as a subprocess in its engine environment.
 
-The stage runs as `python -m <module> <request.json>` in a new session (its
+The stage runs as `python -m <module> <request.json>` (or the arguments its
+`Stage.launch` returns, e.g. a torchrun launcher) in a new session (its
 own process group). Its stdout and stderr lines are parsed as JSON-line events
 (docs/protocol.md); anything else becomes a log event. Every line is appended
 to the stage log. SIGINT / SIGTERM received by the host are forwarded to the
@@ -101,7 +102,7 @@ class _SignalForwarder:
 
 def run_stage(
     python: Path,
-    module: str,
+    arguments: list[str] | str,
     request_path: Path,
     cwd: Path,
     log_path: Path,
@@ -115,7 +116,7 @@ def run_stage(
     env.pop("PYTHONPATH", None)  # the host's import path must not leak into the engine environment
     env.update(extra_env or {})
     process = subprocess.Popen(
-        [str(python), "-m", module, str(request_path)],
+        [str(python), *(["-m", arguments] if isinstance(arguments, str) else arguments), str(request_path)],
         cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL, start_new_session=True, bufsize=1, text=True, errors="replace",
     )
