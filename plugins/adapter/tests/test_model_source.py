@@ -19,6 +19,8 @@ def test_local_folder_fingerprint_notices_a_changed_byte(tmp_path, tiny_llama, m
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     copy = tmp_path / "model"
     shutil.copytree(tiny_llama, copy)
+    for path in copy.iterdir():
+        os.utime(path)  # copytree keeps the source's mtimes: make them "just written"
     first_fresh = fingerprint.folder_fingerprint(copy)  # files just written: hashed, not cached (racy)
     assert not (tmp_path / "cache" / "tt" / "adapter-sha256-cache.json").exists()
     for path in copy.iterdir():
