@@ -65,7 +65,7 @@ def run_trl(model_dir: Path, rows: list[dict], hp: dict, device: str) -> dict:
     import torch
     from datasets import Dataset
     from peft import LoraConfig
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTConfig, SFTTrainer
 
     datasets.disable_progress_bars()
@@ -110,7 +110,6 @@ def main() -> int:
     args = parser.parse_args()
     import torch
 
-    from tt_engine_adapter.runtime import chat
     from tt_engine_adapter.runtime.data import encode_rows
     from tt_engine_adapter.testing.tiny_model import build
     from transformers import AutoTokenizer

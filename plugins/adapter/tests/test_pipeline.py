@@ -6,7 +6,6 @@ import json
 import shutil
 
 import pytest
-import torch
 from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 

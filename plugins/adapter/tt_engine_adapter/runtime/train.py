@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from tt_engine_adapter.runtime import checkpoint
 from tt_engine_adapter.runtime.chat import IGNORE_INDEX, Encoded
-from tt_engine_adapter.runtime.protocol import STOP, Interrupted, log, progress
+from tt_engine_adapter.runtime.protocol import STOP, Interrupted, log
 
 
 def build_schedule(n_rows: int, batch_size: int, accumulation: int, n_epochs: int, seed: int,

@@ -23,7 +23,7 @@ def main(request: dict) -> dict:
     from tt_engine_adapter.runtime.data import prepared, read_jsonl, with_system
     from tt_engine_adapter.runtime.generate import generate
 
-    spec, hp = request["spec"], request["spec"]["hyperparameters"]
+    hp = request["spec"]["hyperparameters"]
     prefix = "candidate" if request["stage"] == "candidate" else "baseline"
     stage_dir = Path(request["stage_dir"])
     base = model_source.resolved(request)

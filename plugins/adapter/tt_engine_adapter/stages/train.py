@@ -24,7 +24,7 @@ def main(request: dict) -> dict:
     from tt_engine_adapter.runtime import train as loop
     from tt_engine_adapter.runtime.data import encode_rows, prepared, read_jsonl
 
-    spec, hp = request["spec"], request["spec"]["hyperparameters"]
+    hp = request["spec"]["hyperparameters"]
     stage_dir = Path(request["stage_dir"])
     base = model_source.resolved(request)
     device = model_source.pick_device(request)
