@@ -11,12 +11,14 @@ import hashlib
 import os
 import platform
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
 from tt_host.engine import Check, Engine, Stage
 from tt_host.hookspecs import hookimpl
 
+from .launcher import stage_arguments, world_size
 from .runtime.corpus import list_shards
 from .spec import FoundationSpec
 
@@ -130,17 +132,24 @@ def _rl_enabled(spec: FoundationSpec) -> bool:
     return spec.foundation.rl_steps > 0
 
 
+def _launch(module: str):
+    """Stage.launch for the training stages: torchrun when nproc_per_node × nnodes > 1."""
+    def launch(spec: FoundationSpec) -> list[str]:
+        return stage_arguments(_f(spec), module)
+    return launch
+
+
 STAGES = (
     Stage("tokenizer", "tt_engine_foundation.stages.tokenizer", inputs=tokenizer_inputs, gets_train_rows=True,
           description="train the byte-level BPE tokenizer"),
     Stage("token_cache", "tt_engine_foundation.stages.token_cache", inputs=token_cache_inputs, gets_train_rows=True,
           description="encode the corpus into the token cache"),
     Stage("pretrain", "tt_engine_foundation.stages.pretrain", inputs=pretrain_inputs,
-          description="pretrain the GPT with recoverable checkpoints"),
+          launch=_launch("tt_engine_foundation.stages.pretrain"), description="pretrain the GPT with recoverable checkpoints"),
     Stage("bpb", "tt_engine_foundation.stages.bpb", inputs=bpb_inputs, gets_train_rows=True,
           description="held-out bits per byte"),
     Stage("sft", "tt_engine_foundation.stages.sft", inputs=sft_inputs, gets_train_rows=True,
-          description="chat SFT on the training rows"),
+          launch=_launch("tt_engine_foundation.stages.sft"), description="chat SFT on the training rows"),
     Stage("rl", "tt_engine_foundation.stages.rl", inputs=rl_inputs, enabled=_rl_enabled, gets_train_rows=True,
           description="on-policy RL with exact-answer rewards"),
     Stage("chat_eval", "tt_engine_foundation.stages.chat_eval", inputs=chat_eval_inputs, evaluates="chat_eval",
@@ -176,6 +185,48 @@ def _device_check(device: str) -> Check:
         found = "cuda" if has_nvidia else ("mps" if has_mps else "cpu")
         return Check("foundation.device", "ok", f"auto picks {found}")
     return Check("foundation.device", "ok", "cpu")
+
+
+def cuda_device_count() -> Optional[int]:
+    """GPUs that `nvidia-smi -L` lists (None when nvidia-smi is missing or fails); never imports torch."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    count = sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+    if visible is not None:
+        count = min(count, len([v for v in visible.split(",") if v.strip() and v.strip() != "-1"]))
+    return count
+
+
+def world_check(name: str, nproc: int, nnodes: int, device: str) -> Check:
+    """The requested world size against the devices present (CUDA: one GPU per process)."""
+    world = nproc * nnodes
+    where = f"{nproc} process(es) per node × {nnodes} node(s) = world size {world}"
+    count = cuda_device_count() if device in ("cuda", "auto") else None
+    if device == "cuda" or (device == "auto" and count):
+        if count is None:
+            return Check(name, "fail" if device == "cuda" else "warn", f"{where}; nvidia-smi -L lists no GPU",
+                         "install the NVIDIA driver or use device cpu (gloo)")
+        if nproc > count:
+            return Check(name, "fail", f"{where}, but this node has {count} CUDA device(s) (nvidia-smi -L)",
+                         f"set nproc_per_node to at most {count}")
+        return Check(name, "ok", f"{where}; NCCL on {nproc} of {count} CUDA device(s)")
+    if world == 1:
+        return Check(name, "ok", "one process")
+    if device == "mps":
+        return Check(name, "fail", f"{where}: distributed training runs on cuda or cpu, not mps", "use device cpu")
+    cores = os.cpu_count() or 1
+    if nproc > cores:
+        return Check(name, "warn", f"{where} with gloo on CPU, more processes than the {cores} CPU cores",
+                     f"use at most {cores} processes per node")
+    return Check(name, "ok", f"{where}; gloo on CPU ({cores} cores)")
 
 
 def _disk_check(spec: FoundationSpec) -> Check:
@@ -216,7 +267,9 @@ def doctor(spec: Optional[FoundationSpec], device: str) -> Iterable[Check]:
     if f.corpus_path is None:
         yield Check("foundation.corpus_path", "warn", "no corpus: the smoke corpus proves the wiring, not capability",
                     "set foundation.corpus_path to real text")
-    yield _device_check(device if device and device != "auto" else f.device)
+    chosen = device if device and device != "auto" else f.device
+    yield _device_check(chosen)
+    yield world_check("foundation.nproc_per_node", f.nproc_per_node, f.nnodes, chosen)
     yield _disk_check(spec)
 
 

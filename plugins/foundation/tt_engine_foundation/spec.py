@@ -75,7 +75,10 @@ class FoundationConfig(StrictModel):
     seed: int = Field(1337, ge=0, le=2**31 - 1)
     finetune_steps: int = Field(100, ge=0, le=10_000_000)
     rl_steps: int = Field(0, ge=0, le=10_000_000)
-    nproc_per_node: int = Field(1, ge=1, le=64)
+    nproc_per_node: int = Field(1, ge=1, le=64, description="Processes (GPUs) per node for pretraining and SFT; above 1 runs them under torchrun with DistributedDataParallel.")
+    nnodes: int = Field(1, ge=1, le=1024, description="Machines taking part; above 1 needs rdzv_endpoint and node_rank (docs/distributed.md).")
+    node_rank: int = Field(0, ge=0, le=1023, description="This machine's index among nnodes (0 on the machine at rdzv_endpoint).")
+    rdzv_endpoint: Optional[str] = Field(None, min_length=1, max_length=255, description="host:port of node 0 for a multi-node run (torchrun's master address and port).")
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     compile: bool = Field(False, description="torch.compile the model for pretraining.")
 
@@ -122,14 +125,34 @@ class FoundationConfig(StrictModel):
                 raise ValueError(f"{value} exists and is not a folder")
         return value
 
-    @field_validator("nproc_per_node")
+    @field_validator("rdzv_endpoint")
     @classmethod
-    def _single_process(cls, value: int) -> int:
-        if value > 1:
+    def _endpoint(cls, value: Optional[str]) -> Optional[str]:
+        if value is None:
+            return None
+        host, sep, port = value.strip().rpartition(":")
+        if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise ValueError(f"{value!r} is not host:port (for example 10.0.0.1:29500)")
+        return value.strip()
+
+    @model_validator(mode="after")
+    def _world(self) -> "FoundationConfig":
+        if self.nnodes > 1 and self.rdzv_endpoint is None:
+            raise ValueError(f"foundation.nnodes is {self.nnodes} but foundation.rdzv_endpoint is not set: "
+                             "give node 0's host:port")
+        if self.node_rank >= self.nnodes:
+            raise ValueError(f"foundation.node_rank ({self.node_rank}) must be smaller than foundation.nnodes ({self.nnodes})")
+        world = self.nproc_per_node * self.nnodes
+        if world > 1 and self.device == "mps":
+            raise ValueError("foundation.nproc_per_node × nnodes > 1 needs device cpu (gloo) or cuda (NCCL), not mps")
+        if world > 1 and self.batch_size % world and self.gradient_accumulation_steps % world:
             raise ValueError(
-                "distributed training (nproc_per_node > 1) is not available yet in the foundation engine; use 1"
+                f"foundation.batch_size ({self.batch_size}) × foundation.gradient_accumulation_steps "
+                f"({self.gradient_accumulation_steps}) sequences per optimizer step cannot be split evenly across "
+                f"{world} processes (foundation.nproc_per_node {self.nproc_per_node} × foundation.nnodes {self.nnodes}): "
+                f"make foundation.batch_size or foundation.gradient_accumulation_steps a multiple of {world}"
             )
-        return value
+        return self
 
     @field_validator("warmup_steps")
     @classmethod

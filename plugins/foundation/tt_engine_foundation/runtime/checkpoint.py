@@ -2,7 +2,7 @@
 
 A checkpoint is a folder `step-<9 digits>/` holding `model.safetensors`,
 `optimizer.pt` (AdamW state), `trainer-state.pt` (scheduler, CPU/CUDA/numpy
-RNG, counters) and `metadata.json` (step, samples consumed, tokens seen, last
+RNG of every rank, the world size, counters) and `metadata.json` (step, samples consumed, tokens seen, last
 loss, the config and its fingerprint, and every file's size and sha256).
 It is built in a hidden temporary folder and renamed into place, so a
 folder named `step-*` is complete unless the disk lies; `verify` checks the
@@ -88,9 +88,10 @@ class Saver:
         self._error: Optional[BaseException] = None
         self.last: Optional[Path] = None
 
-    def save(self, model, optimizer, state: "TrainerState", config: Mapping[str, Any], fingerprint: str) -> Path:
+    def save(self, model, optimizer, state: "TrainerState", config: Mapping[str, Any], fingerprint: str,
+             rank_rng: Optional[list] = None) -> Path:
         self.wait()
-        tmp, final = _write_raw(self.directory, model, optimizer, state)
+        tmp, final = _write_raw(self.directory, model, optimizer, state, rank_rng)
         counters = _counters(state)
         args = (tmp, final, counters, dict(config), fingerprint)
         if self.background:
@@ -137,8 +138,12 @@ def save(
     return final
 
 
-def _write_raw(directory: Path, model, optimizer, state: TrainerState) -> tuple[Path, Path]:
-    """Serialise weights, optimizer and trainer state into a hidden temporary folder."""
+def _write_raw(directory: Path, model, optimizer, state: TrainerState,
+               rank_rng: Optional[list] = None) -> tuple[Path, Path]:
+    """Serialise weights, optimizer and trainer state into a hidden temporary folder.
+
+    rank_rng: every rank's RNG state in rank order (distributed runs); rank 0's is also `rng`.
+    """
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     name = step_name(state.step)
     final = directory / name
@@ -149,7 +154,9 @@ def _write_raw(directory: Path, model, optimizer, state: TrainerState) -> tuple[
     weights = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
     save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    torch.save({"scheduler": state.scheduler, "rng": rng_state(), "counters": _counters(state)}, tmp / "trainer-state.pt")
+    rank_rng = rank_rng or [rng_state()]
+    torch.save({"scheduler": state.scheduler, "rng": rank_rng[0], "rank_rng": rank_rng, "world_size": len(rank_rng),
+                "counters": _counters(state)}, tmp / "trainer-state.pt")
     return tmp, final
 
 
@@ -324,6 +331,26 @@ def choose_resume(
     if notes:
         notes.append(f"resuming from {path} (step {metadata['step']})")
     return ResumeChoice(path, notes, metadata)
+
+
+def read_trainer(path: Path) -> dict[str, Any]:
+    """trainer-state.pt: scheduler, counters, `rng` (rank 0), `rank_rng` (every rank), `world_size`."""
+    trainer = torch.load(path / "trainer-state.pt", map_location="cpu", weights_only=False)
+    trainer.setdefault("rank_rng", [trainer["rng"]])
+    trainer.setdefault("world_size", len(trainer["rank_rng"]))
+    return trainer
+
+
+def trainer_state(trainer: Mapping[str, Any]) -> TrainerState:
+    counters = trainer["counters"]
+    return TrainerState(
+        step=counters["step"],
+        samples_consumed=counters["samples_consumed"],
+        tokens_seen=counters["tokens_seen"],
+        last_loss=counters["last_loss"],
+        elapsed_seconds=counters.get("elapsed_seconds", 0.0),
+        scheduler=trainer["scheduler"],
+    )
 
 
 def load(path: Path, model: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer], device) -> TrainerState:

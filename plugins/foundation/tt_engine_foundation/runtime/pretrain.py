@@ -5,6 +5,10 @@ pure function of the step, and checkpoints restore weights, optimizer and RNG
 exactly, so on CPU a killed-and-resumed run ends byte-identical to an
 uninterrupted one. SIGTERM/SIGINT set a flag checked after every optimizer
 step: the loop checkpoints the current step and raises `Interrupted`.
+Under torchrun (DistributedDataParallel) the ranks split each global batch
+(`distributed.shard_plan`) and agree, in one all-reduce per step, on the mean
+loss and on whether to stop or save, so the checkpoint is taken once, at the
+same step on every rank.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from . import checkpoint as ckpt
 from .loss import cross_entropy
 from .model import GPT, ModelConfig
 from .optim import build_adamw, lr_at, set_lr
+from . import distributed as D
 from .protocol import Interrupted, StageError, log, progress, stop_requested
 from .token_cache import Windows
 
@@ -57,6 +62,46 @@ def _append_jsonl(path: Path, row: Mapping[str, Any]) -> None:
         os.fsync(handle.fileno())
 
 
+def _cpu(value: Any) -> Any:
+    """An optimizer state dict with every tensor on the CPU (to hand it to other ranks)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {k: _cpu(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cpu(v) for v in value)
+    return value
+
+
+def _restore(choice: ckpt.ResumeChoice, model: GPT, optimizer, device) -> ckpt.TrainerState:
+    """Load the chosen checkpoint: rank 0 reads it and hands optimizer state and RNG to every rank.
+
+    Weights reach the other ranks through DistributedDataParallel's start-up broadcast. Each rank
+    gets back its own RNG state when the world size is the one the checkpoint was written with;
+    otherwise rank 0's (pretraining draws no random numbers, so a changed world size resumes the
+    same global batches in the same order).
+    """
+    ctx = D.context()
+    payload = None
+    if ctx.is_main:
+        ckpt.load(choice.path, model, optimizer, device)
+        trainer = ckpt.read_trainer(choice.path)
+        payload = (_cpu(optimizer.state_dict()) if ctx.enabled else None, trainer)
+    payload = D.broadcast_object(payload, "checkpoint hand-over")
+    optimizer_state, trainer = payload
+    if not ctx.is_main:
+        optimizer.load_state_dict(optimizer_state)
+    rngs = trainer["rank_rng"]
+    if int(trainer["world_size"]) == ctx.world_size:
+        ckpt.set_rng_state(rngs[ctx.rank])
+    else:
+        ckpt.set_rng_state(rngs[0])
+        if ctx.is_main:
+            log(f"checkpoint written by {trainer['world_size']} process(es), resumed by {ctx.world_size}: "
+                "same global batches and order; every rank starts from rank 0's RNG state")
+    return ckpt.trainer_state(trainer)
+
+
 def run_pretraining(
     *,
     cfg: Mapping[str, Any],
@@ -70,8 +115,13 @@ def run_pretraining(
     backup_dir: Optional[Path],
     heartbeat_path: Path,
 ) -> tuple[GPT, ckpt.TrainerState, dict[str, Any]]:
-    """Train (or continue) to cfg['pretrain_steps']; returns model, final state and run figures."""
-    choice = ckpt.choose_resume(checkpoint_dir, backup_dir, fingerprint, config)
+    """Train (or continue) to cfg['pretrain_steps']; returns model, final state and run figures.
+
+    Under torchrun every rank runs this with the same arguments (see runtime/distributed.py):
+    rank 0 alone chooses the checkpoint, writes checkpoints and heartbeats.
+    """
+    ctx = D.context()
+    choice = D.on_main(lambda: ckpt.choose_resume(checkpoint_dir, backup_dir, fingerprint, config), "checkpoint choice")
     for note in choice.notes:
         log(note, "warning")
 
@@ -83,22 +133,25 @@ def run_pretraining(
     model.to(device)
     optimizer = build_adamw(model, peak_lr, float(cfg["weight_decay"]), device)
     if choice.path is not None:
-        state = ckpt.load(choice.path, model, optimizer, device)
-        log(f"resumed pretraining from {choice.path} at step {state.step}")
+        state = _restore(choice, model, optimizer, device)
+        log(f"resumed pretraining from {choice.path} at step {state.step}"
+            + (f" with {ctx.world_size} processes" if ctx.enabled else ""))
     else:
         state = ckpt.TrainerState()
+    ddp = D.wrap(model, device)
 
     total = int(cfg["pretrain_steps"])
     batch, accum, seq = int(cfg["batch_size"]), int(cfg["gradient_accumulation_steps"]), int(cfg["sequence_length"])
+    plan = D.shard_plan(batch, accum, ctx.world_size, ctx.rank)
     windows = Windows(tokens, seq, seed)
-    tokens_per_step = batch * accum * seq
+    tokens_per_step = batch * accum * seq  # the global batch, whatever the world size
     use_bf16 = bool(cfg["bf16"]) and device.type == "cuda"
     autocast = (
         torch.autocast(device_type="cuda", dtype=torch.bfloat16) if use_bf16 else contextlib.nullcontext()
     )
-    step_fn = model
+    step_fn = ddp
     if cfg.get("compile"):
-        step_fn = torch.compile(model)
+        step_fn = torch.compile(ddp)
     clip = float(cfg["gradient_clip"])
     log_every = int(cfg["log_interval_steps"])
     every_steps = int(cfg["checkpoint_interval_steps"])
@@ -110,7 +163,10 @@ def run_pretraining(
     def save() -> Path:
         state.scheduler = {"kind": "warmup_cosine", "step": state.step, "total": total, "peak_lr": peak_lr,
                            "warmup_steps": int(cfg["warmup_steps"]), "min_lr_ratio": float(cfg["min_lr_ratio"])}
-        return saver.save(model, optimizer, state, config, fingerprint)
+        rank_rng = D.gather_objects(ckpt.rng_state(), "RNG gather for the checkpoint") if ctx.enabled else None
+        if not ctx.is_main:
+            return checkpoint_dir / ckpt.step_name(state.step)
+        return saver.save(model, optimizer, state, config, fingerprint, rank_rng)
 
     model.train()
     started = time.monotonic()
@@ -128,15 +184,27 @@ def run_pretraining(
             lr = lr_at(state.step, total, peak_lr, int(cfg["warmup_steps"]), float(cfg["min_lr_ratio"]))
             set_lr(optimizer, lr)
             loss_sum = torch.zeros((), device=device)
-            for _ in range(accum):
-                rows = torch.from_numpy(windows.batch(state.samples_consumed, batch)).to(device, non_blocking=True)
-                state.samples_consumed += batch
-                with autocast:
-                    logits = step_fn(rows[:, :-1])
-                loss = cross_entropy(logits.reshape(-1, logits.size(-1)).float(), rows[:, 1:].reshape(-1))
-                (loss / accum).backward()
+            step_start = state.samples_consumed
+            for micro in range(plan.micro_steps):
+                start = plan.start(step_start, micro)
+                rows = torch.from_numpy(windows.batch(start, plan.micro_batch)).to(device, non_blocking=True)
+                with D.no_sync(ddp, micro < plan.micro_steps - 1), D.collective("gradient all-reduce"):
+                    with autocast:
+                        logits = step_fn(rows[:, :-1])
+                    loss = cross_entropy(logits.reshape(-1, logits.size(-1)).float(), rows[:, 1:].reshape(-1))
+                    (loss / plan.micro_steps).backward()
                 loss_sum += loss.detach()
-            step_loss = float(loss_sum) / accum  # one device sync per step
+            state.samples_consumed = step_start + batch * accum
+            interrupted = stop_requested()
+            time_due = every_seconds > 0 and time.monotonic() - last_save >= every_seconds
+            if ctx.enabled:  # one collective: the global mean loss, and whether any rank stops or is due to save
+                flags = torch.tensor([float(interrupted), float(time_due)], device=device)
+                stats = D.all_reduce_sum(torch.cat([loss_sum.reshape(1), flags]), "loss and stop-flag all-reduce")
+                total_loss, stops, dues = stats.tolist()
+                step_loss = total_loss / (plan.micro_steps * ctx.world_size)
+                interrupted, time_due = stops > 0, dues > 0
+            else:
+                step_loss = float(loss_sum) / accum  # one device sync per step
             if not np.isfinite(step_loss):
                 raise StageError(
                     f"pretraining loss became {step_loss} at step {state.step + 1}; "
@@ -162,7 +230,7 @@ def run_pretraining(
             state.elapsed_seconds += now - prev_tick
             prev_tick = now
             losses.append((state.step, step_loss))
-            if state.step % log_every == 0 or state.step == total:
+            if ctx.is_main and (state.step % log_every == 0 or state.step == total):
                 rate = window_tokens / max(now - window_start, 1e-9)
                 row = {"step": state.step, "loss": step_loss, "lr": lr, "tokens_per_second": rate,
                        "elapsed": state.elapsed_seconds, "tokens_seen": state.tokens_seen,
@@ -170,11 +238,10 @@ def run_pretraining(
                 _append_jsonl(heartbeat_path, row)
                 progress(state.step, total, "step", {"loss": step_loss, "lr": lr, "tokens_per_second": rate})
                 window_start, window_tokens = now, 0
-            interrupted = stop_requested()
             due = (
                 state.step == total
                 or (every_steps > 0 and state.step % every_steps == 0)
-                or (every_seconds > 0 and now - last_save >= every_seconds)
+                or time_due
                 or interrupted
             )
             if due:

@@ -3,6 +3,10 @@
 Reads the request, emits JSON-line events on stdout, writes files atomically,
 turns SIGTERM/SIGINT into a flag the training loops check at step boundaries,
 and maps errors onto the protocol's exit codes. Never imports tt_host.
+
+Under torchrun only the first rank of each node (LOCAL_RANK 0) speaks to the
+host: it emits events and writes result.json; the other ranks write their log
+lines as plain text to stderr (kept in the stage log) and no result.
 """
 
 from __future__ import annotations
@@ -63,7 +67,17 @@ def stop_requested() -> bool:
     return STOP.requested
 
 
+def speaks() -> bool:
+    """Whether this process talks to the host (always, except ranks other than a node's first under torchrun)."""
+    return os.environ.get("LOCAL_RANK", "0") == "0"
+
+
 def emit(event: Mapping[str, Any]) -> None:
+    if not speaks():
+        if event.get("type") == "log" and event.get("level") in ("warning", "error"):
+            sys.stderr.write(f"[rank {os.environ.get('RANK', '?')}] {event.get('level')}: {event.get('message')}\n")
+            sys.stderr.flush()
+        return
     sys.stdout.write(json.dumps(event, default=_json_default) + "\n")
     sys.stdout.flush()
 
@@ -152,6 +166,8 @@ def read_request(path: Optional[str] = None) -> dict[str, Any]:
 
 
 def write_result(request: Mapping[str, Any], result: Mapping[str, Any]) -> None:
+    if not speaks():
+        return
     body = {"status": "completed", "metrics": {}, "series": {}, "outputs": {}, "artifacts": [], "notes": []}
     body.update(result)
     atomic_write_json(request["result_path"], body)
@@ -164,6 +180,7 @@ def main(run: Callable[[dict[str, Any]], Mapping[str, Any]]) -> None:
         request = read_request()
         result = run(request)
         write_result(request, result)
+        _leave_process_group()  # only after success: a failed NCCL group may not shut down cleanly
     except Interrupted as exc:
         log(str(exc) or "interrupted; state saved", "warning")
         sys.exit(EXIT_INTERRUPTED)
@@ -178,6 +195,13 @@ def main(run: Callable[[dict[str, Any]], Mapping[str, Any]]) -> None:
         log(f"{type(exc).__name__}: {exc}", "error")
         sys.exit(EXIT_FAILED)
     sys.exit(EXIT_OK)
+
+
+def _leave_process_group() -> None:
+    if "torch.distributed" in sys.modules:
+        from . import distributed
+
+        distributed.shutdown()
 
 
 def file_digest(path: str | Path, chunk: int = 1 << 20) -> str:

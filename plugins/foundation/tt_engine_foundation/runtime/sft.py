@@ -3,6 +3,13 @@
 AdamW at half the pretraining peak learning rate, linear decay to zero over
 `finetune_steps`; batches of `batch_size` rows in a seeded order, padded with
 `<|pad|>` (padding and prompt tokens are ignored by the loss).
+
+Under torchrun every rank draws the same batch and computes rows
+`rank::world_size` of it; its loss is its supervised-token loss sum over the
+whole batch's supervised-token count (times the world size, which
+DistributedDataParallel's gradient average divides out), so the update is the
+single-process one whatever the world size. Ranks agree on stopping through
+the same all-reduce that averages the reported loss.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import torch.nn.functional as F
 
 from . import tokenizer as T
 from .chat import render, truncate_example
+from . import distributed as D
 from .optim import build_adamw, set_lr
 from .protocol import Interrupted, StageError, stop_requested
 
@@ -48,12 +56,24 @@ def collate(examples: Sequence[tuple[list[int], list[int]]], pad_id: int) -> tup
     return x, y
 
 
-def supervised_loss(model, x: torch.Tensor, y: torch.Tensor, autocast_dtype) -> torch.Tensor:
+def supervised_loss(model, x: torch.Tensor, y: torch.Tensor, autocast_dtype, reduction: str = "mean") -> torch.Tensor:
     device = x.device
     ctx = torch.autocast(device_type="cuda", dtype=autocast_dtype) if autocast_dtype is not None and device.type == "cuda" else _null()
     with ctx:
         logits = model(x)
-    return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), y.reshape(-1), ignore_index=IGNORE)
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), y.reshape(-1), ignore_index=IGNORE,
+                           reduction=reduction)
+
+
+def _rank_loss(model, picked, pad: int, device, autocast_dtype, rank: int, world: int) -> torch.Tensor:
+    """This rank's share of the batch loss, scaled so DDP's gradient average gives the batch mean."""
+    supervised = sum(sum(mask[1:]) for _, mask in picked)
+    mine = picked[rank::world]
+    x, y = collate(mine or picked[:1], pad)
+    if not mine:  # more ranks than rows: take part in the all-reduce with a zero-weight row
+        y.fill_(IGNORE)
+    total = supervised_loss(model, x.to(device), y.to(device), autocast_dtype, reduction="sum")
+    return total * (world / max(1, supervised))
 
 
 class _null:
@@ -81,6 +101,8 @@ def run_sft(
     pad = T.special_id(tok, T.PAD)
     torch.manual_seed(int(cfg["seed"]) + 1)
     optimizer = build_adamw(model, peak_lr * SFT_LR_SCALE, float(cfg["weight_decay"]), device)
+    dist = D.context()
+    net = D.wrap(model, device)
     clip = float(cfg["gradient_clip"])
     model.train()
     losses: list[tuple[int, float]] = []
@@ -96,19 +118,28 @@ def run_sft(
                 cursor = 0
             picked.append(examples[int(order[cursor])])
             cursor += 1
-        x, y = collate(picked, pad)
-        loss = supervised_loss(model, x.to(device), y.to(device), autocast_dtype)
-        loss.backward()
+        stopping = stop_requested()
+        if dist.enabled:
+            with D.collective("SFT gradient all-reduce"):
+                loss = _rank_loss(net, picked, pad, device, autocast_dtype, dist.rank, dist.world_size)
+                loss.backward()
+            stats = torch.stack([loss.detach() / dist.world_size, torch.tensor(float(stopping), device=device)])
+            value_t, stops = D.all_reduce_sum(stats, "SFT loss and stop-flag all-reduce").tolist()
+            stopping = stops > 0
+        else:
+            x, y = collate(picked, pad)
+            loss = supervised_loss(model, x.to(device), y.to(device), autocast_dtype)
+            loss.backward()
         if clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        value = float(loss.detach())
+        value = value_t if dist.enabled else float(loss.detach())
         if not np.isfinite(value):
             raise StageError(f"SFT loss became {value} at step {step + 1}; lower foundation.learning_rate")
         losses.append((step + 1, value))
         if on_step is not None:
             on_step(step + 1, steps, value, lr)
-        if stop_requested():
+        if stopping or (not dist.enabled and stop_requested()):
             raise Interrupted(f"SFT stopped at step {step + 1}; it restarts from the pretrained model on resume")
     return losses

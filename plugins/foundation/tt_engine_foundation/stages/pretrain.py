@@ -3,6 +3,8 @@
 Resumes from the newest intact checkpoint whose config fingerprint matches
 (local, then `checkpoint_backup_dir`); refuses changed settings before any
 file changes. Writes the final model to `<run>/pretrain/model/`.
+With world size > 1 the plugin starts this module under torchrun; every rank
+runs `run`, the first rank of each node writes the model and the result.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from ..runtime import protocol as P
 
 def run(request: Mapping[str, Any]) -> dict[str, Any]:
     from ..runtime import checkpoint as ckpt
+    from ..runtime import distributed as D
     from ..runtime import token_cache as TC
     from ..runtime.common import (
         fconfig, layout, learning_rate, load_tokenizer, model_config, request_device, setup_threads,
@@ -25,7 +28,7 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
     setup_threads()
     cfg = fconfig(request)
     lay = layout(request)
-    device = request_device(request)
+    device = D.init(request_device(request))
     tok = load_tokenizer(request)
     manifest = TC.read_manifest(lay.tokens_manifest)
     if manifest is None:
@@ -39,19 +42,23 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
     fingerprint = ckpt.config_fingerprint(config)
     backup_root = cfg.get("checkpoint_backup_dir")
     backup_dir = Path(backup_root) / Path(request["run_dir"]).name if backup_root else None
+    world = D.context().world_size
     P.log(
         f"pretraining depth {cfg['depth']} (width {model_cfg.hidden_size}, {model_cfg.num_attention_heads} heads) "
         f"for {cfg['pretrain_steps']} steps at peak lr {peak_lr:.3g} on {device}"
+        + (f" with {world} processes ({D.context().backend})" if world > 1 else "")
     )
     model, state, figures = run_pretraining(
         cfg=cfg, model_cfg=model_cfg, tokens=tokens, device=device, peak_lr=peak_lr, config=config,
         fingerprint=fingerprint, checkpoint_dir=lay.checkpoints, backup_dir=backup_dir, heartbeat_path=lay.heartbeats,
     )
-    model_dir = save_model_dir(
-        lay.model_dir("pretrain"), model, lay.tokenizer_json, "foundation-base",
-        {"stage": "pretrain", "config_fingerprint": fingerprint,
-         "system_message_sha256": request.get("system_message_sha256", "")},
-    )
+    model_dir = lay.model_dir("pretrain")
+    if P.speaks():
+        save_model_dir(
+            model_dir, model, lay.tokenizer_json, "foundation-base",
+            {"stage": "pretrain", "config_fingerprint": fingerprint,
+             "system_message_sha256": request.get("system_message_sha256", "")},
+        )
     params = model.num_params()
     metrics = {
         "pretrain.final_loss": state.last_loss,
@@ -60,6 +67,7 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
         "pretrain.tokens_seen": state.tokens_seen,
         "pretrain.parameters": params,
         "pretrain.learning_rate": peak_lr,
+        "pretrain.world_size": world,
     }
     notes = []
     if not cfg.get("corpus_path"):

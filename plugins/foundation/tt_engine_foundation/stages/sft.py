@@ -1,4 +1,8 @@
-"""Stage `sft`: chat fine-tuning of the pretrained model on the training rows (assistant tokens only)."""
+"""Stage `sft`: chat fine-tuning of the pretrained model on the training rows (assistant tokens only).
+
+With world size > 1 the plugin starts it under torchrun (DistributedDataParallel);
+the first rank of each node writes the model and the result.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from ..runtime import protocol as P
 
 
 def run(request: Mapping[str, Any]) -> dict[str, Any]:
+    from ..runtime import distributed as D
     from ..runtime.common import (
         autocast_dtype, fconfig, layout, learning_rate, load_tokenizer, request_device, setup_threads,
     )
@@ -17,7 +22,7 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
     setup_threads()
     cfg = fconfig(request)
     lay = layout(request)
-    device = request_device(request)
+    device = D.init(request_device(request))
     tok = load_tokenizer(request)
     rows = request.get("train_rows") or []
     model = load_model_dir(lay.model_dir("pretrain"), device)
@@ -29,10 +34,12 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
 
     P.log(f"SFT on {len(rows)} training rows for {cfg['finetune_steps']} steps")
     losses = run_sft(model, tok, rows, cfg, learning_rate(cfg), device, autocast_dtype(request, device), on_step)
-    model_dir = save_model_dir(
-        lay.model_dir("sft"), model, lay.tokenizer_json, "foundation-sft",
-        {"stage": "sft", "system_message_sha256": request.get("system_message_sha256", "")},
-    )
+    model_dir = lay.model_dir("sft")
+    if P.speaks():
+        save_model_dir(
+            model_dir, model, lay.tokenizer_json, "foundation-sft",
+            {"stage": "sft", "system_message_sha256": request.get("system_message_sha256", "")},
+        )
     metrics = {"sft.steps": len(losses)}
     if losses:
         metrics["sft.final_loss"] = losses[-1][1]

@@ -1,0 +1,246 @@
+"""DistributedDataParallel plumbing for the training stages (pretrain, SFT) under torchrun.
+
+World size 1 (no torchrun) is the plain single-process path: every helper
+here is then a no-op. Under torchrun (`RANK`, `WORLD_SIZE`, `LOCAL_RANK` set):
+
+- the process group is NCCL on CUDA (one device per local rank) and gloo on
+  CPU, with a timeout on every collective (`TT_DIST_TIMEOUT_SECONDS`, default
+  600), so a rank that stops responding ends the run with an error instead of
+  a hang; a rank whose launcher died is killed with it (Linux parent-death
+  signal).
+- global rank 0 writes checkpoints and heartbeats; the first rank of each node
+  talks to that node's host (events, result, final model; see protocol.py).
+- a failed collective becomes a `StageError` that says a peer died or timed out.
+
+`shard_plan` fixes which samples of a global batch each rank computes: the
+global batch is `batch_size × gradient_accumulation_steps` sequences whatever
+the world size, each rank takes contiguous slices of the single-process order,
+so results do not depend on how many processes computed them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Optional
+
+from .protocol import InvalidInput, StageError
+
+DEFAULT_TIMEOUT_SECONDS = 600.0
+
+
+@dataclass(frozen=True)
+class Context:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    backend: str = ""
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def is_node_leader(self) -> bool:
+        return self.local_rank == 0
+
+
+_CTX = Context()
+
+
+def context() -> Context:
+    return _CTX
+
+
+def timeout_seconds() -> float:
+    try:
+        return max(1.0, float(os.environ.get("TT_DIST_TIMEOUT_SECONDS", DEFAULT_TIMEOUT_SECONDS)))
+    except ValueError:
+        return DEFAULT_TIMEOUT_SECONDS
+
+
+def _die_with_launcher() -> None:
+    """torchrun starts ranks in their own sessions: make sure none outlives a killed launcher."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except Exception:
+        return
+    if os.getppid() == 1:  # the launcher died before prctl took effect
+        os._exit(1)
+
+
+def init(device):
+    """Join the process group when started by torchrun; returns the device this rank computes on."""
+    global _CTX
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return device
+    import torch
+    import torch.distributed as dist
+
+    _die_with_launcher()
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    if device.type == "mps":
+        raise InvalidInput("distributed training (world size > 1) runs on cuda (NCCL) or cpu (gloo), not mps; "
+                           "set foundation.device to cpu or cuda")
+    if device.type == "cuda":
+        count = torch.cuda.device_count()
+        if local_rank >= count:
+            raise InvalidInput(f"local rank {local_rank} has no CUDA device (this node has {count}); "
+                               "lower nproc_per_node to the number of GPUs")
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        backend = "nccl"
+    else:
+        backend = "gloo"
+    timeout = datetime.timedelta(seconds=timeout_seconds())
+    try:
+        dist.init_process_group(backend=backend, timeout=timeout)
+    except Exception as exc:
+        raise StageError(f"rank {rank} of {world} could not join the {backend} process group: {exc}") from exc
+    _CTX = Context(rank=rank, world_size=world, local_rank=local_rank, backend=backend)
+    return device
+
+
+def shutdown() -> None:
+    global _CTX
+    if _CTX.enabled:
+        import torch.distributed as dist
+
+        with contextlib.suppress(Exception):
+            if dist.is_initialized():
+                dist.destroy_process_group()
+    _CTX = Context()
+
+
+@contextlib.contextmanager
+def collective(what: str) -> Iterator[None]:
+    """Turn a failed or timed-out collective into a clear StageError."""
+    try:
+        yield
+    except (StageError, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        if not _CTX.enabled:
+            raise
+        raise StageError(
+            f"rank {_CTX.rank} of {_CTX.world_size}: {what} failed: another rank of the distributed run died or did "
+            f"not answer within {timeout_seconds():.0f} s (TT_DIST_TIMEOUT_SECONDS) ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}); resume with --resume from the last checkpoint"
+        ) from exc
+
+
+def all_reduce_sum(tensor, what: str = "all-reduce"):
+    """Sum a tensor over all ranks in place (no-op on one process)."""
+    if _CTX.enabled:
+        import torch.distributed as dist
+
+        with collective(what):
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor
+
+
+def broadcast_object(value: Any, what: str = "broadcast") -> Any:
+    """Rank 0's value on every rank."""
+    if not _CTX.enabled:
+        return value
+    import torch.distributed as dist
+
+    box = [value if _CTX.is_main else None]
+    with collective(what):
+        dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def gather_objects(value: Any, what: str = "gather") -> list[Any]:
+    """Every rank's value, in rank order, on every rank."""
+    if not _CTX.enabled:
+        return [value]
+    import torch.distributed as dist
+
+    out: list[Any] = [None] * _CTX.world_size
+    with collective(what):
+        dist.all_gather_object(out, value)
+    return out
+
+
+def on_main(fn: Callable[[], Any], what: str) -> Any:
+    """Run fn on rank 0 and hand its result (or its refusal) to every rank.
+
+    A StageError/InvalidInput raised on rank 0 is raised on every rank, so all
+    ranks exit with the same code instead of waiting for a rank that left.
+    """
+    outcome: Any = None
+    if _CTX.is_main:
+        try:
+            outcome = ("ok", fn())
+        except StageError as exc:
+            if not _CTX.enabled:
+                raise
+            outcome = ("error", type(exc).__name__, str(exc))
+    outcome = broadcast_object(outcome, what)
+    if outcome[0] == "ok":
+        return outcome[1]
+    kind = InvalidInput if outcome[1] == "InvalidInput" else StageError
+    raise kind(outcome[2] if _CTX.is_main else f"(rank 0 refused) {outcome[2]}")
+
+
+def wrap(model, device):
+    """DistributedDataParallel around model (the model itself on one process)."""
+    if not _CTX.enabled:
+        return model
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    with collective("DistributedDataParallel start-up (parameter broadcast)"):
+        return DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+
+
+def no_sync(ddp_model, skip: bool):
+    """Skip the gradient all-reduce on all but the last micro-batch of an optimizer step."""
+    if skip and _CTX.enabled:
+        return ddp_model.no_sync()
+    return contextlib.nullcontext()
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    micro_batch: int  # sequences per forward on this rank
+    micro_steps: int  # forwards per optimizer step on this rank
+    batch: int  # the configured batch_size
+    rank: int
+
+    def start(self, step_start: int, micro: int) -> int:
+        """First global sample index of this rank's `micro`-th forward in the step starting at step_start."""
+        if self.micro_batch < self.batch:  # batch_size split across ranks, accumulation kept
+            return step_start + micro * self.batch + self.rank * self.micro_batch
+        return step_start + (self.rank * self.micro_steps + micro) * self.batch  # accumulation split
+
+
+def split_error(batch: int, accum: int, world: int, prefix: str = "foundation.") -> Optional[str]:
+    if world <= 1 or batch % world == 0 or accum % world == 0:
+        return None
+    return (f"{prefix}batch_size ({batch}) × {prefix}gradient_accumulation_steps ({accum}) sequences per optimizer "
+            f"step cannot be split evenly across {world} processes (nproc_per_node × nnodes): make "
+            f"{prefix}batch_size or {prefix}gradient_accumulation_steps a multiple of {world}")
+
+
+def shard_plan(batch: int, accum: int, world: int, rank: int) -> ShardPlan:
+    error = split_error(batch, accum, world)
+    if error:
+        raise InvalidInput(error)
+    if batch % world == 0:
+        return ShardPlan(batch // world, accum, batch, rank)
+    return ShardPlan(batch, accum // world, batch, rank)
