@@ -47,7 +47,7 @@ class RichReporter(QuietReporter):
         self.task: Optional[int] = None
 
     def message(self, text: str, style: str = "") -> None:
-        (self.progress.console if self.progress else self.console).print(text, style=style or None)
+        (self.progress.console if self.progress else self.console).print(text, style=style or None, markup=False)
 
     def stage_started(self, stage: str, description: str) -> None:
         self.progress = Progress(

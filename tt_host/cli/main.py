@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 from tt_host import __version__
 from tt_host.cli import engines as engines_cli
@@ -103,7 +104,7 @@ def _run(spec: Path, resume: Optional[Path], device: Optional[str], json_mode: b
         style = {"completed": "green", "interrupted": "yellow"}.get(outcome.status, "red")
         console.print(f"[{style}]run {outcome.status}[/]: {outcome.run_dir}")
         if outcome.error:
-            err.print(f"[red]error:[/] {outcome.error}")
+            err.print(f"[red]error:[/] {escape(outcome.error)}")
         if outcome.status == "interrupted":
             console.print(f"resume with: tt run {loaded.path} --resume {outcome.run_dir}")
         elif outcome.report:

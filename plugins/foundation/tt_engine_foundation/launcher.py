@@ -90,14 +90,20 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         run(args)
     except ChildFailedError as exc:
         rank, first = exc.get_first_failure()
-        code = int(getattr(first, "exitcode", 1))
-        if code < 0:
+        # SIGTERM is what torchrun itself sends the survivors: a rank killed by anything else is the cause.
+        killed = sorted(((int(f.exitcode) == -signal.SIGTERM, r), r, f) for r, f in exc.failures.items()
+                        if int(getattr(f, "exitcode", 1)) < 0)
+        killed = [(r, f) for _, r, f in killed]
+        if killed:  # a rank died from a signal: that is the cause, whatever the others reported after it
+            rank, first = killed[0]
+            code = -int(first.exitcode)
             try:
-                name = signal.Signals(-code).name
+                name = signal.Signals(code).name
             except ValueError:
-                name = f"signal {-code}"
+                name = f"signal {code}"
             _error(f"distributed rank {rank} (pid {first.pid}) was killed by {name}; every other rank was stopped, "
                    "the run failed (resume with --resume from the last checkpoint)")
+            sys.exit(1)
         sys.exit(_exit_code(first))
     except SignalException:
         sys.exit(130)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import re
 import signal
 import sys
 from dataclasses import dataclass
@@ -139,8 +140,14 @@ def collective(what: str) -> Iterator[None]:
         raise StageError(
             f"rank {_CTX.rank} of {_CTX.world_size}: {what} failed: another rank of the distributed run died or did "
             f"not answer within {timeout_seconds():.0f} s (TT_DIST_TIMEOUT_SECONDS) ({type(exc).__name__}: "
-            f"{str(exc).splitlines()[0] if str(exc) else ''}); resume with --resume from the last checkpoint"
+            f"{_first_line(exc)}); resume with --resume from the last checkpoint"
         ) from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    """The error's first line without gloo's `[file.cc:line]` source prefix."""
+    lines = str(exc).strip().splitlines()
+    return re.sub(r"^\[[^\]]*\]\s*", "", lines[0]) if lines else ""
 
 
 def all_reduce_sum(tensor, what: str = "all-reduce"):

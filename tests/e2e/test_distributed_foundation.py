@@ -1,0 +1,134 @@
+"""Distributed foundation training through `tt run` (issue 6, items 1 and 2), CPU + gloo, 2 processes.
+
+1. `nproc_per_node: 2` pretraining (and SFT) matches a 1-process run of the same global batch: the
+   loss curve within a small tolerance.
+2. SIGTERM during a 2-process run gives one consistent step-boundary checkpoint (exit 130), and the
+   run resumes cleanly, here with one process (a changed world size resumes the same global batches);
+   SIGKILL of one rank ends the run with an error naming it, within a bounded time.
+
+Real `tt`, real torchrun, real gloo; nothing mocked. Ranks are found through /proc.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from foundation_support import checkpoints, heartbeat_step, report, tiny_spec, tt, tt_popen, wait_for_step
+
+PRETRAIN = "tt_engine_foundation.stages.pretrain"
+LAUNCHER = "tt_engine_foundation.launcher"
+STEPS = 30
+TOLERANCE = 1e-4  # relative, on every step's loss
+SETTINGS = dict(pretrain_steps=STEPS, checkpoint_interval_steps=10, finetune_steps=2)
+
+
+def losses(run_dir: Path) -> dict[int, float]:
+    path = run_dir / "pretrain" / "recovery" / "training-metrics.jsonl"
+    return {row["step"]: row["loss"] for row in map(json.loads, path.read_text().splitlines())}
+
+
+def rank_pids(run_dir: Path) -> dict[int, int]:
+    """{rank: pid} of the torchrun workers of this run's pretrain stage (not the launcher)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = [c.decode(errors="replace") for c in (entry / "cmdline").read_bytes().split(b"\0")]
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if PRETRAIN in cmd and LAUNCHER not in cmd and any(str(run_dir) in c for c in cmd):
+            for item in environ:
+                if item.startswith(b"RANK="):
+                    found[int(item[5:])] = int(entry.name)
+    return found
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    base = tmp_path_factory.mktemp("single")
+    spec = tiny_spec(base / "spec", **SETTINGS)
+    proc = tt(base, "run", spec, "--resume", base / "run")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return base / "run"
+
+
+def assert_close(got: dict[int, float], want: dict[int, float]) -> None:
+    assert sorted(got) == sorted(want)
+    for step in want:
+        assert abs(got[step] - want[step]) <= TOLERANCE * abs(want[step]), (step, got[step], want[step])
+
+
+def test_two_processes_match_one_process(tmp_path, single):
+    spec = tiny_spec(tmp_path / "spec", nproc_per_node=2, **SETTINGS)
+    run_dir = tmp_path / "run"
+    started = time.monotonic()
+    proc = tt(tmp_path, "run", spec, "--resume", run_dir)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    log = (run_dir / "logs" / "pretrain.log").read_text()
+    assert "with 2 processes (gloo)" in log
+    assert_close(losses(run_dir), losses(single))
+    metrics, ref = report(run_dir)["metrics"], report(single)["metrics"]
+    assert metrics["pretrain.world_size"] == 2 and metrics["pretrain.steps"] == STEPS
+    assert abs(metrics["sft.final_loss"] - ref["sft.final_loss"]) <= 1e-3 * abs(ref["sft.final_loss"])
+    assert checkpoints(run_dir) == [f"step-{s:09d}" for s in (10, 20, 30)]
+    # Rank 1 never speaks the protocol: every JSON event line in the log came from rank 0.
+    assert "[rank 1]" not in log
+    print(f"2-process tt run: {time.monotonic() - started:.1f}s")
+
+
+def test_sigterm_one_checkpoint_then_resume_with_another_world_size(tmp_path, single):
+    spec = tiny_spec(tmp_path / "spec", nproc_per_node=2, **{**SETTINGS, "checkpoint_interval_steps": 0})
+    run_dir = tmp_path / "run"
+    proc = tt_popen(tmp_path, "run", spec, "--resume", run_dir)
+    wait_for_step(run_dir, 5, proc)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=150)
+    assert proc.returncode == 130, out
+    stopped = heartbeat_step(run_dir)
+    assert 5 <= stopped < STEPS
+    folder = run_dir / "pretrain" / "recovery" / "checkpoints"
+    # One checkpoint, at the step every rank agreed on; no half-written folder.
+    assert sorted(p.name for p in folder.iterdir()) == [f"step-{stopped:09d}"]
+    meta = json.loads((folder / f"step-{stopped:09d}" / "metadata.json").read_text())
+    assert meta["step"] == stopped and meta["samples_consumed"] == stopped * 8
+    assert json.loads((run_dir / "run.json").read_text())["stages"]["pretrain"]["state"] == "interrupted"
+    assert not rank_pids(run_dir), "a rank outlived the stage"
+
+    # Resume with one process: the same global batches in the same order.
+    data = json.loads(spec.read_text())
+    data["foundation"]["nproc_per_node"] = 1
+    spec.write_text(json.dumps(data))
+    resumed = tt(tmp_path, "run", spec, "--resume", run_dir)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    log = (run_dir / "logs" / "pretrain.log").read_text()
+    assert f"at step {stopped}" in log and "resumed by 1" in log
+    assert_close(losses(run_dir), losses(single))
+
+
+def test_sigkill_of_one_rank_fails_the_run_in_bounded_time(tmp_path):
+    spec = tiny_spec(tmp_path / "spec", nproc_per_node=2, pretrain_steps=400, checkpoint_interval_steps=0,
+                     finetune_steps=0)
+    run_dir = tmp_path / "run"
+    proc = tt_popen(tmp_path, "run", spec, "--resume", run_dir)
+    wait_for_step(run_dir, 3, proc)
+    ranks = rank_pids(run_dir)
+    assert sorted(ranks) == [0, 1], ranks
+    killed = time.monotonic()
+    os.kill(ranks[1], signal.SIGKILL)
+    out, _ = proc.communicate(timeout=90)
+    elapsed = time.monotonic() - killed
+    assert proc.returncode == 1, out
+    assert elapsed < 60, f"the run took {elapsed:.0f}s to notice a dead rank"
+    assert "rank 1" in out and "SIGKILL" in out, out
+    state = json.loads((run_dir / "run.json").read_text())["stages"]["pretrain"]
+    assert state["state"] == "failed"
+    assert not rank_pids(run_dir), "rank 0 outlived the failed run"
+    print(f"dead rank noticed after {elapsed:.1f}s")
