@@ -284,6 +284,9 @@ def _run_one(loaded, plugins, run: RunDir, env, stage, fingerprint, resume, devi
 
 
 def _spec_device(spec_data: dict[str, Any]) -> Optional[str]:
+    """The spec's own device setting: a top-level `device`, or one inside an engine block."""
+    if isinstance(spec_data.get("device"), str):
+        return spec_data["device"]
     for value in spec_data.values():
         if isinstance(value, dict) and isinstance(value.get("device"), str):
             return value["device"]
