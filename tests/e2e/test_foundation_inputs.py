@@ -27,7 +27,8 @@ def _edit(spec, **foundation):
         ("same_as_training", "foundation.validation_path", "training corpus itself"),
         ("inside_training", "foundation.validation_path", "inside the training corpus"),
         ("missing_validation", "foundation.validation_path", "does not exist"),
-        ("distributed", "foundation.nproc_per_node", "not available yet"),
+        ("uneven_split", "foundation.nproc_per_node", "cannot be split evenly"),
+        ("no_endpoint", "foundation.rdzv_endpoint", "is not set"),
         ("typo", "foundation.detph", "unknown field"),
     ],
 )
@@ -52,8 +53,10 @@ def test_bad_inputs_are_refused_before_anything_is_created(tmp_path, case, loc, 
         _edit(spec, corpus_path="shards", validation_path="shards/held.jsonl")
     elif case == "missing_validation":
         _edit(spec, validation_path="gone.txt")
-    elif case == "distributed":
-        _edit(spec, nproc_per_node=2)
+    elif case == "uneven_split":
+        _edit(spec, nproc_per_node=3, batch_size=8, gradient_accumulation_steps=2)
+    elif case == "no_endpoint":
+        _edit(spec, nnodes=2)
     elif case == "typo":
         _edit(spec, detph=3)
     before = sorted(p.name for p in folder.iterdir())

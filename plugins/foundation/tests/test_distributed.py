@@ -1,0 +1,45 @@
+"""Distributed building blocks without processes: the shard plan and the torchrun arguments.
+
+The spec's bounds are checked through `tt validate` (tests/e2e/test_foundation_inputs.py).
+
+The real 2-process gloo runs are end-to-end tests (tests/e2e/test_distributed_foundation.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+from tt_engine_foundation.launcher import stage_arguments, torchrun_arguments
+from tt_engine_foundation.runtime.distributed import shard_plan, split_error
+from tt_engine_foundation.runtime.protocol import InvalidInput
+
+
+@pytest.mark.parametrize("batch, accum, world", [(8, 1, 2), (8, 2, 4), (3, 4, 2), (6, 3, 3), (4, 4, 4), (5, 1, 1)])
+def test_ranks_cover_the_single_process_batch_exactly_once(batch, accum, world):
+    start = 1000
+    single = list(range(start, start + batch * accum))
+    seen = []
+    for rank in range(world):
+        plan = shard_plan(batch, accum, world, rank)
+        assert plan.micro_batch * plan.micro_steps * world == batch * accum
+        for micro in range(plan.micro_steps):
+            first = plan.start(start, micro)
+            seen.extend(range(first, first + plan.micro_batch))
+    assert sorted(seen) == single
+
+
+def test_uneven_split_is_refused_naming_the_fields():
+    assert split_error(8, 1, 2) is None and split_error(3, 4, 2) is None
+    with pytest.raises(InvalidInput, match="foundation.batch_size .* foundation.gradient_accumulation_steps"):
+        shard_plan(3, 3, 2, 0)
+
+
+def test_launch_arguments():
+    module = "tt_engine_foundation.stages.pretrain"
+    assert stage_arguments({"nproc_per_node": 1}, module) == ["-m", module]
+    single = stage_arguments({"nproc_per_node": 2}, module)
+    assert single[:2] == ["-m", "tt_engine_foundation.launcher"] and single[-2:] == ["-m", module]
+    assert "--standalone" in single and single[single.index("--nproc_per_node") + 1] == "2"
+    multi = torchrun_arguments({"nproc_per_node": 4, "nnodes": 2, "node_rank": 1, "rdzv_endpoint": "node0:29501"})
+    assert multi[:10] == ["--nnodes", "2", "--node_rank", "1", "--master_addr", "node0", "--master_port", "29501",
+                          "--nproc_per_node", "4"]
+    assert "--standalone" not in multi
