@@ -22,6 +22,7 @@ from tt_host.hookspecs import hookimpl
 from tt_host.spec.schema import BehaviorSpec, StrictModel, resolve_path
 
 from tt_engine_adapter import fingerprint, rows
+from tt_engine_adapter.launcher import stage_arguments
 
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
@@ -57,6 +58,36 @@ class Hyperparameters(StrictModel):
     keep_checkpoints: int = Field(2, ge=1, le=1000)
     log_interval_steps: int = Field(1, ge=1)
     seed: int = Field(42, ge=0, le=2**32 - 1)
+    nproc_per_node: int = Field(1, ge=1, le=64, description="Training processes (GPUs) per node; above 1 trains under torchrun with DistributedDataParallel.")
+    nnodes: int = Field(1, ge=1, le=1024, description="Machines taking part in training; above 1 needs rdzv_endpoint.")
+    node_rank: int = Field(0, ge=0, le=1023, description="This machine's index among nnodes.")
+    rdzv_endpoint: Optional[str] = Field(None, min_length=1, max_length=255, description="host:port of node 0 (multi-node).")
+
+    @field_validator("rdzv_endpoint")
+    @classmethod
+    def _endpoint(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None:
+            host, sep, port = value.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+                raise ValueError(f"{value!r} is not host:port (for example 10.0.0.1:29500)")
+        return value
+
+    @model_validator(mode="after")
+    def _world(self) -> "Hyperparameters":
+        if self.nnodes > 1 and self.rdzv_endpoint is None:
+            raise ValueError(f"hyperparameters.nnodes is {self.nnodes} but hyperparameters.rdzv_endpoint is not set: "
+                             "give node 0's host:port")
+        if self.node_rank >= self.nnodes:
+            raise ValueError(f"hyperparameters.node_rank ({self.node_rank}) must be smaller than "
+                             f"hyperparameters.nnodes ({self.nnodes})")
+        world = self.nproc_per_node * self.nnodes
+        if world > 1 and self.batch_size % world:
+            raise ValueError(
+                f"hyperparameters.batch_size ({self.batch_size}) rows per micro-batch cannot be split evenly across "
+                f"{world} processes (hyperparameters.nproc_per_node {self.nproc_per_node} × hyperparameters.nnodes "
+                f"{self.nnodes}): make hyperparameters.batch_size a multiple of {world}"
+            )
+        return self
 
     @field_validator("lora_target_modules")
     @classmethod
@@ -197,7 +228,17 @@ def _train_inputs(spec: AdapterSpec) -> dict[str, Any]:
     training = {k: v for k, v in hp.items() if k not in EVAL_KEYS or k in ("max_seq_length", "precision")}
     for key in ("checkpoint_interval_steps", "keep_checkpoints", "log_interval_steps"):
         training.pop(key)  # bookkeeping, not results
+    for key in DISTRIBUTED_KEYS:
+        training.pop(key)  # how many processes compute it, not what (a checkpoint refuses another world size)
     return {**_base_model(spec), **_instruction(spec), "training": training}
+
+
+DISTRIBUTED_KEYS = ("nproc_per_node", "nnodes", "node_rank", "rdzv_endpoint")
+
+
+def _train_launch(spec: AdapterSpec) -> list[str]:
+    """torchrun when hyperparameters.nproc_per_node × nnodes > 1, else the plain module."""
+    return stage_arguments(spec.hyperparameters.model_dump(), "tt_engine_adapter.stages.train")
 
 
 STAGES = (
@@ -207,7 +248,7 @@ STAGES = (
           description="resolve the base model and check the chat template"),
     Stage("baseline", "tt_engine_adapter.stages.evaluate", inputs=_eval_inputs, evaluates="baseline",
           description="evaluate the base model on the held-out rows"),
-    Stage("train", "tt_engine_adapter.stages.train", inputs=_train_inputs,
+    Stage("train", "tt_engine_adapter.stages.train", inputs=_train_inputs, launch=_train_launch,
           description="LoRA fine-tuning"),
     Stage("candidate", "tt_engine_adapter.stages.evaluate", inputs=_eval_inputs, evaluates="candidate",
           description="evaluate base + adapter on the same rows"),
@@ -286,12 +327,33 @@ def _device_checks(device: str) -> Iterable[Check]:
         yield Check("device", "ok", f"{device}: {os.cpu_count()} CPU cores")
 
 
+def _world_check(hp: Hyperparameters, device: str) -> Check:
+    """The requested training world size against the devices present (one GPU per process on CUDA)."""
+    world = hp.nproc_per_node * hp.nnodes
+    where = f"{hp.nproc_per_node} process(es) per node × {hp.nnodes} node(s) = world size {world}"
+    gpus = _nvidia_gpus() if device in ("cuda", "auto") else []
+    if gpus:
+        if hp.nproc_per_node > len(gpus):
+            return Check("hyperparameters.nproc_per_node", "fail", f"{where}, but this node has {len(gpus)} GPU(s)",
+                         f"set hyperparameters.nproc_per_node to at most {len(gpus)}")
+        return Check("hyperparameters.nproc_per_node", "ok", f"{where}; NCCL on {hp.nproc_per_node} of {len(gpus)} GPU(s)")
+    if world > 1 and device == "mps":
+        return Check("hyperparameters.nproc_per_node", "fail", f"{where}: distributed training needs cuda or cpu",
+                     "use --device cpu")
+    cores = os.cpu_count() or 1
+    status = "warn" if hp.nproc_per_node > cores else "ok"
+    return Check("hyperparameters.nproc_per_node", status, f"{where}" + (f"; gloo on CPU ({cores} cores)" if world > 1 else ""),
+                 f"use at most {cores} processes per node" if status == "warn" else "")
+
+
 def doctor(spec: Optional[BehaviorSpec], device: str) -> Iterable[Check]:
     if isinstance(spec, AdapterSpec):
         yield from _base_model_checks(spec)
         if device == "auto" and spec.device != "auto":
             device = spec.device
     yield from _device_checks(device or "auto")
+    if isinstance(spec, AdapterSpec):
+        yield _world_check(spec.hyperparameters, device or "auto")
 
 
 ENGINE = Engine(

@@ -1,7 +1,8 @@
 """Training checkpoints that make an interrupted LoRA run resumable bit-for-bit.
 
 `<train>/checkpoints/step-<9 digits>/` holds the trainable (LoRA) weights as
-safetensors, the optimizer state, the RNG states and `meta.json` (step,
+safetensors, the optimizer state, the RNG states (every rank's, with the world
+size, when training ran under torchrun) and `meta.json` (step,
 stage fingerprint, loss series, tokens and time so far, file sha256s).
 Written to a temp folder and renamed, rolled to `keep` newest.
 """
@@ -24,9 +25,19 @@ def _dir_name(step: int) -> str:
     return f"{PREFIX}{step:09d}"
 
 
-def save(root: Path, step: int, model: Any, optimizer: Any, meta: dict[str, Any], keep: int) -> Path:
+def rng_state() -> dict[str, Any]:
     import random
 
+    import torch
+
+    rng = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        rng["cuda"] = torch.cuda.get_rng_state_all()
+    return rng
+
+
+def save(root: Path, step: int, model: Any, optimizer: Any, meta: dict[str, Any], keep: int,
+         rank_rng: Optional[list] = None) -> Path:
     import torch
     from safetensors.torch import save_file
 
@@ -38,10 +49,8 @@ def save(root: Path, step: int, model: Any, optimizer: Any, meta: dict[str, Any]
     weights = {name: p.detach().to("cpu").contiguous() for name, p in model.named_parameters() if p.requires_grad}
     save_file(weights, str(tmp / "adapter.safetensors"))
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    rng = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    if torch.cuda.is_available():
-        rng["cuda"] = torch.cuda.get_rng_state_all()
-    torch.save(rng, tmp / "rng.pt")
+    rank_rng = rank_rng or [rng_state()]
+    torch.save({**rank_rng[0], "ranks": rank_rng, "world_size": len(rank_rng)}, tmp / "rng.pt")
     files = {name: fingerprint.sha256_file(tmp / name) for name in ("adapter.safetensors", "optimizer.pt", "rng.pt")}
     for name in files:
         with open(tmp / name, "rb") as handle:
@@ -83,6 +92,23 @@ def latest(root: Path, stage_fingerprint: str) -> Optional[tuple[Path, dict[str,
             )
         return path, meta
     return None
+
+
+def saved_world_size(path: Path) -> int:
+    import torch
+
+    return int(torch.load(path / "rng.pt", map_location="cpu", weights_only=False).get("world_size", 1))
+
+
+def set_rng(rng: dict[str, Any]) -> None:
+    import random
+
+    import torch
+
+    torch.set_rng_state(rng["torch"])
+    random.setstate(rng["python"])
+    if "cuda" in rng and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])
 
 
 def restore(path: Path, model: Any, optimizer: Any) -> None:

@@ -3,7 +3,9 @@
 Reads the request, emits JSON-line events on stdout, writes the result
 atomically, turns SIGTERM/SIGINT into a flag checked at step boundaries, and
 maps errors to the protocol's exit codes (1 failed, 2 invalid input,
-130 interrupted).
+130 interrupted). Under torchrun only the first rank of each node
+(LOCAL_RANK 0) speaks to the host (events, result); the other ranks write
+warnings and errors as plain text to stderr.
 """
 
 from __future__ import annotations
@@ -57,8 +59,18 @@ class _StopFlag:
 STOP = _StopFlag()
 
 
+def speaks() -> bool:
+    """False only for ranks other than a node's first under torchrun."""
+    return os.environ.get("LOCAL_RANK", "0") == "0"
+
+
 def emit(event: Mapping[str, Any]) -> None:
     """Write one event as a JSON line on stdout and flush it."""
+    if not speaks():
+        if event.get("type") == "log" and event.get("level") in ("warning", "error"):
+            sys.stderr.write(f"[rank {os.environ.get('RANK', '?')}] {event.get('level')}: {event.get('message')}\n")
+            sys.stderr.flush()
+        return
     sys.stdout.write(json.dumps(event, ensure_ascii=False, allow_nan=False) + "\n")
     sys.stdout.flush()
 
@@ -152,6 +164,8 @@ def read_request(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 def write_result(request: Mapping[str, Any], result: Mapping[str, Any]) -> None:
+    if not speaks():
+        return
     body = {"status": "completed", "metrics": {}, "outputs": {}}
     body.update(result)
     atomic_write_json(request["result_path"], body)
@@ -165,6 +179,10 @@ def run_stage(main: Callable[[dict[str, Any]], Mapping[str, Any]], argv: list[st
         request = read_request(argv)
         result = main(request)
         write_result(request, result)
+        if "torch.distributed" in sys.modules:  # leave the process group (only after success)
+            from tt_engine_adapter.runtime import distributed
+
+            distributed.shutdown()
     except Interrupted as exc:
         log(str(exc) or "interrupted; state saved", "warning")
         code = EXIT_INTERRUPTED

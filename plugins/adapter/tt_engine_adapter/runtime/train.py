@@ -4,6 +4,13 @@ token-level loss normalization across the accumulated batch, checkpoints and res
 The whole step schedule (which rows form each micro-batch of each optimizer
 step) is computed up front from the seed, so a run resumed at step k sees
 exactly the batches an uninterrupted run would.
+
+Under torchrun (DistributedDataParallel, runtime/distributed.py) every rank
+follows the same schedule and computes rows `rank::world_size` of each
+micro-batch; ranks agree on the reported loss and on stopping in one
+all-reduce per step, rank 0 writes the checkpoints (with every rank's RNG),
+and a checkpoint resumes only with the world size that wrote it (LoRA dropout
+draws per-rank random numbers).
 """
 
 from __future__ import annotations
@@ -16,8 +23,9 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from tt_engine_adapter.runtime import checkpoint
+from tt_engine_adapter.runtime import distributed as D
 from tt_engine_adapter.runtime.chat import IGNORE_INDEX, Encoded
-from tt_engine_adapter.runtime.protocol import STOP, Interrupted, log
+from tt_engine_adapter.runtime.protocol import STOP, InputError, Interrupted, StageError, log
 
 
 def build_schedule(n_rows: int, batch_size: int, accumulation: int, n_epochs: int, seed: int,
@@ -121,27 +129,33 @@ def train(
         lr=hp["learning_rate"], betas=(0.9, 0.999), eps=1e-8,
     )
     state = TrainState()
+    ctx = D.context()
     if resume:
-        found = checkpoint.latest(checkpoint_dir, stage_fingerprint)
+        found = _latest_on_rank0(checkpoint_dir, stage_fingerprint)
         if found:
             path, meta = found
-            checkpoint.restore(path, model, optimizer)
+            _restore_everywhere(path, model, optimizer)
             state = TrainState(step=meta["step"], tokens=meta["tokens"], seconds=meta["seconds"], losses=meta["losses"])
             log(f"resumed from {path.name} at step {state.step}/{total}")
         else:
             log("no usable checkpoint; training from the start", "warning")
+    net = D.wrap(model, device)
 
     def save_checkpoint() -> None:
         meta = {"fingerprint": stage_fingerprint, "tokens": state.tokens, "seconds": state.seconds,
                 "losses": state.losses, "total_steps": total}
-        checkpoint.save(checkpoint_dir, state.step, model, optimizer, meta, hp["keep_checkpoints"])
+        rank_rng = D.gather_objects(checkpoint.rng_state(), "RNG gather for the checkpoint") if ctx.enabled else None
+        if ctx.is_main:
+            checkpoint.save(checkpoint_dir, state.step, model, optimizer, meta, hp["keep_checkpoints"], rank_rng)
 
     model.train()
     use_autocast = autocast_dtype is not None
+    stopping = False  # distributed: agreed by every rank at the end of the previous step
     while state.step < total:
-        if STOP.requested:
+        if stopping or (not ctx.enabled and STOP.requested):
             save_checkpoint()
-            raise Interrupted(f"{STOP.signal_name}: checkpoint saved at step {state.step}/{total}; resume to continue")
+            raise Interrupted(f"{STOP.signal_name or 'SIGTERM'}: checkpoint saved at step {state.step}/{total}; "
+                              "resume to continue")
         started = time.perf_counter()
         lr = lr_at(state.step, total, hp["learning_rate"], hp["warmup_ratio"], hp["lr_scheduler"])
         for group in optimizer.param_groups:
@@ -150,14 +164,22 @@ def train(
         targets = sum(supervised_targets(b) for b in micro_batches)
         step_loss = torch.zeros((), device=device)  # summed on device: one host sync per optimizer step
         step_tokens = 0
-        for batch in micro_batches:
-            ids, mask, labels = collate(batch, pad_id)
+        for index, batch in enumerate(micro_batches):
+            mine = batch[ctx.rank::ctx.world_size] if ctx.enabled else batch
+            ids, mask, labels = collate(mine or batch[:1], pad_id)
+            if not mine:  # more ranks than rows in this micro-batch: a zero-weight row keeps DDP in step
+                labels.fill_(IGNORE_INDEX)
             ids, mask, labels = ids.to(device), mask.to(device), labels.to(device)
-            with torch.autocast(device_type=device, dtype=autocast_dtype, enabled=use_autocast):
-                out = model(input_ids=ids, attention_mask=mask, labels=labels, num_items_in_batch=targets)
-            out.loss.backward()
+            with D.no_sync(net, index < len(micro_batches) - 1), D.collective("gradient all-reduce"):
+                with torch.autocast(device_type=device, dtype=autocast_dtype, enabled=use_autocast):
+                    out = net(input_ids=ids, attention_mask=mask, labels=labels, num_items_in_batch=targets)
+                (out.loss * ctx.world_size if ctx.enabled else out.loss).backward()
             step_loss += out.loss.detach().float()
             step_tokens += sum(len(r.input_ids) for r in batch)
+        if ctx.enabled:  # the step's loss over all ranks, and whether any rank was asked to stop
+            stats = torch.stack([step_loss, torch.tensor(float(STOP.requested), device=device)])
+            step_loss, stops = D.all_reduce_sum(stats, "loss and stop-flag all-reduce").unbind()
+            stopping = bool(stops > 0)
         if hp.get("max_grad_norm"):
             torch.nn.utils.clip_grad_norm_(trainable, hp["max_grad_norm"])
         optimizer.step()
@@ -174,6 +196,63 @@ def train(
         if state.step % hp["checkpoint_interval_steps"] == 0 and state.step < total:
             save_checkpoint()
     return state
+
+
+def _latest_on_rank0(root: Path, stage_fingerprint: str):
+    """Rank 0 picks the checkpoint (its refusal is raised on every rank)."""
+    outcome = None
+    if D.context().is_main:
+        try:
+            outcome = ("ok", checkpoint.latest(root, stage_fingerprint))
+        except StageError as exc:
+            if not D.context().enabled:
+                raise
+            outcome = ("input" if isinstance(exc, InputError) else "error", str(exc))
+    outcome = D.broadcast_object(outcome, "checkpoint choice")
+    if outcome[0] == "ok":
+        return outcome[1]
+    raise (InputError if outcome[0] == "input" else StageError)(outcome[1])
+
+
+def _restore_everywhere(path: Path, model: Any, optimizer: Any) -> None:
+    """Rank 0 reads the checkpoint; optimizer state and each rank's RNG reach the others by broadcast
+    (the LoRA weights through DDP's start-up broadcast). A changed world size is refused."""
+    ctx = D.context()
+    payload = None
+    if ctx.is_main:
+        saved = checkpoint.saved_world_size(path)
+        if saved != ctx.world_size:
+            payload = ("refused", f"{path}: this checkpoint was written by {saved} training process(es) and this run "
+                                  f"has {ctx.world_size}; LoRA dropout draws per-rank random numbers, so resume with "
+                                  f"hyperparameters.nproc_per_node × nnodes = {saved}, or start a new run directory")
+        else:
+            checkpoint.restore(path, model, optimizer)
+            if ctx.enabled:
+                import torch
+
+                rng = torch.load(path / "rng.pt", map_location="cpu", weights_only=False)
+                payload = ("ok", _cpu(optimizer.state_dict()), rng["ranks"])
+            else:
+                payload = ("ok", None, None)
+    payload = D.broadcast_object(payload, "checkpoint hand-over")
+    if payload[0] == "refused":
+        raise InputError(payload[1])
+    if ctx.enabled:
+        if not ctx.is_main:
+            optimizer.load_state_dict(payload[1])
+        checkpoint.set_rng(payload[2][ctx.rank])
+
+
+def _cpu(value: Any) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {k: _cpu(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cpu(v) for v in value)
+    return value
 
 
 def mean_loss(model: Any, rows: Sequence[Encoded], batch_size: int, pad_id: int, device: str, autocast_dtype: Any) -> float:

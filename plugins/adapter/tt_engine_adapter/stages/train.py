@@ -5,6 +5,9 @@ Writes checkpoints under `train/checkpoints/` (resumed when the host passes
 `adapter_model.safetensors`), `tt-adapter.json` (how prompts are rendered)
 and `artifact-manifest.json` to `train/adapter/`, listed in the result's
 `artifacts` so the host verifies and registers it at once.
+With hyperparameters.nproc_per_node × nnodes > 1 the plugin starts this module
+under torchrun (DistributedDataParallel); the first rank of each node writes
+the adapter and the result, global rank 0 the checkpoints.
 """
 
 from __future__ import annotations
@@ -14,20 +17,21 @@ import shutil
 from pathlib import Path
 
 from tt_engine_adapter.runtime import model_source
-from tt_engine_adapter.runtime.protocol import artifact, fsync_dir, log, progress, run_stage
+from tt_engine_adapter.runtime.protocol import artifact, fsync_dir, log, progress, run_stage, speaks
 
 model_source.go_offline()
 
 
 def main(request: dict) -> dict:
     from tt_engine_adapter.runtime import chat, manifest
+    from tt_engine_adapter.runtime import distributed as D
     from tt_engine_adapter.runtime import train as loop
     from tt_engine_adapter.runtime.data import encode_rows, prepared, read_jsonl
 
     hp = request["spec"]["hyperparameters"]
     stage_dir = Path(request["stage_dir"])
     base = model_source.resolved(request)
-    device = model_source.pick_device(request)
+    device = D.init(model_source.pick_device(request))
     dtype = model_source.pick_dtype(device, hp["precision"])
     tokenizer = model_source.load_tokenizer(base["path"])
     outputs = prepared(request)
@@ -44,9 +48,10 @@ def main(request: dict) -> dict:
     model = loop.wrap_lora(model, hp)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     log(f"LoRA r={hp['lora_rank']} on {hp['lora_target_modules']}: {trainable} trainable parameters; "
-        f"{len(rows)} rows on {device} ({str(dtype).replace('torch.', '')})")
+        f"{len(rows)} rows on {device} ({str(dtype).replace('torch.', '')})"
+        + (f" with {D.context().world_size} processes ({D.context().backend})" if D.context().enabled else ""))
     checkpoints = stage_dir / "checkpoints"
-    if not request["resume"]:
+    if not request["resume"] and D.context().is_main:
         shutil.rmtree(checkpoints, ignore_errors=True)
 
     def on_step(step: int, total: int, loss: float, lr: float, tps: float) -> None:
@@ -63,13 +68,16 @@ def main(request: dict) -> dict:
         "train.tokens_per_second": round(state.tokens / max(state.seconds, 1e-9), 2),
         "train.seconds": round(state.seconds, 3),
         "train.trainable_parameters": trainable,
+        "train.world_size": D.context().world_size,
     }
+    adapter_dir = stage_dir / "adapter"
+    if not speaks():  # the node's first rank writes the adapter and the result
+        return {"metrics": metrics, "outputs": {"adapter": str(adapter_dir)}}
     if validation:
         metrics["train.validation_loss"] = round(
             loop.mean_loss(model, validation, hp["batch_size"], pad, device, autocast), 6)
     metrics = {k: v for k, v in metrics.items() if v is not None}
 
-    adapter_dir = stage_dir / "adapter"
     tmp = stage_dir / ".adapter.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(str(tmp), safe_serialization=True)

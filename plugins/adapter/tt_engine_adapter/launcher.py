@@ -1,0 +1,116 @@
+"""Starting the adapter's train stage under `torch.distributed.run` (torchrun) when the world size is above 1.
+
+(The same launcher as the foundation engine's: engines are separate distributions.)
+
+Two halves:
+
+- `stage_arguments(settings, module)` runs in the host (stdlib only, never
+  torch): the interpreter arguments for `Stage.launch`. World size 1 gives the
+  plain `-m <module>`; otherwise `-m tt_engine_adapter.launcher <torchrun
+  arguments> -m <module>` and the host appends the request path.
+- `main()` runs in the engine environment: it is torchrun's own launcher
+  (`torch.distributed.run.run`), with exit codes mapped back onto the stage
+  protocol. torchrun turns every failure into exit 1; here a stage that every
+  rank refused as invalid input still exits 2, a stopped stage (SIGTERM/SIGINT,
+  which torchrun forwards to every rank) exits 130, and a rank that died from a
+  signal is named in one error event.
+
+Single node: `--standalone` (a private rendezvous on a free local port).
+Several nodes: static rendezvous at `rdzv_endpoint` (host:port of node 0),
+with `node_rank` fixing each node's ranks. See docs/distributed.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from typing import Any, Mapping, Optional, Sequence
+
+MODULE = "tt_engine_adapter.launcher"
+DEFAULT_MASTER_PORT = 29500
+
+
+def world_size(settings: Mapping[str, Any]) -> int:
+    return int(settings.get("nproc_per_node") or 1) * int(settings.get("nnodes") or 1)
+
+
+def _grace() -> int:
+    try:
+        grace = float(os.environ.get("TT_STAGE_GRACE_SECONDS", "120"))
+    except ValueError:
+        grace = 120.0
+    # torchrun waits this long for ranks to checkpoint after SIGTERM; the host kills after its grace.
+    return max(5, int(grace) - 10)
+
+
+def split_endpoint(endpoint: str) -> tuple[str, int]:
+    host, _, port = endpoint.rpartition(":")
+    if not host:
+        return endpoint, DEFAULT_MASTER_PORT
+    return host.strip("[]"), int(port)
+
+
+def torchrun_arguments(settings: Mapping[str, Any]) -> list[str]:
+    """torchrun options for nproc_per_node / nnodes / node_rank / rdzv_endpoint."""
+    nproc = int(settings.get("nproc_per_node") or 1)
+    nnodes = int(settings.get("nnodes") or 1)
+    args = ["--nproc_per_node", str(nproc), "--max_restarts", "0", "--monitor_interval", "0.2",
+            "--shutdown_timeout", str(_grace())]
+    if nnodes == 1:
+        return ["--standalone", "--nnodes", "1", *args]
+    host, port = split_endpoint(str(settings["rdzv_endpoint"]))
+    return ["--nnodes", str(nnodes), "--node_rank", str(int(settings.get("node_rank") or 0)),
+            "--master_addr", host, "--master_port", str(port), *args]
+
+
+def stage_arguments(settings: Mapping[str, Any], module: str) -> list[str]:
+    """`Stage.launch` arguments: plain `-m module` for one process, torchrun otherwise."""
+    if world_size(settings) <= 1:
+        return ["-m", module]
+    return ["-m", MODULE, *torchrun_arguments(settings), "-m", module]
+
+
+def _error(message: str) -> None:
+    sys.stdout.write(json.dumps({"type": "log", "level": "error", "message": message}) + "\n")
+    sys.stdout.flush()
+
+
+def _exit_code(failure: Any) -> int:
+    code = int(getattr(failure, "exitcode", 1))
+    return code if code in (1, 2, 130) else 1
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import get_args_parser, run
+
+    args = get_args_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        run(args)
+    except ChildFailedError as exc:
+        rank, first = exc.get_first_failure()
+        # SIGTERM is what torchrun itself sends the survivors: a rank killed by anything else is the cause.
+        killed = sorted(((int(f.exitcode) == -signal.SIGTERM, r), r, f) for r, f in exc.failures.items()
+                        if int(getattr(f, "exitcode", 1)) < 0)
+        killed = [(r, f) for _, r, f in killed]
+        if killed:  # a rank died from a signal: that is the cause, whatever the others reported after it
+            rank, first = killed[0]
+            code = -int(first.exitcode)
+            try:
+                name = signal.Signals(code).name
+            except ValueError:
+                name = f"signal {code}"
+            _error(f"distributed rank {rank} (pid {first.pid}) was killed by {name}; every other rank was stopped, "
+                   "the run failed (resume with --resume from the last checkpoint)")
+            sys.exit(1)
+        sys.exit(_exit_code(first))
+    except SignalException:
+        sys.exit(130)
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
