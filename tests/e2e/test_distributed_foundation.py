@@ -24,7 +24,7 @@ from foundation_support import checkpoints, heartbeat_step, report, tiny_spec, t
 PRETRAIN = "tt_engine_foundation.stages.pretrain"
 LAUNCHER = "tt_engine_foundation.launcher"
 STEPS = 30
-TOLERANCE = 1e-4  # relative, on every step's loss
+TOLERANCE = 1e-3  # relative, on every step's loss (float summation order differs across world sizes)
 SETTINGS = dict(pretrain_steps=STEPS, checkpoint_interval_steps=10, finetune_steps=2)
 
 
