@@ -4,7 +4,8 @@
    loss curve within a small tolerance.
 2. SIGTERM during a 2-process run gives one consistent step-boundary checkpoint (exit 130), and the
    run resumes cleanly, here with one process (a changed world size resumes the same global batches);
-   SIGKILL of one rank ends the run with an error naming it, within a bounded time.
+   SIGKILL of one rank ends the run with an error naming it, within a bounded time, and the run
+   resumes from its last checkpoint with 2 processes.
 
 Real `tt`, real torchrun, real gloo; nothing mocked. Ranks are found through /proc.
 """
@@ -113,12 +114,13 @@ def test_sigterm_one_checkpoint_then_resume_with_another_world_size(tmp_path, si
     assert_close(losses(run_dir), losses(single))
 
 
-def test_sigkill_of_one_rank_fails_the_run_in_bounded_time(tmp_path):
-    spec = tiny_spec(tmp_path / "spec", nproc_per_node=2, pretrain_steps=400, checkpoint_interval_steps=0,
-                     finetune_steps=0)
+def test_sigkill_of_one_rank_fails_the_run_in_bounded_time_then_resumes(tmp_path):
+    total = 150
+    spec = tiny_spec(tmp_path / "spec", nproc_per_node=2, pretrain_steps=total, checkpoint_interval_steps=5,
+                     keep_checkpoints=2, finetune_steps=0)
     run_dir = tmp_path / "run"
     proc = tt_popen(tmp_path, "run", spec, "--resume", run_dir)
-    wait_for_step(run_dir, 3, proc)
+    wait_for_step(run_dir, 6, proc, checkpoint="step-000000005")
     ranks = rank_pids(run_dir)
     assert sorted(ranks) == [0, 1], ranks
     killed = time.monotonic()
@@ -126,9 +128,18 @@ def test_sigkill_of_one_rank_fails_the_run_in_bounded_time(tmp_path):
     out, _ = proc.communicate(timeout=90)
     elapsed = time.monotonic() - killed
     assert proc.returncode == 1, out
+    assert heartbeat_step(run_dir) < total, "the run finished before the rank was killed"
     assert elapsed < 60, f"the run took {elapsed:.0f}s to notice a dead rank"
     assert "rank 1" in out and "SIGKILL" in out, out
     state = json.loads((run_dir / "run.json").read_text())["stages"]["pretrain"]
     assert state["state"] == "failed"
     assert not rank_pids(run_dir), "rank 0 outlived the failed run"
     print(f"dead rank noticed after {elapsed:.1f}s")
+
+    # The 2-process run resumes from its last checkpoint with 2 processes.
+    last = int(checkpoints(run_dir)[-1].split("-")[1])
+    resumed = tt(tmp_path, "run", spec, "--resume", run_dir)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    log = (run_dir / "logs" / "pretrain.log").read_text()
+    assert f"at step {last} with 2 processes" in log
+    assert report(run_dir)["metrics"]["pretrain.steps"] == total

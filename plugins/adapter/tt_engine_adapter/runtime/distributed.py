@@ -124,8 +124,8 @@ def collective(what: str) -> Iterator[None]:
     except (StageError, KeyboardInterrupt):
         raise
     except Exception as exc:
-        if not _CTX.enabled:
-            raise
+        if not _CTX.enabled or "out of memory" in str(exc).lower():
+            raise  # a local failure (e.g. CUDA OOM) keeps its own message
         raise StageError(
             f"rank {_CTX.rank} of {_CTX.world_size}: {what} failed: another rank of the distributed run died or did "
             f"not answer within {timeout_seconds():.0f} s (TT_DIST_TIMEOUT_SECONDS) ({type(exc).__name__}: "
