@@ -3,16 +3,20 @@
 The adapter trained by two DistributedDataParallel ranks is registered and `tt models verify`
 accepts it; its loss curve matches a 1-process run of the same schedule (LoRA dropout 0), because
 each rank computes half of every micro-batch and scales by the global supervised-token count.
+SIGTERM reaches both ranks, which stop after the same step with one checkpoint; resuming it with
+another world size is refused with a message naming it, and with the same one it completes.
 """
 
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from adapter_support import build_tiny_model, engine_python, only_run_dir, tt, write_spec
+from adapter_support import TT_BIN, build_tiny_model, engine_python, only_run_dir, tt, tt_env, write_spec
 
 HP = {"n_epochs": 2, "batch_size": 8, "max_eval_examples": 8, "checkpoint_interval_steps": 4}
 
@@ -51,3 +55,36 @@ def test_two_process_adapter_verifies_and_matches_one_process(home, model):
     model_id = next(m["id"] for m in models if str(runs[2]) in json.dumps(m))
     verified = tt(home, "models", "verify", model_id)
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_sigterm_checkpoints_once_and_another_world_size_is_refused(home, model):
+    spec = write_spec(home / "stopped", str(model),
+                      hyperparameters={**HP, "n_epochs": 3, "checkpoint_interval_steps": 100, "nproc_per_node": 2})
+    proc = subprocess.Popen([TT_BIN, "run", str(spec)], env=tt_env(home), cwd=home, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    seen = []
+    for line in proc.stdout:  # wait for training to be under way, then stop it
+        seen.append(line)
+        if line.startswith("train 5/"):
+            proc.send_signal(signal.SIGTERM)
+            break
+    out = "".join(seen) + proc.communicate(timeout=150)[0]
+    assert proc.returncode == 130, out
+    run_dir = only_run_dir(home / "stopped")
+    saved = sorted(p.name for p in (run_dir / "train" / "checkpoints").iterdir())
+    assert len(saved) == 1 and saved[0].startswith("step-"), saved  # one checkpoint, taken by rank 0 only
+    step = int(saved[0].split("-")[1])
+
+    data = json.loads(spec.read_text())
+    data["hyperparameters"]["nproc_per_node"] = 1
+    spec.write_text(json.dumps(data))
+    refused = tt(home, "run", spec, "--resume", run_dir)
+    assert refused.returncode != 0
+    assert "written by 2 training process(es)" in refused.stdout + refused.stderr
+    assert sorted(p.name for p in (run_dir / "train" / "checkpoints").iterdir()) == saved
+
+    data["hyperparameters"]["nproc_per_node"] = 2
+    spec.write_text(json.dumps(data))
+    resumed = tt(home, "run", spec, "--resume", run_dir)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert f"resumed from {saved[0]} at step {step}/" in (run_dir / "logs" / "train.log").read_text()
