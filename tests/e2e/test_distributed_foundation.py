@@ -6,6 +6,8 @@
    run resumes cleanly, here with one process (a changed world size resumes the same global batches);
    SIGKILL of one rank ends the run with an error naming it, within a bounded time, and the run
    resumes from its last checkpoint with 2 processes.
+Multi-node settings: two `tt run`s on loopback as nodes 0 and 1 stop together and resume from node 0's
+checkpoint.
 
 Real `tt`, real torchrun, real gloo; nothing mocked. Ranks are found through /proc.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -143,3 +146,32 @@ def test_sigkill_of_one_rank_fails_the_run_in_bounded_time_then_resumes(tmp_path
     log = (run_dir / "logs" / "pretrain.log").read_text()
     assert f"at step {last} with 2 processes" in log
     assert report(run_dir)["metrics"]["pretrain.steps"] == total
+
+
+def test_two_nodes_on_loopback_stop_together_and_resume_from_node_0(tmp_path):
+    """nnodes 2 × nproc_per_node 1 through two `tt run`s (static rendezvous at rdzv_endpoint): SIGTERM to
+    node 0 stops both after the same step; node 0 alone holds the checkpoint and hands it to node 1."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    specs = [tiny_spec(tmp_path / f"node{r}", nproc_per_node=1, nnodes=2, node_rank=r,
+                       rdzv_endpoint=f"127.0.0.1:{port}", pretrain_steps=60, checkpoint_interval_steps=0,
+                       finetune_steps=0) for r in (0, 1)]
+    runs = [tmp_path / "run0", tmp_path / "run1"]
+    procs = [tt_popen(tmp_path, "run", spec, "--resume", run) for spec, run in zip(specs, runs)]
+    wait_for_step(runs[0], 5, procs[0])
+    procs[0].send_signal(signal.SIGTERM)
+    outs = [p.communicate(timeout=150)[0] for p in procs]
+    assert [p.returncode for p in procs] == [130, 130], outs
+    stopped = heartbeat_step(runs[0])
+    assert checkpoints(runs[0]) == [f"step-{stopped:09d}"]
+    assert not (runs[1] / "pretrain" / "recovery" / "checkpoints").exists()  # only global rank 0 writes
+
+    procs = [tt_popen(tmp_path, "run", spec, "--resume", run) for spec, run in zip(specs, runs)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    for run in runs:
+        assert f"at step {stopped} with 2 processes" in (run / "logs" / "pretrain.log").read_text()
+        assert report(run)["metrics"]["pretrain.steps"] == 60
+    model = "pretrain/model/model.safetensors"
+    assert (runs[0] / model).read_bytes() == (runs[1] / model).read_bytes()

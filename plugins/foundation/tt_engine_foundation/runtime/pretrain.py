@@ -248,7 +248,8 @@ def run_pretraining(
                 path = save()
                 last_save = time.monotonic()
                 if interrupted:
-                    raise Interrupted(f"pretraining stopped: checkpoint {path.name} saved at step {state.step}")
+                    who = "" if ctx.is_main else " by rank 0"
+                    raise Interrupted(f"pretraining stopped: checkpoint {path.name} saved{who} at step {state.step}")
     finally:
         saver.wait()  # the last checkpoint is durable before the stage reports or exits
     if stop_requested() and state.step < total:
