@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import time
@@ -175,3 +176,17 @@ def test_two_nodes_on_loopback_stop_together_and_resume_from_node_0(tmp_path):
         assert report(run)["metrics"]["pretrain.steps"] == 60
     model = "pretrain/model/model.safetensors"
     assert (runs[0] / model).read_bytes() == (runs[1] / model).read_bytes()
+
+
+def test_doctor_checks_the_world_size_against_the_devices(tmp_path):
+    spec = tiny_spec(tmp_path / "spec", nproc_per_node=2)
+    found = json.loads(tt(tmp_path, "doctor", spec, "--json").stdout)
+    check = next(c for c in found["checks"] if c["name"] == "foundation.nproc_per_node")
+    assert check["status"] == "ok" and "gloo on CPU" in check["detail"]
+    if shutil.which("nvidia-smi") is None:  # asking for 2 GPUs on a machine without any fails, naming the field
+        data = json.loads(spec.read_text())
+        data["foundation"]["device"] = "cuda"
+        spec.write_text(json.dumps(data))
+        proc = tt(tmp_path, "doctor", spec, "--json")
+        check = next(c for c in json.loads(proc.stdout)["checks"] if c["name"] == "foundation.nproc_per_node")
+        assert proc.returncode == 1 and check["status"] == "fail", check
