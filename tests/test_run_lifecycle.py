@@ -123,3 +123,8 @@ def test_host_does_not_import_torch():
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'tokenizers', 'numpy')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_stage_that_rejects_its_input_ends_the_run_with_exit_2(tt, tmp_path):
+    code, out = tt.json("run", write_spec(tmp_path / "s", echo_spec(reject_input=True)), "--resume", tmp_path / "run")
+    assert code == 2 and out["status"] == "failed" and "reject_input" in out["error"], out

@@ -193,7 +193,7 @@ def _drive(loaded, plugins, run: RunDir, plan, digest, device, reporter, existed
             else:
                 record.update(state="interrupted" if code == EXIT_INTERRUPTED else "failed", error=err)
                 run.save(state)
-                exit_code = EXIT_INTERRUPTED if code == EXIT_INTERRUPTED else EXIT_FAILED
+                exit_code = code if code in (EXIT_INTERRUPTED, EXIT_INVALID) else EXIT_FAILED
                 error = err
                 break
         completed[stage.name] = {"dir": str(run.stage_dir(stage.name)), "result": result}

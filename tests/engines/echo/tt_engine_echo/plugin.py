@@ -17,6 +17,7 @@ class EchoConfig(StrictModel):
     step_seconds: float = Field(0.0, ge=0, le=60)
     fail_at_step: Optional[int] = Field(None, ge=1)
     learning_rate: float = Field(0.1, gt=0)
+    reject_input: bool = False  # the prepare stage finds its input invalid (exit 2)
 
 
 class EchoSpec(BehaviorSpec):
