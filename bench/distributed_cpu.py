@@ -76,7 +76,7 @@ def main() -> None:
     script.write_text(SCRIPT)
     env = dict(tt_env(tmp), OMP_NUM_THREADS="1")
     plain = best_of([python, str(script)], env)
-    launched = best_of([python, "-m", "tt_engine_foundation.launcher", "--standalone", "--nnodes", "1",
+    launched = best_of([python, "-m", "tt_stagekit.launcher", "--standalone", "--nnodes", "1",
                         "--nproc_per_node", "2", str(script)], env)
     runs = [pretrain(tmp, "p1t1", 1, 1), pretrain(tmp, "p1t2", 1, 2), pretrain(tmp, "p2t1", 2, 1)]
     for row in runs:

@@ -27,7 +27,7 @@ import pytest
 from foundation_support import checkpoints, heartbeat_step, report, tiny_spec, tt, tt_popen, wait_for_step
 
 PRETRAIN = "tt_engine_foundation.stages.pretrain"
-LAUNCHER = "tt_engine_foundation.launcher"
+LAUNCHER = "tt_stagekit.launcher"
 STEPS = 30
 TOLERANCE = 1e-3  # relative, on every step's loss (float summation order differs across world sizes)
 SETTINGS = dict(pretrain_steps=STEPS, checkpoint_interval_steps=10, finetune_steps=2)

@@ -22,7 +22,7 @@ from tt_host.hookspecs import hookimpl
 from tt_host.spec.schema import BehaviorSpec, StrictModel, resolve_path
 
 from tt_engine_adapter import fingerprint, rows
-from tt_engine_adapter.launcher import stage_arguments
+from tt_stagekit.launcher import stage_arguments
 
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")

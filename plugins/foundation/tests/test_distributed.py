@@ -8,7 +8,7 @@ The real 2-process gloo runs are end-to-end tests (tests/e2e/test_distributed_fo
 from __future__ import annotations
 
 import pytest
-from tt_engine_foundation.launcher import stage_arguments, torchrun_arguments
+from tt_stagekit.launcher import stage_arguments, torchrun_arguments
 from tt_engine_foundation.runtime.distributed import shard_plan, split_error
 from tt_engine_foundation.runtime.protocol import InvalidInput
 
@@ -37,7 +37,7 @@ def test_launch_arguments():
     module = "tt_engine_foundation.stages.pretrain"
     assert stage_arguments({"nproc_per_node": 1}, module) == ["-m", module]
     single = stage_arguments({"nproc_per_node": 2}, module)
-    assert single[:2] == ["-m", "tt_engine_foundation.launcher"] and single[-2:] == ["-m", module]
+    assert single[:2] == ["-m", "tt_stagekit.launcher"] and single[-2:] == ["-m", module]
     assert "--standalone" in single and single[single.index("--nproc_per_node") + 1] == "2"
     multi = torchrun_arguments({"nproc_per_node": 4, "nnodes": 2, "node_rank": 1, "rdzv_endpoint": "node0:29501"})
     assert multi[:10] == ["--nnodes", "2", "--node_rank", "1", "--master_addr", "node0", "--master_port", "29501",

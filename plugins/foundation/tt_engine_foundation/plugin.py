@@ -18,7 +18,7 @@ from typing import Any, Iterable, Mapping, Optional
 from tt_host.engine import Check, Engine, Stage
 from tt_host.hookspecs import hookimpl
 
-from .launcher import stage_arguments
+from tt_stagekit.launcher import stage_arguments
 from .runtime.corpus import list_shards
 from .spec import FoundationSpec
 

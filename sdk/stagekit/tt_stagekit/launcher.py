@@ -1,12 +1,10 @@
-"""Starting the adapter's train stage under `torch.distributed.run` (torchrun) when the world size is above 1.
-
-(The same launcher as the foundation engine's: engines are separate distributions.)
+"""Starting a training stage under `torch.distributed.run` (torchrun) when the world size is above 1.
 
 Two halves:
 
 - `stage_arguments(settings, module)` runs in the host (stdlib only, never
   torch): the interpreter arguments for `Stage.launch`. World size 1 gives the
-  plain `-m <module>`; otherwise `-m tt_engine_adapter.launcher <torchrun
+  plain `-m <module>`; otherwise `-m tt_stagekit.launcher <torchrun
   arguments> -m <module>` and the host appends the request path.
 - `main()` runs in the engine environment: it is torchrun's own launcher
   (`torch.distributed.run.run`), with exit codes mapped back onto the stage
@@ -28,7 +26,7 @@ import signal
 import sys
 from typing import Any, Mapping, Optional, Sequence
 
-MODULE = "tt_engine_adapter.launcher"
+MODULE = "tt_stagekit.launcher"
 DEFAULT_MASTER_PORT = 29500
 
 

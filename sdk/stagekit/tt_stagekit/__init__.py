@@ -1,0 +1,7 @@
+"""Runtime helpers shared by tt engines.
+
+Engine runtime code never imports `tt_host`; what several engines need at
+runtime lives here instead, in a stdlib-only distribution that each engine
+lists as a dependency (so it is in the host environment for the plugin module
+and in each engine environment for its stages).
+"""
