@@ -56,7 +56,7 @@ def main() -> None:
     stage_dir = tmp / "run" / "prepare"
     stage_dir.mkdir(parents=True)
     request = {"protocol": 1, "stage_dir": str(stage_dir), "result_path": str(stage_dir / "result.json"),
-               "train_rows": [], "resume": False}
+               "train_rows": [], "resume": False, "spec": {"echo": {"reject_input": False}}}
     request_path = stage_dir / "request.json"
     request_path.write_text(json.dumps(request))
     module = "tt_engine_echo.stages.prepare"

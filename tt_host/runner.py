@@ -56,17 +56,24 @@ class StageOutcome:
     tail: list[str]
 
 
-class _SignalForwarder:
-    """Installs SIGINT/SIGTERM handlers that forward to the stage group for the duration of a stage."""
+class SignalForwarder:
+    """While a child process group runs, forward the host's SIGINT/SIGTERM to it.
 
-    def __init__(self, process: subprocess.Popen, grace: float):
+    forward_as: the signal sent to the group (None: the one received).
+    second_kills: a second signal kills the group at once (else it is forwarded again).
+    After `grace` seconds from the first signal, the group is killed.
+    """
+
+    def __init__(self, process: subprocess.Popen, grace: float, forward_as: Optional[int] = signal.SIGTERM,
+                 second_kills: bool = True):
         self.process, self.grace = process, grace
+        self.forward_as, self.second_kills = forward_as, second_kills
         self.signalled = threading.Event()
         self.killed = False
         self._previous: dict[int, Any] = {}
         self._deadline: Optional[float] = None
 
-    def __enter__(self) -> "_SignalForwarder":
+    def __enter__(self) -> "SignalForwarder":
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 self._previous[sig] = signal.signal(sig, self._handle)
@@ -77,12 +84,13 @@ class _SignalForwarder:
             signal.signal(sig, handler)
 
     def _handle(self, signum: int, frame: object) -> None:
-        if self.signalled.is_set():
+        if self.signalled.is_set() and self.second_kills:
             self.kill()
             return
-        self.signalled.set()
-        self._deadline = time.monotonic() + self.grace
-        self._send(signal.SIGTERM)
+        if not self.signalled.is_set():
+            self.signalled.set()
+            self._deadline = time.monotonic() + self.grace
+        self._send(self.forward_as or signum)
 
     def _send(self, sig: int) -> None:
         try:
@@ -94,10 +102,20 @@ class _SignalForwarder:
         self.killed = True
         self._send(signal.SIGKILL)
 
-    def watch(self) -> None:
-        """Kill the group once the grace period has passed; called while waiting."""
-        if self._deadline is not None and time.monotonic() > self._deadline and self.process.poll() is None:
-            self.kill()
+    def wait(self, reader: Optional[threading.Thread] = None) -> int:
+        """Wait for the process, killing its group once the grace period has passed.
+
+        With the thread that reads the process's output, waiting wakes as soon as
+        that output closes (the process exited) instead of on the next poll.
+        """
+        while self.process.poll() is None:
+            if reader is not None and reader.is_alive():
+                reader.join(timeout=0.1)
+            else:
+                time.sleep(0.01)
+            if self._deadline is not None and time.monotonic() > self._deadline and self.process.poll() is None:
+                self.kill()
+        return self.process.wait()
 
 
 def run_stage(
@@ -122,7 +140,7 @@ def run_stage(
     )
     last_error: Optional[str] = None
     tail: list[str] = []
-    with _SignalForwarder(process, grace_seconds() if grace is None else grace) as forwarder, open(
+    with SignalForwarder(process, grace_seconds() if grace is None else grace) as forwarder, open(
         log_path, "a", encoding="utf-8"
     ) as log:
         os.chmod(log_path, 0o600)
@@ -143,12 +161,7 @@ def run_stage(
 
         reader = threading.Thread(target=pump, daemon=True)
         reader.start()
-        while True:
-            try:
-                process.wait(timeout=0.1)
-                break
-            except subprocess.TimeoutExpired:
-                forwarder.watch()
+        forwarder.wait(reader)
         reader.join(timeout=5)
     code = process.returncode
     if code < 0:  # killed by a signal

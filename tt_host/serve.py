@@ -18,13 +18,10 @@ adapter engine's hashed environment (it has transformers and PEFT). The host:
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
-import signal
 import subprocess
 import tempfile
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -32,9 +29,10 @@ from typing import Any, Callable, Optional
 from tt_host.export import ExportError, engine_python, serving_folder
 from tt_host.fsutil import write_json_atomic
 from tt_host.modelref import ResolvedModel
+from tt_host.runner import EXIT_INTERRUPTED, SignalForwarder, parse_event
 
 SERVE_MODULE = "tt_engine_adapter.serve"
-EXIT_INTERRUPTED = 130
+
 KILL_AFTER_SECONDS = 30.0
 
 
@@ -99,46 +97,6 @@ def build_request(model: ResolvedModel, options: ServeOptions, log: Callable[[st
     }
 
 
-class _Forwarder:
-    """Forward SIGINT/SIGTERM to the server's process group; kill it if it outlives the grace period."""
-
-    def __init__(self, process: subprocess.Popen):
-        self.process = process
-        self.signalled = False
-        self.deadline: Optional[float] = None
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self) -> "_Forwarder":
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-    def _handle(self, signum: int, frame: object) -> None:
-        self.signalled = True
-        if self.deadline is None:
-            self.deadline = time.monotonic() + KILL_AFTER_SECONDS
-        self._send(signum)  # a second SIGINT makes uvicorn stop at once
-
-    def _send(self, sig: int) -> None:
-        try:
-            os.killpg(self.process.pid, sig)
-        except ProcessLookupError:
-            pass
-
-    def wait(self) -> int:
-        while True:
-            try:
-                return self.process.wait(timeout=0.2)
-            except subprocess.TimeoutExpired:
-                if self.deadline is not None and time.monotonic() > self.deadline:
-                    self._send(signal.SIGKILL)
-
-
 def run_server(model: ResolvedModel, options: ServeOptions, on_event: Callable[[dict[str, Any]], None],
                log: Callable[[str], None]) -> int:
     """Serve until the server stops; returns the exit code (130 after Ctrl-C / SIGTERM)."""
@@ -157,29 +115,22 @@ def run_server(model: ResolvedModel, options: ServeOptions, on_event: Callable[[
         process = subprocess.Popen([str(python), "-m", SERVE_MODULE, str(request_path)], env=env, cwd=tmp,
                                    stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True,
                                    text=True, bufsize=1, errors="replace")
-        with _Forwarder(process) as forwarder:
+        # Forward the signal received (a second SIGINT makes uvicorn stop at once); kill after the grace.
+        with SignalForwarder(process, KILL_AFTER_SECONDS, forward_as=None, second_kills=False) as forwarder:
             reader = threading.Thread(target=_pump, args=(process, on_event), daemon=True)
             reader.start()
-            code = forwarder.wait()
+            code = forwarder.wait(reader)
             reader.join(timeout=5)
-    if code < 0 or (forwarder.signalled and code in (0, EXIT_INTERRUPTED)):
-        return EXIT_INTERRUPTED if forwarder.signalled else 1
+    signalled = forwarder.signalled.is_set()
+    if code < 0 or (signalled and code in (0, EXIT_INTERRUPTED)):
+        return EXIT_INTERRUPTED if signalled else 1
     return code
 
 
 def _pump(process: subprocess.Popen, on_event: Callable[[dict[str, Any]], None]) -> None:
     assert process.stdout is not None
     for line in process.stdout:
-        text = line.strip()
-        event = None
-        if text.startswith("{"):
-            try:
-                event = json.loads(text)
-            except json.JSONDecodeError:
-                event = None
-        if not isinstance(event, dict) or not isinstance(event.get("type"), str):
-            event = {"type": "log", "level": "info", "message": line.rstrip("\n")}
-        on_event(event)
+        on_event(parse_event(line))
 
 
 def serve(reference: str, options: ServeOptions, on_event: Callable[[dict[str, Any]], None],
