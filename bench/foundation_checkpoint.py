@@ -1,12 +1,18 @@
 """Checkpoint save time against a plain safetensors + torch.save of the same state.
 
-The engine's `Saver.save` serialises weights (safetensors), optimizer and
-trainer state (torch.save) and returns; hashing, fsync, metadata, the atomic
-rename and rolling finish in a background thread while training goes on.
-`engine_s` is what the training loop waits for (target: at most 1.5x the
-baseline); `durable_s` is until the checkpoint is complete on disk. The
-baseline is `safetensors.torch.save_file` of the weights plus `torch.save` of
-the optimizer state into a folder, nothing else.
+The engine's `Saver.save` copies weights and AdamW state into reused CPU staging
+buffers and returns; serialisation, hashing, fsync, metadata, the atomic rename
+and rolling finish in a background thread while training goes on.
+
+- `engine_s`: what the training loop waits for on a repeated save (target: at
+  most 1.5x the baseline); `first_engine_s`: the first save, which also
+  allocates the staging buffers.
+- `durable_s`: until the checkpoint is complete on disk.
+- `plain_s`: `safetensors.torch.save_file` of the weights plus `torch.save` of
+  the optimizer state into a folder, nothing else (no fsync).
+- `overlap`: time of a few training steps while a save finishes in the
+  background, against the same steps with no save running (the background
+  thread's cost to training).
 
     <foundation env>/bin/python bench/foundation_checkpoint.py [--depth 8] [--vocab 32768]
 """
@@ -28,8 +34,19 @@ import torch  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 
 from tt_engine_foundation.runtime import checkpoint as ckpt  # noqa: E402
+from tt_engine_foundation.runtime.loss import cross_entropy  # noqa: E402
 from tt_engine_foundation.runtime.model import GPT, config_for_depth  # noqa: E402
 from tt_engine_foundation.runtime.optim import build_adamw  # noqa: E402
+
+
+def train_steps(model, opt, vocab: int, count: int) -> float:
+    x = torch.randint(0, vocab, (2, 129), generator=torch.Generator().manual_seed(0))
+    start = time.perf_counter()
+    for _ in range(count):
+        cross_entropy(model(x[:, :-1]).reshape(-1, vocab), x[:, 1:].reshape(-1)).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return time.perf_counter() - start
 
 
 def main() -> None:
@@ -37,13 +54,13 @@ def main() -> None:
     parser.add_argument("--depth", type=int, default=8)
     parser.add_argument("--vocab", type=int, default=32768)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--overlap-steps", type=int, default=3)
     args = parser.parse_args()
+    torch.set_flush_denormal(True)
     model = GPT(config_for_depth(args.depth, args.vocab, 512))
     model.init_weights(0)
     opt = build_adamw(model, 1e-3, 0.1, torch.device("cpu"))
-    x = torch.randint(0, args.vocab, (2, 65))
-    torch.nn.functional.cross_entropy(model(x[:, :-1]).reshape(-1, args.vocab), x[:, 1:].reshape(-1)).backward()
-    opt.step()
+    train_steps(model, opt, args.vocab, 1)
     state = ckpt.TrainerState(step=1, samples_consumed=2, tokens_seen=128, last_loss=1.0)
     with tempfile.TemporaryDirectory(dir=".") as tmp:
         root = Path(tmp)
@@ -63,16 +80,28 @@ def main() -> None:
             path = saver.save(model, opt, state, {"bench": True}, "f" * 64)
             ours.append(time.perf_counter() - start)  # what the training loop waits for
             saver.wait()
-            durable.append(time.perf_counter() - start)  # hashed, fsynced, renamed, rolled
+            durable.append(time.perf_counter() - start)  # serialised, hashed, fsynced, renamed, rolled
             size = sum(p.stat().st_size for p in path.iterdir())
             shutil.rmtree(target)
         start = time.perf_counter()
         ok, reason, _ = ckpt.verify(path)
         verify_s = time.perf_counter() - start
+        os.sync()
+        alone = train_steps(model, opt, args.vocab, args.overlap_steps)
+        os.sync()
+        state.step += 1
+        saver.save(model, opt, state, {"bench": True}, "f" * 64)
+        overlapped = train_steps(model, opt, args.vocab, args.overlap_steps)
+        saver.wait()
+    later = ours[1:] or ours
     result = {"depth": args.depth, "vocab": args.vocab, "parameters": model.num_params(),
-              "checkpoint_mb": round(size / 1e6, 1), "plain_s": round(min(plain), 3), "engine_s": round(min(ours), 3),
-              "ratio": round(min(ours) / min(plain), 3),
-              "durable_s": round(min(durable), 3), "durable_ratio": round(min(durable) / min(plain), 3), "verify_s": round(verify_s, 3), "intact": ok}
+              "checkpoint_mb": round(size / 1e6, 1), "plain_s": round(min(plain), 3),
+              "first_engine_s": round(ours[0], 3), "engine_s": round(min(later), 3),
+              "ratio": round(min(later) / min(plain), 3), "first_ratio": round(ours[0] / min(plain), 3),
+              "durable_s": round(min(durable), 3), "durable_ratio": round(min(durable) / min(plain), 3),
+              "verify_s": round(verify_s, 3), "intact": ok,
+              "steps_alone_s": round(alone, 3), "steps_during_save_s": round(overlapped, 3),
+              "overlap": round(overlapped / alone, 3)}
     print(json.dumps(result))
 
 

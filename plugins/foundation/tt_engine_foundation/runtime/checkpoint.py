@@ -9,10 +9,16 @@ folder named `step-*` is complete unless the disk lies; `verify` checks the
 sizes and hashes anyway. Old checkpoints are rolled to `keep`; a copy goes to
 the backup folder when one is set. Resume never deletes anything: a damaged
 folder that would be overwritten is moved aside.
+
+Saving blocks training only for a copy of the state into CPU staging buffers
+that are allocated once and reused (a memcpy, no page faults, no disk);
+serialisation, hashing, fsync, the rename, backup and rolling run in a
+background thread. The price is one checkpoint's worth of resident CPU memory.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -22,7 +28,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Mapping, Optional
 
 import torch
 from safetensors.torch import load as st_load
@@ -73,27 +79,64 @@ class TrainerState:
     scheduler: dict[str, Any] = field(default_factory=dict)
 
 
-class Saver:
-    """Writes checkpoints; hashing, fsync, the atomic rename, backup and rolling finish in a
-    background thread so training pays only for serialisation (about a plain save).
+class Staging:
+    """CPU copies of a checkpoint's tensors in buffers allocated on first use and reused.
 
-    At most one checkpoint is being finished at a time; `wait()` joins it and re-raises its
-    error. Older checkpoints are rolled only after the new one is durable, so a power cut
-    always leaves at least one complete checkpoint behind.
+    Keys are a tensor's place in the state (`("model", name)`, `("optimizer", "state", 3,
+    "exp_avg")`); a buffer is replaced only when the shape or dtype at that place changes.
+    """
+
+    def __init__(self) -> None:
+        self._buffers: dict[tuple, torch.Tensor] = {}
+
+    def copy(self, key: tuple, tensor: torch.Tensor) -> torch.Tensor:
+        buffer = self._buffers.get(key)
+        if buffer is None or buffer.shape != tensor.shape or buffer.dtype != tensor.dtype:
+            buffer = torch.empty(tensor.shape, dtype=tensor.dtype, device="cpu")
+            self._buffers[key] = buffer
+        buffer.copy_(tensor.detach())
+        return buffer
+
+    def tree(self, key: tuple, value: Any) -> Any:
+        """The same nested dict/list/tuple with every tensor replaced by its staged copy."""
+        if isinstance(value, torch.Tensor):
+            return self.copy(key, value)
+        if isinstance(value, dict):
+            return {k: self.tree((*key, k), v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(self.tree((*key, i), v) for i, v in enumerate(value))
+        return value
+
+    def snapshot(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+        weights = {k: self.copy(("model", k), v) for k, v in model.state_dict().items()}
+        return weights, self.tree(("optimizer",), optimizer.state_dict())
+
+
+class Saver:
+    """Writes checkpoints. `save` copies the state into reused CPU staging buffers and
+    returns; serialisation, hashing, fsync, the atomic rename, backup and rolling finish in a
+    background thread while training goes on.
+
+    At most one checkpoint is being finished at a time (the next `save` waits for it, so the
+    staging buffers are never overwritten while being written); `wait()` joins it and
+    re-raises its error. Older checkpoints are rolled only after the new one is durable, so a
+    power cut always leaves at least one complete checkpoint behind.
     """
 
     def __init__(self, directory: Path, keep: int, backup_dir: Optional[Path] = None, background: bool = True):
         self.directory, self.keep, self.backup_dir, self.background = directory, keep, backup_dir, background
         self._thread: Optional[threading.Thread] = None
         self._error: Optional[BaseException] = None
+        self._staging = Staging()
         self.last: Optional[Path] = None
 
     def save(self, model, optimizer, state: "TrainerState", config: Mapping[str, Any], fingerprint: str,
              rank_rng: Optional[list] = None) -> Path:
         self.wait()
-        tmp, final = _write_raw(self.directory, model, optimizer, state, rank_rng)
-        counters = _counters(state)
-        args = (tmp, final, counters, dict(config), fingerprint)
+        weights, optimizer_state = self._staging.snapshot(model, optimizer)
+        trainer = _trainer_record(state, rank_rng or [rng_state()])
+        final = self.directory / step_name(state.step)
+        args = (weights, optimizer_state, trainer, final, dict(config), fingerprint)
         if self.background:
             self._thread = threading.Thread(target=self._finish_safely, args=args, daemon=False)
             self._thread.start()
@@ -108,8 +151,10 @@ class Saver:
         except BaseException as exc:  # surfaced by wait()
             self._error = exc
 
-    def _finish(self, tmp: Path, final: Path, counters: dict, config: dict, fingerprint: str) -> None:
-        _finalize(tmp, final, counters, config, fingerprint)
+    def _finish(self, weights: dict, optimizer_state: dict, trainer: dict, final: Path, config: dict,
+                fingerprint: str) -> None:
+        tmp = _write_raw(self.directory, final.name, weights, optimizer_state, trainer)
+        _finalize(tmp, final, trainer["counters"], config, fingerprint)
         roll(self.directory, self.keep)
         if self.backup_dir is not None:
             backup(final, self.backup_dir)
@@ -124,40 +169,23 @@ class Saver:
             raise error
 
 
-def save(
-    directory: Path,
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    state: TrainerState,
-    config: Mapping[str, Any],
-    fingerprint: str,
-) -> Path:
-    """Write step-<N>/ atomically under directory (synchronously) and return its path."""
-    tmp, final = _write_raw(directory, model, optimizer, state)
-    _finalize(tmp, final, _counters(state), dict(config), fingerprint)
-    return final
+def _trainer_record(state: TrainerState, rank_rng: list) -> dict[str, Any]:
+    """trainer-state.pt's content. rank_rng: every rank's RNG state in rank order; rank 0's is also `rng`."""
+    return {"scheduler": copy.deepcopy(state.scheduler), "rng": rank_rng[0], "rank_rng": rank_rng,
+            "world_size": len(rank_rng), "counters": _counters(state)}
 
 
-def _write_raw(directory: Path, model, optimizer, state: TrainerState,
-               rank_rng: Optional[list] = None) -> tuple[Path, Path]:
-    """Serialise weights, optimizer and trainer state into a hidden temporary folder.
-
-    rank_rng: every rank's RNG state in rank order (distributed runs); rank 0's is also `rng`.
-    """
+def _write_raw(directory: Path, name: str, weights: dict, optimizer_state: dict, trainer: dict) -> Path:
+    """Serialise weights, optimizer and trainer state into a hidden temporary folder."""
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    name = step_name(state.step)
-    final = directory / name
     tmp = directory / f".tmp-{name}-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(mode=0o700)
-    weights = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
     save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    rank_rng = rank_rng or [rng_state()]
-    torch.save({"scheduler": state.scheduler, "rng": rank_rng[0], "rank_rng": rank_rng, "world_size": len(rank_rng),
-                "counters": _counters(state)}, tmp / "trainer-state.pt")
-    return tmp, final
+    torch.save(optimizer_state, tmp / "optimizer.pt")
+    torch.save(trainer, tmp / "trainer-state.pt")
+    return tmp
 
 
 def _hash_file(path: Path) -> dict[str, Any]:
@@ -358,18 +386,6 @@ def load(path: Path, model: torch.nn.Module, optimizer: Optional[torch.optim.Opt
     model.load_state_dict({k: v.to(device) for k, v in weights.items()}, strict=True)
     if optimizer is not None:
         optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=device, weights_only=True))
-    trainer = torch.load(path / "trainer-state.pt", map_location="cpu", weights_only=False)
+    trainer = read_trainer(path)
     set_rng_state(trainer["rng"])
-    counters = trainer["counters"]
-    return TrainerState(
-        step=counters["step"],
-        samples_consumed=counters["samples_consumed"],
-        tokens_seen=counters["tokens_seen"],
-        last_loss=counters["last_loss"],
-        elapsed_seconds=counters.get("elapsed_seconds", 0.0),
-        scheduler=trainer["scheduler"],
-    )
-
-
-def safe_paths(paths: Iterable[Path]) -> list[str]:
-    return [str(p) for p in paths]
+    return trainer_state(trainer)
