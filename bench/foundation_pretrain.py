@@ -28,7 +28,7 @@ import torch  # noqa: E402
 from tt_engine_foundation.runtime import checkpoint as ckpt  # noqa: E402
 from tt_engine_foundation.runtime.model import GPT, config_for_depth, derived_learning_rate  # noqa: E402
 from tt_engine_foundation.runtime.pretrain import run_pretraining  # noqa: E402
-from tt_engine_foundation.runtime import protocol  # noqa: E402
+from tt_stagekit import protocol  # noqa: E402
 
 
 def matmul_peak(device: torch.device, dtype: torch.dtype, n: int, repeats: int) -> float:

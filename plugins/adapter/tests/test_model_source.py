@@ -10,7 +10,7 @@ import pytest
 
 from tt_engine_adapter import fingerprint
 from tt_engine_adapter.runtime import model_source
-from tt_engine_adapter.runtime.protocol import InputError
+from tt_stagekit.protocol import InvalidInput
 
 REV = "0123456789abcdef0123456789abcdef01234567"
 
@@ -40,7 +40,7 @@ def test_local_folder_fingerprint_notices_a_changed_byte(tmp_path, tiny_llama, m
 def test_incomplete_local_folder_is_refused(tmp_path):
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text("{}")
-    with pytest.raises(InputError, match="no weights"):
+    with pytest.raises(InvalidInput, match="no weights"):
         model_source.fetch({"base_model": str(tmp_path / "m")})
 
 

@@ -22,16 +22,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Any, Mapping
 
 from tt_engine_adapter import fingerprint
 from tt_engine_adapter.runtime import model_source
-from tt_engine_adapter.runtime.protocol import EXIT_FAILED, EXIT_INVALID, InputError, StageError, atomic_write_json, \
-    fsync_dir, log
+from tt_stagekit.protocol import InvalidInput, atomic_write_json, new_folder, run_command
 
 EXPORT_KIND = "merged"
 
@@ -39,32 +36,32 @@ EXPORT_KIND = "merged"
 def check_request(request: Mapping[str, Any]) -> tuple[Path, Path, dict[str, Any]]:
     for key in ("adapter", "out"):
         if not isinstance(request.get(key), str) or not request[key]:
-            raise InputError(f"export request: {key!r} must be a path string")
+            raise InvalidInput(f"export request: {key!r} must be a path string")
     adapter, out = Path(request["adapter"]), Path(request["out"])
     for name in ("adapter_config.json", "tt-adapter.json"):
         if not (adapter / name).is_file():
-            raise InputError(f"{adapter}: not a tt adapter folder ({name} is missing)")
+            raise InvalidInput(f"{adapter}: not a tt adapter folder ({name} is missing)")
     if out.exists():
-        raise InputError(f"{out} already exists; export never overwrites a folder")
+        raise InvalidInput(f"{out} already exists; export never overwrites a folder")
     if not out.parent.is_dir():
-        raise InputError(f"{out.parent} does not exist")
+        raise InvalidInput(f"{out.parent} does not exist")
     info = json.loads((adapter / "tt-adapter.json").read_text(encoding="utf-8"))
     base = dict(info.get("base_model") or {})
     base_path = Path(base.get("path") or "")
     if not base.get("path") or not (base_path / "config.json").is_file():
-        raise InputError(f"the adapter's base model {base.get('name') or base.get('path')!r} is not available at "
+        raise InvalidInput(f"the adapter's base model {base.get('name') or base.get('path')!r} is not available at "
                          f"{base_path}; restore it (or re-run prefetch) before exporting")
     if base.get("fingerprint") and fingerprint.folder_fingerprint(base_path) != base["fingerprint"]:
-        raise InputError(f"the base model folder {base_path} changed since the adapter was trained "
+        raise InvalidInput(f"the base model folder {base_path} changed since the adapter was trained "
                          "(its content fingerprint differs); merging would not reproduce the trained model")
     config = json.loads((base_path / "config.json").read_text(encoding="utf-8"))
     if config.get("quantization_config"):
         method = config["quantization_config"].get("quant_method", "unknown")
-        raise InputError(f"the base model {base_path} is quantized ({method}); tt merges adapters only into "
+        raise InvalidInput(f"the base model {base_path} is quantized ({method}); tt merges adapters only into "
                          "full-precision weights. Point the adapter at the unquantized base model")
     message, sha = request.get("system_message"), request.get("system_message_sha256")
     if message is not None and sha and hashlib.sha256(message.encode("utf-8")).hexdigest() != sha:
-        raise InputError("export request: system_message does not match system_message_sha256")
+        raise InvalidInput("export request: system_message does not match system_message_sha256")
     return adapter, out, {**info, "base_model": base}
 
 
@@ -81,16 +78,13 @@ def export(request: Mapping[str, Any]) -> Path:
     model = model_source.load_model(base["path"], "cpu", torch.float32)
     for param in model.parameters():
         if not param.dtype.is_floating_point:
-            raise InputError(f"the base model {base['path']} holds non-float ({param.dtype}) weights; "
+            raise InvalidInput(f"the base model {base['path']} holds non-float ({param.dtype}) weights; "
                              "it looks quantized and cannot be merged into")
     model = PeftModel.from_pretrained(model, str(adapter), is_trainable=False)
     merged = model.merge_and_unload()
     merged.eval()
 
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(mode=0o700)
-    try:
+    with new_folder(out) as tmp:
         merged.save_pretrained(str(tmp), safe_serialization=True)
         tokenizer.save_pretrained(str(tmp))
         adapter_manifest = adapter / manifest.MANIFEST
@@ -109,47 +103,15 @@ def export(request: Mapping[str, Any]) -> Path:
         atomic_write_json(tmp / "tt-export.json", export_info)
         manifest.write_manifest(tmp, EXPORT_KIND, base, export_info["system_message_sha256"] or "",
                                 extra={"source_adapter": export_info["source"]})
-        for path in tmp.rglob("*"):
-            if path.is_file():
-                with open(path, "rb") as handle:
-                    os.fsync(handle.fileno())
-        fsync_dir(tmp)
-        if out.exists():
-            raise InputError(f"{out} appeared while exporting; nothing was overwritten")
-        os.replace(tmp, out)
-        fsync_dir(out.parent)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        log("usage: python -m tt_engine_adapter.export REQUEST.json", "error")
-        return EXIT_INVALID
-    try:
-        request = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        log(f"{argv[0]}: cannot read the export request: {exc}", "error")
-        return EXIT_INVALID
-    try:
-        if not isinstance(request, dict):
-            raise InputError(f"{argv[0]}: the request must be a JSON object")
+    def run(request: dict[str, Any]) -> str:
         out = export(request)
-    except StageError as exc:
-        log(str(exc), "error")
-        return exc.exit_code
-    except Exception as exc:  # a bug or a broken model: keep the traceback on stderr
-        import traceback
+        return f"export complete: {len(list(out.iterdir()))} files, listed with sha256 in artifact-manifest.json"
 
-        sys.stderr.write(traceback.format_exc())
-        log(f"{type(exc).__name__}: {exc}", "error")
-        return EXIT_FAILED
-    log(f"export complete: {len(list(out.iterdir()))} files, listed with sha256 in artifact-manifest.json")
-    return 0
-
+    return run_command(run, sys.argv[1:] if argv is None else argv, "python -m tt_engine_adapter.export REQUEST.json")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tt_engine_foundation.runtime.corpus import iter_documents, list_shards
-from tt_engine_foundation.runtime.protocol import InvalidInput, StageError
+from tt_stagekit.protocol import InvalidInput, StageError
 
 
 def _texts(path, max_chars=None):

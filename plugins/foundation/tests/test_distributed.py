@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 from tt_stagekit.launcher import stage_arguments, torchrun_arguments
-from tt_engine_foundation.runtime.distributed import shard_plan, split_error
-from tt_engine_foundation.runtime.protocol import InvalidInput
+from tt_engine_foundation.runtime.sharding import shard_plan, split_error
+from tt_stagekit.protocol import InvalidInput
 
 
 @pytest.mark.parametrize("batch, accum, world", [(8, 1, 2), (8, 2, 4), (3, 4, 2), (6, 3, 3), (4, 4, 4), (5, 1, 1)])

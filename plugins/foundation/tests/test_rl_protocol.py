@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from tt_engine_foundation.runtime import tokenizer as T
-from tt_engine_foundation.runtime.protocol import InvalidInput
+from tt_stagekit.protocol import InvalidInput
 from tt_engine_foundation.runtime.rl import check_reachable, max_new_tokens
 
 from conftest import train_rows

@@ -8,7 +8,7 @@ import pytest
 from tt_engine_foundation.runtime import token_cache as TC
 from tt_engine_foundation.runtime import tokenizer as T
 from tt_engine_foundation.runtime.corpus import iter_documents, list_shards
-from tt_engine_foundation.runtime.protocol import StageError
+from tt_stagekit.protocol import StageError
 
 from conftest import prepare, run_stage, tiny_config
 

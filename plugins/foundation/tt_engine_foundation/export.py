@@ -28,16 +28,14 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Any, Mapping
 
+from tt_stagekit.protocol import InvalidInput, StageError, atomic_write_json, file_sha256, new_folder, run_command
+
 from .runtime import tokenizer as T
-from .runtime.protocol import (
-    EXIT_FAILED, EXIT_INVALID, InvalidInput, StageError, atomic_write_json, file_digest, fsync_dir, log, write_manifest,
-)
+from .runtime.model_io import write_manifest
 
 EXPORT_KIND = "foundation-hf"
 
@@ -157,11 +155,7 @@ def export(request: Mapping[str, Any]) -> Path:
                              f"the config says {tuple(reference[name].shape)}")
     weights = {name: tensor.detach().to("cpu", torch.float32).contiguous() for name, tensor in sorted(state.items())}
 
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(mode=0o700)
-    try:
+    with new_folder(out) as tmp:
         save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         atomic_write_json(tmp / "config.json", hf_config(cfg))
         atomic_write_json(tmp / "generation_config.json", {
@@ -179,7 +173,7 @@ def export(request: Mapping[str, Any]) -> Path:
             "source": {
                 "path": str(source.resolve()),
                 "stage": meta.get("stage"),
-                "manifest_sha256": file_digest(source_manifest) if source_manifest.is_file() else None,
+                "manifest_sha256": file_sha256(source_manifest) if source_manifest.is_file() else None,
             },
             "system_message": request.get("system_message"),
             "system_message_sha256": request.get("system_message_sha256") or meta.get("system_message_sha256"),
@@ -193,45 +187,15 @@ def export(request: Mapping[str, Any]) -> Path:
             "source_model": info["source"],
             "exported": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         })
-        for path in tmp.iterdir():
-            with open(path, "rb") as handle:
-                os.fsync(handle.fileno())
-        fsync_dir(tmp)
-        if out.exists():
-            raise InvalidInput(f"{out} appeared while exporting; nothing was overwritten")
-        os.replace(tmp, out)
-        fsync_dir(out.parent)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        log("usage: python -m tt_engine_foundation.export REQUEST.json", "error")
-        return EXIT_INVALID
-    try:
-        request = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
-        if not isinstance(request, dict):
-            raise InvalidInput(f"{argv[0]}: the request must be a JSON object")
+    def run(request: dict[str, Any]) -> str:
         out = export(request)
-    except (OSError, json.JSONDecodeError) as exc:
-        log(f"{argv[0]}: cannot read the export request: {exc}", "error")
-        return EXIT_INVALID
-    except StageError as exc:
-        log(str(exc), "error")
-        return exc.exit_code
-    except Exception as exc:  # a bug: keep the traceback on stderr
-        import traceback
+        return f"export complete: {len(list(out.iterdir()))} files, listed with sha256 in artifact-manifest.json"
 
-        sys.stderr.write(traceback.format_exc())
-        log(f"{type(exc).__name__}: {exc}", "error")
-        return EXIT_FAILED
-    log(f"export complete: {len(list(out.iterdir()))} files, listed with sha256 in artifact-manifest.json")
-    return 0
-
+    return run_command(run, sys.argv[1:] if argv is None else argv, "python -m tt_engine_foundation.export REQUEST.json")
 
 if __name__ == "__main__":
     sys.exit(main())

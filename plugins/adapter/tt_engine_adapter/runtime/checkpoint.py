@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tt_engine_adapter import fingerprint
-from tt_engine_adapter.runtime.protocol import InputError, atomic_write_json, fsync_dir, log
+from tt_stagekit.protocol import InvalidInput, atomic_write_json, fsync_dir, log
 
 PREFIX = "step-"
 
@@ -86,7 +86,7 @@ def latest(root: Path, stage_fingerprint: str) -> Optional[tuple[Path, dict[str,
             log(f"checkpoint {path.name} is damaged; trying an older one", "warning")
             continue
         if meta.get("fingerprint") != stage_fingerprint:
-            raise InputError(
+            raise InvalidInput(
                 f"{path}: this checkpoint was made with different settings or data; "
                 "start a new run directory instead of resuming this one"
             )
@@ -121,7 +121,7 @@ def restore(path: Path, model: Any, optimizer: Any) -> None:
     params = dict(model.named_parameters())
     missing = [name for name, p in params.items() if p.requires_grad and name not in weights]
     if missing:
-        raise InputError(f"{path}: checkpoint lacks {missing[0]}; start a new run directory")
+        raise InvalidInput(f"{path}: checkpoint lacks {missing[0]}; start a new run directory")
     with torch.no_grad():
         for name, tensor in weights.items():
             params[name].copy_(tensor.to(params[name].device, params[name].dtype))

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 from tt_engine_adapter import rows as rowlib
 from tt_engine_adapter.runtime import chat
-from tt_engine_adapter.runtime.protocol import InputError, StageError
+from tt_stagekit.protocol import InvalidInput, StageError
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
@@ -39,7 +39,7 @@ def load_prebuilt(spec: Mapping[str, Any], system_message: str) -> dict[str, lis
     try:
         return rowlib.check_datasets(paths, system_message, examples)
     except rowlib.RowError as exc:
-        raise InputError(f"datasets: {exc}") from None
+        raise InvalidInput(f"datasets: {exc}") from None
 
 
 def encode_rows(tokenizer: Any, rows: list[dict], max_seq_length: int) -> list[chat.Encoded]:
@@ -49,4 +49,4 @@ def encode_rows(tokenizer: Any, rows: list[dict], max_seq_length: int) -> list[c
         chat.pad_token_id(tokenizer)
         return [chat.encode_row(tokenizer, r["id"], r["messages"], max_seq_length, eot) for r in rows]
     except chat.ChatError as exc:
-        raise InputError(str(exc)) from None
+        raise InvalidInput(str(exc)) from None

@@ -12,7 +12,7 @@ import time
 from typing import Any, Callable, Optional, Sequence
 
 from tt_engine_adapter.runtime import chat
-from tt_engine_adapter.runtime.protocol import STOP, Interrupted
+from tt_stagekit.protocol import STOP, Interrupted
 
 
 def stop_ids(tokenizer: Any) -> list[int]:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from tt_engine_adapter import fingerprint
-from tt_engine_adapter.runtime.protocol import atomic_write_json
+from tt_stagekit.protocol import atomic_write_json
 
 MANIFEST = "artifact-manifest.json"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from tt_engine_adapter import fingerprint
-from tt_engine_adapter.runtime.protocol import InputError, StageError, log
+from tt_stagekit.protocol import InvalidInput, StageError, log
 
 
 def go_offline() -> None:
@@ -34,14 +34,14 @@ def fetch(spec: Mapping[str, Any]) -> dict[str, Any]:
     if is_local(spec):
         path = Path(name)
         if not path.is_dir():
-            raise InputError(f"base_model: local model folder {path} does not exist")
+            raise InvalidInput(f"base_model: local model folder {path} does not exist")
         problems = fingerprint.model_folder_problems(path)
         if problems:
-            raise InputError(f"base_model: {path}: " + "; ".join(problems))
+            raise InvalidInput(f"base_model: {path}: " + "; ".join(problems))
         return {"path": str(path), "name": name, "revision": None, "fingerprint": fingerprint.folder_fingerprint(path)}
     revision = spec.get("base_model_revision")
     if not revision:
-        raise InputError("base_model_revision: required for a hub id")
+        raise InvalidInput("base_model_revision: required for a hub id")
     from huggingface_hub import snapshot_download
 
     try:
@@ -87,9 +87,9 @@ def pick_device(request: Mapping[str, Any]) -> str:
             return "mps"
         return "cpu"
     if wanted == "cuda" and not torch.cuda.is_available():
-        raise InputError("device: cuda was requested but torch sees no CUDA device")
+        raise InvalidInput("device: cuda was requested but torch sees no CUDA device")
     if wanted == "mps" and not torch.backends.mps.is_available():
-        raise InputError("device: mps was requested but is not available")
+        raise InvalidInput("device: mps was requested but is not available")
     return wanted
 
 
@@ -101,7 +101,7 @@ def pick_dtype(device: str, precision: str):
     bf16_ok = device == "cuda" and torch.cuda.is_bf16_supported()
     if precision == "bf16":
         if not bf16_ok:
-            raise InputError("hyperparameters.precision: bf16 needs a CUDA device that supports it")
+            raise InvalidInput("hyperparameters.precision: bf16 needs a CUDA device that supports it")
         return torch.bfloat16
     return torch.bfloat16 if bf16_ok else torch.float32
 

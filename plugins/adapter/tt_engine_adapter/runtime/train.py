@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from tt_engine_adapter.runtime import checkpoint
-from tt_engine_adapter.runtime import distributed as D
+from tt_stagekit import distributed as D
 from tt_engine_adapter.runtime.chat import IGNORE_INDEX, Encoded
-from tt_engine_adapter.runtime.protocol import STOP, InputError, Interrupted, StageError, log
+from tt_stagekit.protocol import STOP, InvalidInput, Interrupted, log
 
 
 def build_schedule(n_rows: int, batch_size: int, accumulation: int, n_epochs: int, seed: int,
@@ -131,7 +131,7 @@ def train(
     state = TrainState()
     ctx = D.context()
     if resume:
-        found = _latest_on_rank0(checkpoint_dir, stage_fingerprint)
+        found = D.on_main(lambda: checkpoint.latest(checkpoint_dir, stage_fingerprint), "checkpoint choice")
         if found:
             path, meta = found
             _restore_everywhere(path, model, optimizer)
@@ -198,22 +198,6 @@ def train(
     return state
 
 
-def _latest_on_rank0(root: Path, stage_fingerprint: str):
-    """Rank 0 picks the checkpoint (its refusal is raised on every rank)."""
-    outcome = None
-    if D.context().is_main:
-        try:
-            outcome = ("ok", checkpoint.latest(root, stage_fingerprint))
-        except StageError as exc:
-            if not D.context().enabled:
-                raise
-            outcome = ("input" if isinstance(exc, InputError) else "error", str(exc))
-    outcome = D.broadcast_object(outcome, "checkpoint choice")
-    if outcome[0] == "ok":
-        return outcome[1]
-    raise (InputError if outcome[0] == "input" else StageError)(outcome[1])
-
-
 def _restore_everywhere(path: Path, model: Any, optimizer: Any) -> None:
     """Rank 0 reads the checkpoint; optimizer state and each rank's RNG reach the others by broadcast
     (the LoRA weights through DDP's start-up broadcast). A changed world size is refused."""
@@ -231,28 +215,16 @@ def _restore_everywhere(path: Path, model: Any, optimizer: Any) -> None:
                 import torch
 
                 rng = torch.load(path / "rng.pt", map_location="cpu", weights_only=False)
-                payload = ("ok", _cpu(optimizer.state_dict()), rng["ranks"])
+                payload = ("ok", D.on_cpu(optimizer.state_dict()), rng["ranks"])
             else:
                 payload = ("ok", None, None)
     payload = D.broadcast_object(payload, "checkpoint hand-over")
     if payload[0] == "refused":
-        raise InputError(payload[1])
+        raise InvalidInput(payload[1])
     if ctx.enabled:
         if not ctx.is_main:
             optimizer.load_state_dict(payload[1])
         checkpoint.set_rng(payload[2][ctx.rank])
-
-
-def _cpu(value: Any) -> Any:
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu()
-    if isinstance(value, dict):
-        return {k: _cpu(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_cpu(v) for v in value)
-    return value
 
 
 def mean_loss(model: Any, rows: Sequence[Encoded], batch_size: int, pad_id: int, device: str, autocast_dtype: Any) -> float:

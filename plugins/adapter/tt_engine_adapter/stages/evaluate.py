@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from tt_engine_adapter.runtime import model_source
-from tt_engine_adapter.runtime.protocol import atomic_write_jsonl, log, progress, run_stage, StageError
+from tt_stagekit.protocol import atomic_write_jsonl, log, progress, run_stage, StageError
 
 model_source.go_offline()
 

@@ -10,7 +10,7 @@ token fails the run here, before any evaluation or training.
 from __future__ import annotations
 
 from tt_engine_adapter.runtime import model_source
-from tt_engine_adapter.runtime.protocol import log, run_stage
+from tt_stagekit.protocol import log, run_stage
 
 
 def main(request: dict) -> dict:

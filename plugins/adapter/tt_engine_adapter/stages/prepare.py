@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from tt_engine_adapter.runtime.data import load_prebuilt, with_system
-from tt_engine_adapter.runtime.protocol import InputError, atomic_write_jsonl, log, run_stage
+from tt_stagekit.protocol import InvalidInput, atomic_write_jsonl, log, run_stage
 
 
 def _check_host_row(row: Any, index: int) -> None:
     roles = [m.get("role") for m in row.get("messages", [])] if isinstance(row, dict) else None
     if roles is None or roles[-2:] != ["user", "assistant"] or not row.get("id"):
-        raise InputError(f"train_rows[{index}]: expected {{id, messages: [system?, user, assistant]}}")
+        raise InvalidInput(f"train_rows[{index}]: expected {{id, messages: [system?, user, assistant]}}")
 
 
 def main(request: dict) -> dict:
@@ -33,7 +33,7 @@ def main(request: dict) -> dict:
     for row in prebuilt.get("train", []):
         train.append({"id": row["id"], "messages": with_system(system, row["messages"])})
     if not train:
-        raise InputError("no training rows: add examples or a prebuilt datasets.train")
+        raise InvalidInput("no training rows: add examples or a prebuilt datasets.train")
     outputs: dict[str, Any] = {"train": str(stage_dir / "train.jsonl"), "train_count": len(train)}
     atomic_write_jsonl(stage_dir / "train.jsonl", train)
     for split in ("validation", "test"):

@@ -17,14 +17,14 @@ import shutil
 from pathlib import Path
 
 from tt_engine_adapter.runtime import model_source
-from tt_engine_adapter.runtime.protocol import artifact, fsync_dir, log, progress, run_stage, speaks
+from tt_stagekit.protocol import artifact, fsync_dir, log, progress, run_stage, speaks
 
 model_source.go_offline()
 
 
 def main(request: dict) -> dict:
     from tt_engine_adapter.runtime import chat, manifest
-    from tt_engine_adapter.runtime import distributed as D
+    from tt_stagekit import distributed as D
     from tt_engine_adapter.runtime import train as loop
     from tt_engine_adapter.runtime.data import encode_rows, prepared, read_jsonl
 

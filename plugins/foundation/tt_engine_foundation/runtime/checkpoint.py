@@ -34,7 +34,7 @@ import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save_file
 
-from .protocol import InvalidInput, StageError, atomic_write_json, fsync_dir
+from tt_stagekit.protocol import InvalidInput, StageError, atomic_write_json, fsync_dir
 
 STEP_RE = re.compile(r"^step-(\d{9})$")
 FILES = ("model.safetensors", "optimizer.pt", "trainer-state.pt")

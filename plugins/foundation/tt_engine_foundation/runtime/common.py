@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from .protocol import InvalidInput
+from tt_stagekit.protocol import InvalidInput
 
 
 @dataclass(frozen=True)
@@ -164,7 +164,7 @@ def checkpoints_exist(lay: Layout) -> bool:
 
 def load_tokenizer(request: Mapping[str, Any]):
     from . import tokenizer as T
-    from .protocol import StageError
+    from tt_stagekit.protocol import StageError
 
     lay = layout(request)
     if not lay.tokenizer_json.is_file():

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
-from .protocol import InvalidInput, StageError, file_digest
+from tt_stagekit.protocol import InvalidInput, StageError, file_sha256
 
 SHARD_SUFFIXES = (".txt", ".jsonl", ".parquet")
 TXT_CHUNK_CHARS = 1 << 16
@@ -69,7 +69,7 @@ def describe_shards(shards: Sequence[Path], root: Optional[Path] = None) -> list
     out = []
     for shard in shards:
         name = shard.relative_to(root).as_posix() if root and root.is_dir() else shard.name
-        out.append({"path": name, "size": shard.stat().st_size, "sha256": file_digest(shard)})
+        out.append({"path": name, "size": shard.stat().st_size, "sha256": file_sha256(shard)})
     return out
 
 

@@ -1,7 +1,8 @@
-"""Saving and loading a finished model folder (HF-loadable weights + config + tokenizer)."""
+"""Saving and loading a finished model folder (HF-loadable weights + config + tokenizer) and its manifest."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import shutil
@@ -11,8 +12,11 @@ from typing import Any, Mapping
 import torch
 from safetensors.torch import load_file, save_file
 
+from tt_stagekit.protocol import StageError, atomic_write_json, file_sha256, fsync_dir
+
 from .model import GPT, ModelConfig, hf_config
-from .protocol import StageError, atomic_write_json, fsync_dir, write_manifest
+
+MANIFEST = "artifact-manifest.json"
 
 
 def save_model_dir(target: Path, model: GPT, tokenizer_json: Path, kind: str, extra: Mapping[str, Any]) -> Path:
@@ -54,3 +58,24 @@ def load_model_dir(source: Path, device) -> GPT:
     model = GPT(ModelConfig(**meta["model"]))
     model.load_state_dict(load_file(str(source / "model.safetensors")), strict=True)
     return model.to(device)
+
+
+def write_manifest(directory: str | Path, kind: str, extra: Mapping[str, Any]) -> Path:
+    """Write artifact-manifest.json listing every file (size, sha256) in directory (docs/protocol.md)."""
+    directory = Path(directory)
+    files = []
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        rel = path.relative_to(directory).as_posix()
+        if rel != MANIFEST:
+            files.append({"path": rel, "size": path.stat().st_size, "sha256": file_sha256(path)})
+    manifest = {
+        "format": 1,
+        "kind": kind,
+        "engine": "foundation",
+        "files": files,
+        "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        **extra,
+    }
+    target = directory / MANIFEST
+    atomic_write_json(target, manifest)
+    return target

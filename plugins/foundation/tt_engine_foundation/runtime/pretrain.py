@@ -6,7 +6,7 @@ exactly, so on CPU a killed-and-resumed run ends byte-identical to an
 uninterrupted one. SIGTERM/SIGINT set a flag checked after every optimizer
 step: the loop checkpoints the current step and raises `Interrupted`.
 Under torchrun (DistributedDataParallel) the ranks split each global batch
-(`distributed.shard_plan`) and agree, in one all-reduce per step, on the mean
+(`sharding.shard_plan`) and agree, in one all-reduce per step, on the mean
 loss and on whether to stop or save, so the checkpoint is taken once, at the
 same step on every rank.
 """
@@ -22,13 +22,14 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 import torch
+from tt_stagekit import distributed as D
+from tt_stagekit.protocol import Interrupted, StageError, log, progress, stop_requested
 
 from . import checkpoint as ckpt
 from .loss import cross_entropy
 from .model import GPT, ModelConfig
 from .optim import build_adamw, lr_at, set_lr
-from . import distributed as D
-from .protocol import Interrupted, StageError, log, progress, stop_requested
+from .sharding import shard_plan
 from .token_cache import Windows
 
 
@@ -62,17 +63,6 @@ def _append_jsonl(path: Path, row: Mapping[str, Any]) -> None:
         os.fsync(handle.fileno())
 
 
-def _cpu(value: Any) -> Any:
-    """An optimizer state dict with every tensor on the CPU (to hand it to other ranks)."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu()
-    if isinstance(value, dict):
-        return {k: _cpu(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_cpu(v) for v in value)
-    return value
-
-
 def _restore(choice: ckpt.ResumeChoice, model: GPT, optimizer, device) -> ckpt.TrainerState:
     """Load the chosen checkpoint: rank 0 reads it and hands optimizer state and RNG to every rank.
 
@@ -86,7 +76,7 @@ def _restore(choice: ckpt.ResumeChoice, model: GPT, optimizer, device) -> ckpt.T
     if ctx.is_main:
         ckpt.load(choice.path, model, optimizer, device)
         trainer = ckpt.read_trainer(choice.path)
-        payload = (_cpu(optimizer.state_dict()) if ctx.enabled else None, trainer)
+        payload = (D.on_cpu(optimizer.state_dict()) if ctx.enabled else None, trainer)
     payload = D.broadcast_object(payload, "checkpoint hand-over")
     optimizer_state, trainer = payload
     if not ctx.is_main:
@@ -117,7 +107,7 @@ def run_pretraining(
 ) -> tuple[GPT, ckpt.TrainerState, dict[str, Any]]:
     """Train (or continue) to cfg['pretrain_steps']; returns model, final state and run figures.
 
-    Under torchrun every rank runs this with the same arguments (see runtime/distributed.py):
+    Under torchrun every rank runs this with the same arguments (see tt_stagekit.distributed):
     rank 0 alone chooses the checkpoint, writes checkpoints and heartbeats.
     """
     ctx = D.context()
@@ -142,7 +132,7 @@ def run_pretraining(
 
     total = int(cfg["pretrain_steps"])
     batch, accum, seq = int(cfg["batch_size"]), int(cfg["gradient_accumulation_steps"]), int(cfg["sequence_length"])
-    plan = D.shard_plan(batch, accum, ctx.world_size, ctx.rank)
+    plan = shard_plan(batch, accum, ctx.world_size, ctx.rank)
     windows = Windows(tokens, seq, seed)
     tokens_per_step = batch * accum * seq  # the global batch, whatever the world size
     use_bf16 = bool(cfg["bf16"]) and device.type == "cuda"

@@ -15,12 +15,12 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
+from tt_stagekit.protocol import Interrupted, InvalidInput, stop_requested
 
 from . import tokenizer as T
 from .chat import render_prompt, reward
 from .generate import generate
 from .optim import build_adamw, set_lr
-from .protocol import Interrupted, InvalidInput, stop_requested
 
 SAMPLES_PER_PROMPT = 4
 RL_LR_SCALE = 0.1

@@ -19,12 +19,12 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
+from tt_stagekit import distributed as D
+from tt_stagekit.protocol import Interrupted, StageError, stop_requested
 
 from . import tokenizer as T
 from .chat import render, truncate_example
-from . import distributed as D
 from .optim import build_adamw, set_lr
-from .protocol import Interrupted, StageError, stop_requested
 
 IGNORE = -100
 SFT_LR_SCALE = 0.5

@@ -20,7 +20,7 @@ from typing import Any, Iterable, Iterator, Mapping, Optional
 import numpy as np
 
 from .corpus import Document
-from .protocol import StageError, atomic_write_json, file_digest, fsync_dir
+from tt_stagekit.protocol import StageError, atomic_write_json, file_sha256, fsync_dir
 
 BATCH_CHARS = 1 << 20  # ~1M characters per encode_batch call
 
@@ -118,7 +118,7 @@ def verify(bin_path: Path, manifest: Mapping[str, Any]) -> None:
     expected = manifest["file"]["size"]
     if size != expected:
         raise StageError(f"{bin_path}: token cache is {size} bytes, its manifest says {expected}")
-    if file_digest(bin_path) != manifest["file"]["sha256"]:
+    if file_sha256(bin_path) != manifest["file"]["sha256"]:
         raise StageError(f"{bin_path}: token cache does not match the sha256 in its manifest")
 
 

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..runtime import protocol as P
+from tt_stagekit import protocol as P
 
 EVAL_BATCH = 16
 
@@ -51,4 +51,4 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    P.main(run)
+    P.run_stage(run)

@@ -12,12 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..runtime import protocol as P
+from tt_stagekit import protocol as P
 
 
 def run(request: Mapping[str, Any]) -> dict[str, Any]:
     from ..runtime import checkpoint as ckpt
-    from ..runtime import distributed as D
+    from tt_stagekit import distributed as D
     from ..runtime import token_cache as TC
     from ..runtime.common import (
         fconfig, layout, learning_rate, load_tokenizer, model_config, request_device, setup_threads,
@@ -37,7 +37,7 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
     tokens = TC.open_tokens(lay.tokens_bin, manifest)
     model_cfg = model_config(request, tok)
     peak_lr = learning_rate(cfg)
-    data = {"token_cache_sha256": manifest["file"]["sha256"], "tokenizer_sha256": P.file_digest(lay.tokenizer_json)}
+    data = {"token_cache_sha256": manifest["file"]["sha256"], "tokenizer_sha256": P.file_sha256(lay.tokenizer_json)}
     config = training_config(cfg, model_cfg, peak_lr, data)
     fingerprint = ckpt.config_fingerprint(config)
     backup_root = cfg.get("checkpoint_backup_dir")
@@ -85,4 +85,4 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    P.main(run)
+    P.run_stage(run)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..runtime import protocol as P
+from tt_stagekit import protocol as P
 
 
 def run(request: Mapping[str, Any]) -> dict[str, Any]:
@@ -41,4 +41,4 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    P.main(run)
+    P.run_stage(run)

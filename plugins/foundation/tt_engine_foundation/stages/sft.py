@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..runtime import protocol as P
+from tt_stagekit import protocol as P
 
 
 def run(request: Mapping[str, Any]) -> dict[str, Any]:
-    from ..runtime import distributed as D
+    from tt_stagekit import distributed as D
     from ..runtime.common import (
         autocast_dtype, fconfig, layout, learning_rate, load_tokenizer, request_device, setup_threads,
     )
@@ -52,4 +52,4 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    P.main(run)
+    P.run_stage(run)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping
 
-from ..runtime import protocol as P
+from tt_stagekit import protocol as P
 from ..runtime import token_cache as TC
 from ..runtime import tokenizer as T
 from ..runtime.common import checkpoints_exist, corpus_source, fconfig, iter_corpus, layout, load_tokenizer
@@ -24,7 +24,7 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
     dtype = TC.dtype_for(int(cfg["vocab_size"]))
     inputs = {
         "corpus": source,
-        "tokenizer_sha256": P.file_digest(lay.tokenizer_json),
+        "tokenizer_sha256": P.file_sha256(lay.tokenizer_json),
         "max_chars": cfg["max_chars"],
         "dtype": dtype.str,
         "format": "bos-prefixed documents",
@@ -75,4 +75,4 @@ def _result(lay, manifest: Mapping[str, Any], seconds: float) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    P.main(run)
+    P.run_stage(run)

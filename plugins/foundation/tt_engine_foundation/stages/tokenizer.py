@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-from ..runtime import protocol as P
+from tt_stagekit import protocol as P
 from ..runtime import tokenizer as T
 from ..runtime.common import checkpoints_exist, corpus_names, fconfig, iter_corpus, layout
 
@@ -29,7 +29,7 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
     inputs_path = lay.tokenizer_dir / "tokenizer-inputs.json"
     if lay.tokenizer_json.is_file() and inputs_path.is_file():
         previous = json.loads(inputs_path.read_text(encoding="utf-8"))
-        if previous.get("inputs") == inputs and previous.get("sha256") == P.file_digest(lay.tokenizer_json):
+        if previous.get("inputs") == inputs and previous.get("sha256") == P.file_sha256(lay.tokenizer_json):
             P.log("tokenizer already trained from these inputs; reusing it")
             return _result(lay, previous["vocab"], previous["chars"])
         if checkpoints_exist(lay):
@@ -57,7 +57,7 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
     vocab = tok.get_vocab_size(with_added_tokens=True)
     P.atomic_write_json(
         inputs_path,
-        {"inputs": inputs, "sha256": P.file_digest(lay.tokenizer_json), "vocab": vocab, "chars": counted["chars"]},
+        {"inputs": inputs, "sha256": P.file_sha256(lay.tokenizer_json), "vocab": vocab, "chars": counted["chars"]},
     )
     P.artifact("tokenizer", lay.tokenizer_json)
     return _result(lay, vocab, counted["chars"])
@@ -66,9 +66,9 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
 def _result(lay, vocab: int, chars: int) -> dict[str, Any]:
     return {
         "metrics": {"tokenizer.vocab_size": vocab, "tokenizer.train_chars": chars},
-        "outputs": {"tokenizer": str(lay.tokenizer_json), "sha256": P.file_digest(lay.tokenizer_json)},
+        "outputs": {"tokenizer": str(lay.tokenizer_json), "sha256": P.file_sha256(lay.tokenizer_json)},
     }
 
 
 if __name__ == "__main__":
-    P.main(run)
+    P.run_stage(run)

@@ -1,21 +1,20 @@
-"""DistributedDataParallel plumbing for the training stages (pretrain, SFT) under torchrun.
+"""DistributedDataParallel plumbing for training stages under torchrun, shared by the engines.
 
 World size 1 (no torchrun) is the plain single-process path: every helper
-here is then a no-op. Under torchrun (`RANK`, `WORLD_SIZE`, `LOCAL_RANK` set):
+here is then a no-op and torch is never imported. Under torchrun (`RANK`,
+`WORLD_SIZE`, `LOCAL_RANK` set):
 
-- the process group is NCCL on CUDA (one device per local rank) and gloo on
-  CPU, with a timeout on every collective (`TT_DIST_TIMEOUT_SECONDS`, default
-  600), so a rank that stops responding ends the run with an error instead of
-  a hang; a rank whose launcher died is killed with it (Linux parent-death
-  signal).
-- global rank 0 writes checkpoints and heartbeats; the first rank of each node
-  talks to that node's host (events, result, final model; see protocol.py).
+- the process group is NCCL on CUDA (one device per local rank,
+  `torch.cuda.set_device(LOCAL_RANK)`) and gloo on CPU, with a timeout on every
+  collective (`TT_DIST_TIMEOUT_SECONDS`, default 600), so a rank that stops
+  responding ends the run with an error instead of a hang; a rank whose
+  launcher died is killed with it (Linux parent-death signal);
+- global rank 0 writes checkpoints; the first rank of each node talks to that
+  node's host (protocol.py);
 - a failed collective becomes a `StageError` that says a peer died or timed out.
 
-`shard_plan` fixes which samples of a global batch each rank computes: the
-global batch is `batch_size × gradient_accumulation_steps` sequences whatever
-the world size, each rank takes contiguous slices of the single-process order,
-so results do not depend on how many processes computed them.
+torch is imported inside the functions that need it: the engines bring it,
+this distribution does not depend on it.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ import re
 import signal
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator
 
 from .protocol import InvalidInput, StageError
 
@@ -49,10 +48,6 @@ class Context:
     def is_main(self) -> bool:
         return self.rank == 0
 
-    @property
-    def is_node_leader(self) -> bool:
-        return self.local_rank == 0
-
 
 _CTX = Context()
 
@@ -68,6 +63,10 @@ def timeout_seconds() -> float:
         return DEFAULT_TIMEOUT_SECONDS
 
 
+def _device_type(device: Any) -> str:
+    return getattr(device, "type", device)  # a torch.device or a device string
+
+
 def _die_with_launcher() -> None:
     """torchrun starts ranks in their own sessions: make sure none outlives a killed launcher."""
     if not sys.platform.startswith("linux"):
@@ -75,16 +74,19 @@ def _die_with_launcher() -> None:
     try:
         import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
     except Exception:
         return
     if os.getppid() == 1:  # the launcher died before prctl took effect
         os._exit(1)
 
 
-def init(device):
-    """Join the process group when started by torchrun; returns the device this rank computes on."""
+def init(device: Any) -> Any:
+    """Join the process group when started by torchrun.
+
+    `device` is a torch.device or a device string; returns the device this rank computes on, of the
+    same kind (`cuda:<local rank>` for a torch.device, `"cuda"` — now this rank's GPU — for a string).
+    """
     global _CTX
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
@@ -94,22 +96,21 @@ def init(device):
 
     _die_with_launcher()
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
-    if device.type == "mps":
-        raise InvalidInput("distributed training (world size > 1) runs on cuda (NCCL) or cpu (gloo), not mps; "
-                           "set foundation.device to cpu or cuda")
-    if device.type == "cuda":
+    kind = _device_type(device)
+    if kind == "mps":
+        raise InvalidInput("distributed training (nproc_per_node × nnodes > 1) runs on cuda (NCCL) or cpu (gloo), "
+                           "not mps; choose the cpu or cuda device")
+    if kind == "cuda":
         count = torch.cuda.device_count()
         if local_rank >= count:
             raise InvalidInput(f"local rank {local_rank} has no CUDA device (this node has {count}); "
                                "lower nproc_per_node to the number of GPUs")
-        device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)
-        backend = "nccl"
-    else:
-        backend = "gloo"
-    timeout = datetime.timedelta(seconds=timeout_seconds())
+        torch.cuda.set_device(local_rank)
+        if isinstance(device, torch.device):
+            device = torch.device("cuda", local_rank)
+    backend = "nccl" if kind == "cuda" else "gloo"
     try:
-        dist.init_process_group(backend=backend, timeout=timeout)
+        dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_seconds()))
     except Exception as exc:
         raise StageError(f"rank {rank} of {world} could not join the {backend} process group: {exc}") from exc
     _CTX = Context(rank=rank, world_size=world, local_rank=local_rank, backend=backend)
@@ -150,7 +151,7 @@ def _first_line(exc: BaseException) -> str:
     return re.sub(r"^\[[^\]]*\]\s*", "", lines[0]) if lines else ""
 
 
-def all_reduce_sum(tensor, what: str = "all-reduce"):
+def all_reduce_sum(tensor: Any, what: str = "all-reduce") -> Any:
     """Sum a tensor over all ranks in place (no-op on one process)."""
     if _CTX.enabled:
         import torch.distributed as dist
@@ -184,6 +185,20 @@ def gather_objects(value: Any, what: str = "gather") -> list[Any]:
     return out
 
 
+def on_cpu(value: Any) -> Any:
+    """A nested dict/list/tuple (an optimizer state dict) with every tensor copied to the CPU, to hand it to
+    other ranks."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {k: on_cpu(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(on_cpu(v) for v in value)
+    return value
+
+
 def on_main(fn: Callable[[], Any], what: str) -> Any:
     """Run fn on rank 0 and hand its result (or its refusal) to every rank.
 
@@ -197,57 +212,26 @@ def on_main(fn: Callable[[], Any], what: str) -> Any:
         except StageError as exc:
             if not _CTX.enabled:
                 raise
-            outcome = ("error", type(exc).__name__, str(exc))
+            outcome = ("error", isinstance(exc, InvalidInput), str(exc))
     outcome = broadcast_object(outcome, what)
     if outcome[0] == "ok":
         return outcome[1]
-    kind = InvalidInput if outcome[1] == "InvalidInput" else StageError
+    kind = InvalidInput if outcome[1] else StageError
     raise kind(outcome[2] if _CTX.is_main else f"(rank 0 refused) {outcome[2]}")
 
 
-def wrap(model, device):
+def wrap(model: Any, device: Any) -> Any:
     """DistributedDataParallel around model (the model itself on one process)."""
     if not _CTX.enabled:
         return model
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     with collective("DistributedDataParallel start-up (parameter broadcast)"):
-        return DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+        return DDP(model, device_ids=[_CTX.local_rank] if _device_type(device) == "cuda" else None)
 
 
-def no_sync(ddp_model, skip: bool):
+def no_sync(ddp_model: Any, skip: bool):
     """Skip the gradient all-reduce on all but the last micro-batch of an optimizer step."""
     if skip and _CTX.enabled:
         return ddp_model.no_sync()
     return contextlib.nullcontext()
-
-
-@dataclass(frozen=True)
-class ShardPlan:
-    micro_batch: int  # sequences per forward on this rank
-    micro_steps: int  # forwards per optimizer step on this rank
-    batch: int  # the configured batch_size
-    rank: int
-
-    def start(self, step_start: int, micro: int) -> int:
-        """First global sample index of this rank's `micro`-th forward in the step starting at step_start."""
-        if self.micro_batch < self.batch:  # batch_size split across ranks, accumulation kept
-            return step_start + micro * self.batch + self.rank * self.micro_batch
-        return step_start + (self.rank * self.micro_steps + micro) * self.batch  # accumulation split
-
-
-def split_error(batch: int, accum: int, world: int, prefix: str = "foundation.") -> Optional[str]:
-    if world <= 1 or batch % world == 0 or accum % world == 0:
-        return None
-    return (f"{prefix}batch_size ({batch}) × {prefix}gradient_accumulation_steps ({accum}) sequences per optimizer "
-            f"step cannot be split evenly across {world} processes (nproc_per_node × nnodes): make "
-            f"{prefix}batch_size or {prefix}gradient_accumulation_steps a multiple of {world}")
-
-
-def shard_plan(batch: int, accum: int, world: int, rank: int) -> ShardPlan:
-    error = split_error(batch, accum, world)
-    if error:
-        raise InvalidInput(error)
-    if batch % world == 0:
-        return ShardPlan(batch // world, accum, batch, rank)
-    return ShardPlan(batch, accum // world, batch, rank)

@@ -1,0 +1,285 @@
+"""The stage side of tt's stage protocol (docs/protocol.md), shared by the engines.
+
+Reads the request, emits JSON-line events on stdout, writes files atomically,
+turns SIGTERM/SIGINT into a flag long loops check at step boundaries (a
+second signal exits at once), and maps errors onto the protocol's exit codes:
+0 completed, 1 failed, 2 invalid input, 130 interrupted. Stdlib only; never
+imports tt_host.
+
+Under torchrun only the first rank of each node (LOCAL_RANK 0) speaks to the
+host: it emits events and writes result.json; the other ranks write warnings
+and errors as plain text to stderr (kept in the stage log) and no result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_INVALID = 2
+EXIT_INTERRUPTED = 130
+
+REQUIRED_FIELDS = ("run_dir", "stage_dir", "result_path", "spec")
+OPTIONAL_FIELDS = {"train_rows": [], "eval_prompts": [], "device": "auto", "resume": False, "stages": {},
+                   "fingerprint": ""}
+
+
+class StageError(Exception):
+    """The stage failed (exit 1); the message names the file and line, or the field, and what to do."""
+
+    exit_code = EXIT_FAILED
+
+
+class InvalidInput(StageError):
+    """The stage found its input invalid before doing any work (exit 2)."""
+
+    exit_code = EXIT_INVALID
+
+
+class Interrupted(Exception):
+    """Raised after the stage saved its state in answer to SIGTERM/SIGINT (exit 130)."""
+
+
+class StopFlag:
+    """Set by the first SIGTERM/SIGINT; long loops poll it at step boundaries. A second signal exits at once."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.signal_name = ""
+
+    def install(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            os._exit(EXIT_INTERRUPTED)
+        self.requested = True
+        self.signal_name = signal.Signals(signum).name
+
+
+STOP = StopFlag()
+
+
+def stop_requested() -> bool:
+    return STOP.requested
+
+
+def speaks() -> bool:
+    """Whether this process talks to the host (always, except ranks other than a node's first under torchrun)."""
+    return os.environ.get("LOCAL_RANK", "0") == "0"
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "item"):  # numpy and torch scalars
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def emit(event: Mapping[str, Any]) -> None:
+    """Write one event as a JSON line on stdout and flush it."""
+    if not speaks():
+        if event.get("type") == "log" and event.get("level") in ("warning", "error"):
+            sys.stderr.write(f"[rank {os.environ.get('RANK', '?')}] {event.get('level')}: {event.get('message')}\n")
+            sys.stderr.flush()
+        return
+    sys.stdout.write(json.dumps(event, ensure_ascii=False, default=_json_default) + "\n")
+    sys.stdout.flush()
+
+
+def log(message: str, level: str = "info") -> None:
+    emit({"type": "log", "level": level, "message": message})
+
+
+def progress(step: int, total: Optional[int], unit: str, metrics: Optional[Mapping[str, Any]] = None) -> None:
+    emit({"type": "progress", "step": step, "total": total, "unit": unit, "metrics": dict(metrics or {})})
+
+
+def metrics(values: Mapping[str, Any], step: Optional[int] = None) -> None:
+    emit({"type": "metrics", "step": step, "values": dict(values)})
+
+
+def artifact(kind: str, path: str | Path) -> None:
+    emit({"type": "artifact", "kind": kind, "path": str(path)})
+
+
+def fsync_dir(path: str | Path) -> None:
+    """Make a rename or a new file in `path` durable (best effort where folders cannot be opened)."""
+    try:
+        fd = os.open(str(path), os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes, mode: int = 0o600) -> None:
+    """Write `data` to `path` through a temp file in the same folder, fsync and rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    fsync_dir(path.parent)
+
+
+def atomic_write_json(path: str | Path, value: Any) -> None:
+    text = json.dumps(value, indent=2, ensure_ascii=False, default=_json_default) + "\n"
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_jsonl(path: str | Path, rows: Sequence[Mapping[str, Any]]) -> None:
+    text = "".join(json.dumps(row, ensure_ascii=False, default=_json_default) + "\n" for row in rows)
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(chunk), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@contextlib.contextmanager
+def new_folder(target: str | Path) -> Iterator[Path]:
+    """Build a folder beside `target`, then publish it as `target`: every file fsynced, one rename.
+
+    Never overwrites: a `target` that appeared meanwhile is refused (InvalidInput); on any error
+    the partial folder is removed and `target` is untouched.
+    """
+    target = Path(target)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(mode=0o700)
+    try:
+        yield tmp
+        for path in tmp.rglob("*"):
+            if path.is_file():
+                with open(path, "rb") as handle:
+                    os.fsync(handle.fileno())
+        fsync_dir(tmp)
+        if target.exists():
+            raise InvalidInput(f"{target} appeared while it was being written; nothing was overwritten")
+        os.replace(tmp, target)
+        fsync_dir(target.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def read_request(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
+    """Load the request named on the command line (or by TT_STAGE_REQUEST); optional fields get their defaults."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    path = args[0] if args else os.environ.get("TT_STAGE_REQUEST")
+    if not path:
+        raise InvalidInput("usage: python -m <stage module> REQUEST.json (or set TT_STAGE_REQUEST)")
+    try:
+        request = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InvalidInput(f"{path}: request file not found") from None
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"{path}:{exc.lineno}: request is not valid JSON: {exc.msg}") from None
+    if not isinstance(request, dict):
+        raise InvalidInput(f"{path}: the request must be a JSON object")
+    for key in REQUIRED_FIELDS:
+        if key not in request:
+            raise InvalidInput(f"{path}: request field {key!r} is missing")
+    for key, default in OPTIONAL_FIELDS.items():
+        request.setdefault(key, type(default)(default) if isinstance(default, (list, dict)) else default)
+    Path(request["stage_dir"]).mkdir(parents=True, exist_ok=True, mode=0o700)
+    return request
+
+
+def write_result(request: Mapping[str, Any], result: Mapping[str, Any]) -> None:
+    """result.json with the protocol's defaults for what the stage left out (first rank of each node only)."""
+    if not speaks():
+        return
+    body = {"status": "completed", "metrics": {}, "series": {}, "outputs": {}, "artifacts": [], "notes": []}
+    body.update(result)
+    atomic_write_json(request["result_path"], body)
+
+
+def run_stage(body: Callable[[dict[str, Any]], Mapping[str, Any]], argv: Optional[Sequence[str]] = None) -> None:
+    """Run a stage body: read the request, call `body`, write its result, exit with the protocol's code."""
+    STOP.install()
+    code = EXIT_OK
+    try:
+        request = read_request(argv)
+        write_result(request, body(request))
+        _leave_process_group()  # only after success: a failed NCCL group may not shut down cleanly
+    except Interrupted as exc:
+        log(str(exc) or "interrupted; state saved", "warning")
+        code = EXIT_INTERRUPTED
+    except KeyboardInterrupt:
+        log("interrupted", "warning")
+        code = EXIT_INTERRUPTED
+    except StageError as exc:
+        log(str(exc), "error")
+        code = exc.exit_code
+    except Exception as exc:  # a bug or an environment problem: keep the traceback
+        sys.stderr.write(traceback.format_exc())
+        log(f"{type(exc).__name__}: {exc}", "error")
+        code = EXIT_FAILED
+    sys.stdout.flush()
+    sys.exit(code)
+
+
+def run_command(body: Callable[[dict[str, Any]], str], argv: Sequence[str], usage: str) -> int:
+    """Run a one-shot engine command outside a run (export): `argv` is [REQUEST.json]; `body` returns a
+    summary line. Returns the protocol's exit code; errors are log events, tracebacks go to stderr."""
+    if len(argv) != 1:
+        log(f"usage: {usage}", "error")
+        return EXIT_INVALID
+    try:
+        request = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        log(f"{argv[0]}: cannot read the request: {exc}", "error")
+        return EXIT_INVALID
+    try:
+        if not isinstance(request, dict):
+            raise InvalidInput(f"{argv[0]}: the request must be a JSON object")
+        log(body(request))
+    except StageError as exc:
+        log(str(exc), "error")
+        return exc.exit_code
+    except Exception as exc:  # a bug or a broken model: keep the traceback
+        sys.stderr.write(traceback.format_exc())
+        log(f"{type(exc).__name__}: {exc}", "error")
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _leave_process_group() -> None:
+    if "torch.distributed" in sys.modules:
+        from . import distributed
+
+        distributed.shutdown()

@@ -1,0 +1,131 @@
+"""tt_stagekit.protocol, the stage side of the protocol both engines share (stdlib only, so tested here).
+
+The engines' own suites run it inside real stages; these tests pin the parts whose failure modes
+are hard to reach through a stage: publishing a folder, one-shot commands, request defaults and
+the second signal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tt_stagekit import protocol as P
+
+
+def test_new_folder_publishes_every_file_at_once(tmp_path):
+    target = tmp_path / "out"
+    with P.new_folder(target) as building:
+        (building / "a.txt").write_text("a")
+        (building / "sub").mkdir()
+        (building / "sub" / "b.txt").write_text("b")
+        assert not target.exists()
+    assert (target / "a.txt").read_text() == "a" and (target / "sub" / "b.txt").read_text() == "b"
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_new_folder_never_overwrites_and_cleans_up(tmp_path):
+    target = tmp_path / "out"
+    with pytest.raises(P.InvalidInput, match="appeared while it was being written"):
+        with P.new_folder(target) as building:
+            (building / "a.txt").write_text("mine")
+            target.mkdir()
+            (target / "theirs.txt").write_text("keep")
+    assert [p.name for p in target.iterdir()] == ["theirs.txt"]
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+    with pytest.raises(RuntimeError):
+        with P.new_folder(tmp_path / "other") as building:
+            (building / "half.txt").write_text("x")
+            raise RuntimeError("crash while writing")
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_run_command_maps_errors_to_exit_codes(tmp_path, capsys):
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"x": 1}))
+
+    assert P.run_command(lambda r: f"done {r['x']}", [str(request)], "cmd REQUEST") == P.EXIT_OK
+    assert P.run_command(lambda r: "", [], "cmd REQUEST") == P.EXIT_INVALID
+    assert P.run_command(lambda r: "", [str(tmp_path / "missing.json")], "cmd REQUEST") == P.EXIT_INVALID
+
+    def refuse(r):
+        raise P.InvalidInput("out: already exists")
+
+    def fail(r):
+        raise P.StageError("disk full")
+
+    def crash(r):
+        raise KeyError("bug")
+
+    assert P.run_command(refuse, [str(request)], "cmd") == P.EXIT_INVALID
+    assert P.run_command(fail, [str(request)], "cmd") == P.EXIT_FAILED
+    assert P.run_command(crash, [str(request)], "cmd") == P.EXIT_FAILED
+    captured = capsys.readouterr()
+    events = [json.loads(line) for line in captured.out.splitlines()]
+    assert events[0] == {"type": "log", "level": "info", "message": "done 1"}
+    assert {"type": "log", "level": "error", "message": "out: already exists"} in events
+    assert "Traceback" in captured.err and "KeyError" in captured.err
+
+
+def test_read_request_names_the_missing_field_and_fills_defaults(tmp_path):
+    path = tmp_path / "request.json"
+    path.write_text(json.dumps({"run_dir": str(tmp_path), "stage_dir": str(tmp_path / "s"), "spec": {}}))
+    with pytest.raises(P.InvalidInput, match="'result_path' is missing"):
+        P.read_request([str(path)])
+    path.write_text("{\n  bad")
+    with pytest.raises(P.InvalidInput, match=r"request.json:2: request is not valid JSON"):
+        P.read_request([str(path)])
+    path.write_text(json.dumps({"run_dir": str(tmp_path), "stage_dir": str(tmp_path / "s"), "spec": {},
+                                "result_path": str(tmp_path / "s" / "result.json")}))
+    first, second = P.read_request([str(path)]), P.read_request([str(path)])
+    assert first["train_rows"] == [] and first["device"] == "auto" and first["resume"] is False
+    first["train_rows"].append("x")
+    assert second["train_rows"] == []  # defaults are not shared between requests
+    assert (tmp_path / "s").is_dir()
+
+
+STAGE = """
+import sys, time
+from tt_stagekit import protocol as P
+
+def body(request):
+    print("ready", flush=True)
+    while not P.stop_requested():
+        time.sleep(0.01)
+    if sys.argv[2] == "save":
+        raise P.Interrupted("saved at step 3")
+    time.sleep(30)  # a slow save: a second signal must end it at once
+
+P.run_stage(body, [sys.argv[1]])
+"""
+
+
+@pytest.mark.parametrize("mode", ["save", "slow"])
+def test_signals_stop_at_a_step_boundary_and_a_second_exits_at_once(tmp_path, mode):
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"run_dir": str(tmp_path), "stage_dir": str(tmp_path / "s"), "spec": {},
+                                   "result_path": str(tmp_path / "s" / "result.json")}))
+    script = tmp_path / "stage.py"
+    script.write_text(STAGE)
+    proc = subprocess.Popen([sys.executable, str(script), str(request), mode], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGTERM)
+    if mode == "slow":
+        time.sleep(0.3)
+        started = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=10) == P.EXIT_INTERRUPTED
+        assert time.monotonic() - started < 5
+    else:
+        assert proc.wait(timeout=10) == P.EXIT_INTERRUPTED
+        events = [json.loads(line) for line in proc.stdout.read().splitlines()]
+        assert events == [{"type": "log", "level": "warning", "message": "saved at step 3"}]
+    proc.stdout.close()
+    assert not os.path.exists(tmp_path / "s" / "result.json")
