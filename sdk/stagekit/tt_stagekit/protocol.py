@@ -23,7 +23,7 @@ import sys
 import tempfile
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
+from typing import Any, BinaryIO, Callable, Iterator, Mapping, Optional, Sequence
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -130,25 +130,33 @@ def fsync_dir(path: str | Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: str | Path, data: bytes, mode: int = 0o600) -> None:
-    """Write `data` to `path` through a temp file in the same folder, fsync and rename."""
+@contextlib.contextmanager
+def atomic_file(path: str | Path, mode: int = 0o600) -> Iterator[BinaryIO]:
+    """A binary file handle whose content replaces `path` only when the block ends without error.
+
+    Written to a temp file in the same folder, then flushed, fsynced and renamed; on error the temp
+    file is removed and `path` is untouched.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
     fsync_dir(path.parent)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes, mode: int = 0o600) -> None:
+    with atomic_file(path, mode) as handle:
+        handle.write(data)
 
 
 def atomic_write_json(path: str | Path, value: Any) -> None:

@@ -13,14 +13,13 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import os
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Optional
 
 import numpy as np
 
 from .corpus import Document
-from tt_stagekit.protocol import StageError, atomic_write_json, file_sha256, fsync_dir
+from tt_stagekit.protocol import StageError, atomic_file, atomic_write_json, file_sha256
 
 BATCH_CHARS = 1 << 20  # ~1M characters per encode_batch call
 
@@ -52,39 +51,25 @@ def build(
     on_progress=None,
 ) -> dict[str, Any]:
     """Encode docs into out_path atomically; returns {tokens, bytes, sha256, chars, documents}."""
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.tmp")
     digest = hashlib.sha256()
     tokens = chars = documents = 0
-    try:
-        with open(tmp, "wb") as handle:
-            for batch in _batches(docs, batch_chars):
-                encodings = tok.encode_batch(batch, add_special_tokens=False)
-                count = sum(len(e.ids) for e in encodings) + len(encodings)
-                flat = np.fromiter(
-                    itertools.chain.from_iterable(itertools.chain((bos_id,), e.ids) for e in encodings),
-                    dtype=dtype,
-                    count=count,
-                )
-                data = flat.tobytes()
-                digest.update(data)
-                handle.write(data)
-                tokens += count
-                documents += len(batch)
-                chars += sum(len(t) for t in batch)
-                if on_progress is not None:
-                    on_progress(tokens, chars, documents)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, out_path)
-        fsync_dir(out_path.parent)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with atomic_file(out_path) as handle:
+        for batch in _batches(docs, batch_chars):
+            encodings = tok.encode_batch(batch, add_special_tokens=False)
+            count = sum(len(e.ids) for e in encodings) + len(encodings)
+            flat = np.fromiter(
+                itertools.chain.from_iterable(itertools.chain((bos_id,), e.ids) for e in encodings),
+                dtype=dtype,
+                count=count,
+            )
+            data = flat.tobytes()
+            digest.update(data)
+            handle.write(data)
+            tokens += count
+            documents += len(batch)
+            chars += sum(len(t) for t in batch)
+            if on_progress is not None:
+                on_progress(tokens, chars, documents)
     return {"tokens": tokens, "bytes": tokens * dtype.itemsize, "sha256": digest.hexdigest(), "chars": chars, "documents": documents}
 
 
