@@ -3,9 +3,11 @@
 Engine runtime code never imports `tt_host`; what several engines need at
 runtime lives here instead, in a stdlib-only distribution that each engine
 lists as a dependency (so it is in the host environment for the plugin module
-and in each engine environment for its stages).
+and in each engine environment for its stages). The host depends on it for
+`scoring` alone.
 
 - `protocol`: the stage side of the stage protocol (docs/protocol.md).
 - `distributed`: the torchrun process group, collectives, DDP (torch imported lazily).
 - `launcher`: starting a stage under torchrun.
+- `scoring`: the answer metrics (the host scores with them too).
 """

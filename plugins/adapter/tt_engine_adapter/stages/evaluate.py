@@ -19,7 +19,7 @@ model_source.go_offline()
 
 
 def main(request: dict) -> dict:
-    from tt_engine_adapter.runtime import score
+    from tt_stagekit.scoring import score_pairs
     from tt_engine_adapter.runtime.data import prepared, read_jsonl, with_system
     from tt_engine_adapter.runtime.generate import generate
 
@@ -64,8 +64,8 @@ def main(request: dict) -> dict:
         test_prompts = [{"id": r["id"], "messages": r["messages"][:-1]} for r in test_rows]
         answers = generate(model, tokenizer, test_prompts, on_batch=on_batch(len(prompts)), **settings)
         atomic_write_jsonl(stage_dir / "predictions-test.jsonl", answers)
-        metrics.update(score.score([a["prediction"] for a in answers],
-                                   [r["messages"][-1]["content"] for r in test_rows], f"{prefix}.test"))
+        metrics.update(score_pairs([a["prediction"] for a in answers],
+                                [r["messages"][-1]["content"] for r in test_rows], f"{prefix}.test"))
     log(f"{prefix}: {len(predictions)} held-out prompts answered" +
         (f", {len(test_rows)} prebuilt test prompts" if test_rows else ""))
     return {"metrics": metrics, "predictions": "predictions.jsonl",

@@ -8,9 +8,9 @@ Only assistant content and its `<|assistant_end|>` are supervised.
 from __future__ import annotations
 
 import re
-import string
-import unicodedata
 from typing import Any, Mapping, Sequence
+
+from tt_stagekit.scoring import normalize_answer as normalize
 
 from . import tokenizer as T
 
@@ -64,16 +64,6 @@ def truncate_example(ids: list[int], mask: list[int], max_len: int) -> tuple[lis
 
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
-
-
-_EDGE = string.punctuation + " \t\n\r"
-
-
-def normalize(text: str) -> str:
-    """The host scorer's normalization (tt_host.scoring.normalize_answer), mirrored: NFKC,
-    case-folded, whitespace collapsed, surrounding whitespace and punctuation stripped."""
-    text = unicodedata.normalize("NFKC", text).casefold()
-    return re.sub(r"\s+", " ", text).strip(_EDGE)
 
 
 def last_number(text: str):
