@@ -83,7 +83,7 @@ def register(path: Path, *, run_id: str, run_dir: Path, spec_name: str, engine: 
     manifest, problems = verify_artifact(path)
     if problems:
         raise VerifyError(f"artifact {path} failed verification: " + "; ".join(map(str, problems)))
-    model_id = f"{slug(spec_name)}-{run_id}-{slug(kind)}"
+    model_id = _free_id(f"{slug(spec_name)}-{run_id}-{slug(kind)}", Path(path).absolute())
     entry = {
         "id": model_id,
         "kind": kind,
@@ -98,6 +98,22 @@ def register(path: Path, *, run_id: str, run_dir: Path, spec_name: str, engine: 
     make_private_dir(registry_dir())
     write_json_atomic(registry_dir() / f"{model_id}.json", entry)
     return entry
+
+
+def _free_id(base: str, path: Path) -> str:
+    """`base`, or `base-2`, `base-3`, ... : the first id that is free or already names this same folder,
+    so a second artifact of one kind in a run never replaces the first's entry, and re-registering a
+    folder keeps its id."""
+    number = 1
+    while True:
+        candidate = base if number == 1 else f"{base}-{number}"
+        try:
+            existing = get_model(candidate)
+        except (OSError, ValueError):  # an unreadable entry is never overwritten
+            existing = {}
+        if existing is None or existing.get("path") == str(path):
+            return candidate
+        number += 1
 
 
 def list_models() -> list[dict[str, Any]]:
