@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from tt_engine_adapter import fingerprint
+from tt_stagekit import devices
 from tt_stagekit.protocol import InvalidInput, StageError, log
 
 
@@ -80,17 +81,7 @@ def pick_device(request: Mapping[str, Any]) -> str:
     wanted = request.get("device") or "auto"
     if wanted == "auto":
         wanted = request["spec"].get("device", "auto")
-    if wanted == "auto":
-        if torch.cuda.is_available():
-            return "cuda"
-        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
-            return "mps"
-        return "cpu"
-    if wanted == "cuda" and not torch.cuda.is_available():
-        raise InvalidInput("device: cuda was requested but torch sees no CUDA device")
-    if wanted == "mps" and not torch.backends.mps.is_available():
-        raise InvalidInput("device: mps was requested but is not available")
-    return wanted
+    return devices.pick_device(wanted)
 
 
 def pick_dtype(device: str, precision: str):

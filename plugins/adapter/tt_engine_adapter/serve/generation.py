@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Optional, Union
 
 from tt_engine_adapter.runtime import chat
+from tt_stagekit.devices import pick_device
 from tt_engine_adapter.serve.request import ApiError, ChatParams
 
 
@@ -100,7 +101,7 @@ class ChatModel:
 
         model_source.go_offline()
         self.torch = torch
-        self.device = _pick_device(device)
+        self.device = pick_device(device)
         dtype = model_source.pick_dtype(self.device, "auto")
         self.tokenizer = model_source.load_tokenizer(model_path)
         model = model_source.load_model(model_path, self.device, dtype)
@@ -196,22 +197,6 @@ def _stop_ids(tokenizer: Any) -> list[int]:
     if not ids:
         raise chat.ChatError("the tokenizer has neither an end-of-turn token nor EOS; generation could never stop")
     return ids
-
-
-def _pick_device(wanted: str) -> str:
-    import torch
-
-    if wanted in ("auto", "", None):
-        if torch.cuda.is_available():
-            return "cuda"
-        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
-            return "mps"
-        return "cpu"
-    if wanted == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("--device cuda was requested but torch sees no CUDA device")
-    if wanted == "mps" and not torch.backends.mps.is_available():
-        raise RuntimeError("--device mps was requested but it is not available")
-    return wanted
 
 
 def set_threads() -> None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from tt_stagekit.protocol import InvalidInput
+from tt_stagekit.devices import pick_device
 
 
 @dataclass(frozen=True)
@@ -57,20 +57,7 @@ def fconfig(request: Mapping[str, Any]) -> dict[str, Any]:
 def resolve_device(requested: str):
     import torch
 
-    requested = requested or "auto"
-    if requested == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    if requested == "cuda" and not torch.cuda.is_available():
-        raise InvalidInput("device 'cuda' was asked for but torch sees no CUDA device")
-    if requested == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise InvalidInput("device 'mps' was asked for but torch sees no MPS device")
-    if requested not in ("cpu", "cuda", "mps"):
-        raise InvalidInput(f"device {requested!r} is not one of auto, cpu, cuda, mps")
-    return torch.device(requested)
+    return torch.device(pick_device(requested))
 
 
 def request_device(request: Mapping[str, Any]):
