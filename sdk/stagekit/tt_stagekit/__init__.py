@@ -8,6 +8,7 @@ and in each engine environment for its stages). The host depends on it for
 
 - `protocol`: the stage side of the stage protocol (docs/protocol.md).
 - `distributed`: the torchrun process group, collectives, DDP (torch imported lazily).
+- `devices`: which device a stage computes on.
 - `launcher`: starting a stage under torchrun.
 - `scoring`: the answer metrics (the host scores with them too).
 """
