@@ -121,26 +121,12 @@ def corpus_source(request: Mapping[str, Any]):
 
 
 def iter_corpus(request: Mapping[str, Any], max_chars: Optional[int]):
-    from .corpus import iter_documents
+    from .corpus import iter_documents, truncate
 
     shards, smoke, _ = corpus_source(request)
     if shards is not None:
         return iter_documents(shards, max_chars)
-    return iter_documents_from_list(smoke, max_chars)
-
-
-def iter_documents_from_list(docs, max_chars: Optional[int]):
-    total = 0
-    for doc in docs:
-        if max_chars is not None and total + len(doc.text) >= max_chars:
-            rest = max_chars - total
-            if rest > 0:
-                from .corpus import Document
-
-                yield Document(doc.text[:rest], doc.source, doc.line)
-            return
-        total += len(doc.text)
-        yield doc
+    return truncate(smoke, max_chars)
 
 
 def checkpoints_exist(lay: Layout) -> bool:

@@ -152,18 +152,22 @@ def iter_shard(path: Path) -> Iterator[Document]:
     return _iter_parquet(path)
 
 
+def truncate(docs: Iterable[Document], max_chars: Optional[int]) -> Iterator[Document]:
+    """The documents in order, cut deterministically once `max_chars` characters have been given."""
+    total = 0
+    for doc in docs:
+        if max_chars is not None and total + len(doc.text) >= max_chars:
+            rest = max_chars - total
+            if rest > 0:
+                yield Document(doc.text[:rest], doc.source, doc.line)
+            return
+        total += len(doc.text)
+        yield doc
+
+
 def iter_documents(shards: Iterable[Path], max_chars: Optional[int] = None) -> Iterator[Document]:
     """Documents across sorted shards, cut deterministically at max_chars in total."""
-    total = 0
-    for shard in shards:
-        for doc in iter_shard(shard):
-            if max_chars is not None and total + len(doc.text) >= max_chars:
-                rest = max_chars - total
-                if rest > 0:
-                    yield Document(doc.text[:rest], doc.source, doc.line)
-                return
-            total += len(doc.text)
-            yield doc
+    return truncate((doc for shard in shards for doc in iter_shard(shard)), max_chars)
 
 
 def smoke_documents(system_message: str, train_rows: Sequence[Mapping[str, Any]]) -> list[Document]:

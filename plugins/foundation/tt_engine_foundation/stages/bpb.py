@@ -16,9 +16,9 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
     from ..runtime import tokenizer as T
     from ..runtime.bpb import evaluate_bpb
     from ..runtime.common import (
-        autocast_dtype, fconfig, iter_documents_from_list, layout, load_tokenizer, request_device, setup_threads,
+        autocast_dtype, fconfig, layout, load_tokenizer, request_device, setup_threads,
     )
-    from ..runtime.corpus import iter_documents, list_shards, smoke_documents
+    from ..runtime.corpus import iter_documents, list_shards, smoke_documents, truncate
     from ..runtime.model_io import load_model_dir
 
     setup_threads()
@@ -31,7 +31,7 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
         docs = iter_documents(list_shards(validation), BPB_MAX_CHARS)
         source = "validation"
     else:
-        docs = iter_documents_from_list(
+        docs = truncate(
             smoke_documents(request.get("system_message", ""), request.get("train_rows") or []), BPB_MAX_CHARS
         )
         source = "smoke"
