@@ -79,3 +79,16 @@ def test_rolling_keeps_the_newest_after_each_durable_save(tmp_path):
     assert [p.name for _, p in ckpt.list_steps(tmp_path / "ckpts")] == ["step-000000003", "step-000000002"]
     assert [p.name for _, p in ckpt.list_steps(tmp_path / "backup")] == ["step-000000003", "step-000000002"]
     assert not [p for p in (tmp_path / "ckpts").iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_remove_partial_deletes_only_unfinished_saves(tmp_path):
+    model, optimizer = _trained_model()
+    saver = ckpt.Saver(tmp_path, keep=3)
+    saver.save(model, optimizer, ckpt.TrainerState(step=1), {}, "f" * 64)
+    saver.wait()
+    (tmp_path / ".tmp-step-000000002-4242").mkdir()
+    (tmp_path / "step-000000001.replaced-20261130T000000-1").mkdir()  # a damaged one kept aside
+    removed = ckpt.remove_partial(tmp_path)
+    assert [p.name for p in removed] == [".tmp-step-000000002-4242"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-000000001", "step-000000001.replaced-20261130T000000-1"]
+    assert ckpt.remove_partial(None) == [] and ckpt.remove_partial(tmp_path / "absent") == []

@@ -67,9 +67,13 @@ def test_sigkill_between_checkpoints_then_resume_is_byte_identical(tmp_path, ref
                        signal_after=run / "pretrain/recovery/checkpoints/step-000000006")
     assert killed.code == -9
     assert "step-000000006" in _steps(run) and not (run / MODEL).exists()
+    cut_short = run / "pretrain/recovery/checkpoints/.tmp-step-000000012-99999"  # a save the kill interrupted
+    cut_short.mkdir()
+    (cut_short / "model.safetensors").write_bytes(b"half")
     resumed = run_stage(run, "pretrain", cfg, resume=True)
     assert resumed.code == 0, resumed.text
     assert any("resumed pretraining from" in m for m in resumed.logs())
+    assert not cut_short.exists() and any("was cut short" in m for m in resumed.logs())
     assert (run / MODEL).read_bytes() == (reference[1] / MODEL).read_bytes()
     for step in ("step-000000018", "step-000000024"):
         a = run / "pretrain/recovery/checkpoints" / step / "model.safetensors"

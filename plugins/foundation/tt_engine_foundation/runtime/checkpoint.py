@@ -252,6 +252,19 @@ def backup(source: Path, backup_root: Path) -> Path:
     return final
 
 
+def remove_partial(directory: Optional[Path]) -> list[Path]:
+    """Delete `.tmp-step-*` folders: saves that a killed process never finished (never a checkpoint
+    anyone could resume from; runs are locked, so no other process is writing them)."""
+    if directory is None or not directory.is_dir():
+        return []
+    removed = []
+    for path in sorted(directory.glob(".tmp-step-*")):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
 def list_steps(directory: Optional[Path]) -> list[tuple[int, Path]]:
     if directory is None or not directory.is_dir():
         return []

@@ -114,6 +114,9 @@ def run_pretraining(
     choice = D.on_main(lambda: ckpt.choose_resume(checkpoint_dir, backup_dir, fingerprint, config), "checkpoint choice")
     for note in choice.notes:
         log(note, "warning")
+    if ctx.is_main:
+        for partial in ckpt.remove_partial(checkpoint_dir) + ckpt.remove_partial(backup_dir):
+            log(f"removed {partial}: a checkpoint save that was cut short (the process was killed mid-write)")
 
     seed = int(cfg["seed"])
     torch.manual_seed(seed)
