@@ -13,8 +13,12 @@ and rolling finish in a background thread while training goes on.
 - `overlap`: time of a few training steps while a save finishes in the
   background, against the same steps with no save running (the background
   thread's cost to training).
+- `--in-loop N`: the engine's real pretraining loop (`run_pretraining`, seq 512,
+  8 sequences per step) run twice for N steps, with a checkpoint after every
+  step and with only the final one; the difference per step is what a
+  checkpoint costs training, all included, against `plain_s`.
 
-    <foundation env>/bin/python bench/foundation_checkpoint.py [--depth 8] [--vocab 32768]
+    <foundation env>/bin/python bench/foundation_checkpoint.py [--depth 8] [--vocab 32768] [--in-loop 6]
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from tt_engine_foundation.runtime import checkpoint as ckpt  # noqa: E402
 from tt_engine_foundation.runtime.loss import cross_entropy  # noqa: E402
 from tt_engine_foundation.runtime.model import GPT, config_for_depth  # noqa: E402
 from tt_engine_foundation.runtime.optim import build_adamw  # noqa: E402
+from tt_engine_foundation.runtime.pretrain import run_pretraining  # noqa: E402
+from tt_stagekit import protocol  # noqa: E402
 
 
 def train_steps(model, opt, vocab: int, count: int) -> float:
@@ -49,13 +55,36 @@ def train_steps(model, opt, vocab: int, count: int) -> float:
     return time.perf_counter() - start
 
 
+def loop_seconds(depth: int, vocab: int, steps: int, every: int) -> float:
+    """Wall time of the real pretraining loop with a checkpoint every `every` steps (0: only the last)."""
+    import numpy as np
+
+    seq, batch = 512, 8
+    cfg = dict(depth=depth, vocab_size=vocab, sequence_length=seq, batch_size=batch, gradient_accumulation_steps=1,
+               weight_decay=0.1, warmup_steps=1, min_lr_ratio=0.1, pretrain_steps=steps, gradient_clip=1.0, seed=0,
+               bf16=False, log_interval_steps=steps, checkpoint_interval_steps=every, checkpoint_interval_seconds=0,
+               keep_checkpoints=2, compile=False)
+    tokens = np.random.default_rng(0).integers(0, vocab, size=seq * batch * (steps + 2) + 1).astype(np.uint16)
+    config = {"bench": True, **cfg}
+    with tempfile.TemporaryDirectory(dir=".") as tmp:
+        os.sync()
+        start = time.perf_counter()
+        run_pretraining(cfg=cfg, model_cfg=config_for_depth(depth, vocab, seq), tokens=tokens,
+                        device=torch.device("cpu"), peak_lr=1e-3, config=config,
+                        fingerprint=ckpt.config_fingerprint(config), checkpoint_dir=Path(tmp) / "ckpt",
+                        backup_dir=None, heartbeat_path=Path(tmp) / "beats.jsonl")
+        return time.perf_counter() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--depth", type=int, default=8)
     parser.add_argument("--vocab", type=int, default=32768)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--overlap-steps", type=int, default=3)
+    parser.add_argument("--in-loop", type=int, default=0, metavar="STEPS")
     args = parser.parse_args()
+    protocol.emit = lambda event: None  # silence the loop's progress events
     torch.set_flush_denormal(True)
     model = GPT(config_for_depth(args.depth, args.vocab, 512))
     model.init_weights(0)
@@ -102,6 +131,14 @@ def main() -> None:
               "verify_s": round(verify_s, 3), "intact": ok,
               "steps_alone_s": round(alone, 3), "steps_during_save_s": round(overlapped, 3),
               "overlap": round(overlapped / alone, 3)}
+    if args.in_loop:
+        final_only = loop_seconds(args.depth, args.vocab, args.in_loop, 0)
+        every_step = loop_seconds(args.depth, args.vocab, args.in_loop, 1)
+        per_checkpoint = (every_step - final_only) / (args.in_loop - 1)
+        result.update(loop_steps=args.in_loop, loop_final_checkpoint_only_s=round(final_only, 3),
+                      loop_checkpoint_every_step_s=round(every_step, 3),
+                      loop_cost_per_checkpoint_s=round(per_checkpoint, 3),
+                      loop_cost_ratio=round(per_checkpoint / min(plain), 3))
     print(json.dumps(result))
 
 
