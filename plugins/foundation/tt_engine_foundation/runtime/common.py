@@ -42,6 +42,10 @@ class Layout:
     def heartbeats(self) -> Path:
         return self.recovery / "training-metrics.jsonl"
 
+    @property
+    def sft_checkpoints(self) -> Path:
+        return self.run_dir / "sft" / "recovery" / "checkpoints"
+
     def model_dir(self, stage: str) -> Path:
         return self.run_dir / stage / "model"
 

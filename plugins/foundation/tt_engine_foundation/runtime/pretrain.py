@@ -26,6 +26,7 @@ from tt_stagekit import distributed as D
 from tt_stagekit.protocol import Interrupted, StageError, log, progress, stop_requested
 
 from . import checkpoint as ckpt
+from . import resume
 from .loss import cross_entropy
 from .model import GPT, ModelConfig
 from .optim import build_adamw, lr_at, set_lr
@@ -63,35 +64,6 @@ def _append_jsonl(path: Path, row: Mapping[str, Any]) -> None:
         os.fsync(handle.fileno())
 
 
-def _restore(choice: ckpt.ResumeChoice, model: GPT, optimizer, device) -> ckpt.TrainerState:
-    """Load the chosen checkpoint: rank 0 reads it and hands optimizer state and RNG to every rank.
-
-    Weights reach the other ranks through DistributedDataParallel's start-up broadcast. Each rank
-    gets back its own RNG state when the world size is the one the checkpoint was written with;
-    otherwise rank 0's (pretraining draws no random numbers, so a changed world size resumes the
-    same global batches in the same order).
-    """
-    ctx = D.context()
-    payload = None
-    if ctx.is_main:
-        ckpt.load(choice.path, model, optimizer, device)
-        trainer = ckpt.read_trainer(choice.path)
-        payload = (D.on_cpu(optimizer.state_dict()) if ctx.enabled else None, trainer)
-    payload = D.broadcast_object(payload, "checkpoint hand-over")
-    optimizer_state, trainer = payload
-    if not ctx.is_main:
-        optimizer.load_state_dict(optimizer_state)
-    rngs = trainer["rank_rng"]
-    if int(trainer["world_size"]) == ctx.world_size:
-        ckpt.set_rng_state(rngs[ctx.rank])
-    else:
-        ckpt.set_rng_state(rngs[0])
-        if ctx.is_main:
-            log(f"checkpoint written by {trainer['world_size']} process(es), resumed by {ctx.world_size}: "
-                "same global batches and order; every rank starts from rank 0's RNG state")
-    return ckpt.trainer_state(trainer)
-
-
 def run_pretraining(
     *,
     cfg: Mapping[str, Any],
@@ -111,12 +83,7 @@ def run_pretraining(
     rank 0 alone chooses the checkpoint, writes checkpoints and heartbeats.
     """
     ctx = D.context()
-    choice = D.on_main(lambda: ckpt.choose_resume(checkpoint_dir, backup_dir, fingerprint, config), "checkpoint choice")
-    for note in choice.notes:
-        log(note, "warning")
-    if ctx.is_main:
-        for partial in ckpt.remove_partial(checkpoint_dir) + ckpt.remove_partial(backup_dir):
-            log(f"removed {partial}: a checkpoint save that was cut short (the process was killed mid-write)")
+    choice = resume.choose(checkpoint_dir, backup_dir, fingerprint, config)
 
     seed = int(cfg["seed"])
     torch.manual_seed(seed)
@@ -126,7 +93,7 @@ def run_pretraining(
     model.to(device)
     optimizer = build_adamw(model, peak_lr, float(cfg["weight_decay"]), device)
     if choice.path is not None:
-        state = _restore(choice, model, optimizer, device)
+        state = resume.restore(choice.path, model, optimizer, device)
         log(f"resumed pretraining from {choice.path} at step {state.step}"
             + (f" with {ctx.world_size} processes" if ctx.enabled else ""))
     else:
@@ -156,10 +123,7 @@ def run_pretraining(
     def save() -> Path:
         state.scheduler = {"kind": "warmup_cosine", "step": state.step, "total": total, "peak_lr": peak_lr,
                            "warmup_steps": int(cfg["warmup_steps"]), "min_lr_ratio": float(cfg["min_lr_ratio"])}
-        rank_rng = D.gather_objects(ckpt.rng_state(), "RNG gather for the checkpoint") if ctx.enabled else None
-        if not ctx.is_main:
-            return checkpoint_dir / ckpt.step_name(state.step)
-        return saver.save(model, optimizer, state, config, fingerprint, rank_rng)
+        return resume.save(saver, model, optimizer, state, config, fingerprint)
 
     model.train()
     started = time.monotonic()

@@ -10,18 +10,28 @@ whole batch's supervised-token count (times the world size, which
 DistributedDataParallel's gradient average divides out), so the update is the
 single-process one whatever the world size. Ranks agree on stopping through
 the same all-reduce that averages the reported loss.
+
+With `checkpoints` (an `SftCheckpoints`), SIGTERM/SIGINT save the current
+step before the stage exits 130, and so does every `checkpoint_interval_steps`
+step; a rerun continues from the newest matching checkpoint (weights, AdamW,
+RNG, the position in the seeded row order and the losses so far), ending with
+the same weights as an uninterrupted run.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from tt_stagekit import distributed as D
-from tt_stagekit.protocol import Interrupted, StageError, stop_requested
+from tt_stagekit.protocol import Interrupted, StageError, log, stop_requested
 
+from . import checkpoint as ckpt
+from . import resume
 from . import tokenizer as T
 from .chat import render, truncate_example
 from .optim import build_adamw, set_lr
@@ -84,6 +94,38 @@ class _null:
         return False
 
 
+@dataclass
+class SftCheckpoints:
+    """Where and when SFT checkpoints: `config` is everything the weights depend on (its hash is the
+    fingerprint a checkpoint must match); `every_steps` 0 saves only on SIGTERM/SIGINT."""
+
+    directory: Path
+    config: Mapping[str, Any]
+    every_steps: int
+    keep: int
+
+    @property
+    def fingerprint(self) -> str:
+        return ckpt.config_fingerprint(self.config)
+
+
+def sft_config(cfg: Mapping[str, Any], peak_lr: float, rows: Sequence[Mapping[str, Any]], input_model: Path) -> dict:
+    """Everything the SFT weights depend on: the input weights (their sha256 in the model's manifest, which
+    a re-run pretraining with identical weights keeps), the rows, every setting."""
+    import hashlib
+    import json
+
+    manifest = json.loads((input_model / "artifact-manifest.json").read_text(encoding="utf-8"))
+    weights = [f["sha256"] for f in manifest.get("files", []) if f.get("path") == "model.safetensors"]
+    return {
+        "input_weights_sha256": weights[0] if weights else None,
+        "rows_sha256": hashlib.sha256(json.dumps(list(rows), sort_keys=True).encode("utf-8")).hexdigest(),
+        "learning_rate": peak_lr,
+        **{key: cfg[key] for key in ("finetune_steps", "batch_size", "sequence_length", "weight_decay",
+                                     "gradient_clip", "seed", "bf16")},
+    }
+
+
 def run_sft(
     model,
     tok,
@@ -93,6 +135,7 @@ def run_sft(
     device,
     autocast_dtype: Optional[torch.dtype],
     on_step: Optional[Callable[[int, int, float, float], None]] = None,
+    checkpoints: Optional[SftCheckpoints] = None,
 ) -> list[tuple[int, float]]:
     seq = int(cfg["sequence_length"])
     steps = int(cfg["finetune_steps"])
@@ -102,44 +145,72 @@ def run_sft(
     torch.manual_seed(int(cfg["seed"]) + 1)
     optimizer = build_adamw(model, peak_lr * SFT_LR_SCALE, float(cfg["weight_decay"]), device)
     dist = D.context()
+    first, cursor, epoch, losses = 0, 0, 0, []
+    saver = None
+    if checkpoints is not None:
+        saver = ckpt.Saver(checkpoints.directory, checkpoints.keep)
+        choice = resume.choose(checkpoints.directory, None, checkpoints.fingerprint, checkpoints.config)
+        if choice.path is not None:  # before DDP wraps the model: its start-up broadcast shares rank 0's weights
+            position = resume.restore(choice.path, model, optimizer, device).scheduler
+            first, cursor, epoch = position["step"], position["cursor"], position["epoch"]
+            losses = [(int(s), float(v)) for s, v in position["losses"]]
+            log(f"SFT resumed from {choice.path.name} at step {first}/{steps}")
     net = D.wrap(model, device)
     clip = float(cfg["gradient_clip"])
     model.train()
-    losses: list[tuple[int, float]] = []
-    cursor, epoch, order = 0, 0, np.random.default_rng([int(cfg["seed"]), 1, 0]).permutation(len(examples))
-    for step in range(steps):
-        lr = peak_lr * SFT_LR_SCALE * (1.0 - step / max(1, steps))
-        set_lr(optimizer, lr)
-        picked = []
-        for _ in range(batch):
-            if cursor >= len(order):
-                epoch += 1
-                order = np.random.default_rng([int(cfg["seed"]), 1, epoch]).permutation(len(examples))
-                cursor = 0
-            picked.append(examples[int(order[cursor])])
-            cursor += 1
-        stopping = stop_requested()
-        if dist.enabled:
-            with D.collective("SFT gradient all-reduce"):
-                loss = _rank_loss(net, picked, pad, device, autocast_dtype, dist.rank, dist.world_size)
+    order = np.random.default_rng([int(cfg["seed"]), 1, epoch]).permutation(len(examples))
+
+    def save(step: int) -> Path:
+        position = {"kind": "sft_linear_decay", "step": step, "total": steps, "cursor": cursor, "epoch": epoch,
+                    "losses": [[s, v] for s, v in losses]}
+        state = ckpt.TrainerState(step=step, samples_consumed=step * batch, last_loss=losses[-1][1] if losses else None,
+                                  scheduler=position)
+        return resume.save(saver, model, optimizer, state, checkpoints.config, checkpoints.fingerprint)
+
+    try:
+        for step in range(first, steps):
+            lr = peak_lr * SFT_LR_SCALE * (1.0 - step / max(1, steps))
+            set_lr(optimizer, lr)
+            picked = []
+            for _ in range(batch):
+                if cursor >= len(order):
+                    epoch += 1
+                    order = np.random.default_rng([int(cfg["seed"]), 1, epoch]).permutation(len(examples))
+                    cursor = 0
+                picked.append(examples[int(order[cursor])])
+                cursor += 1
+            stopping = stop_requested()
+            if dist.enabled:
+                with D.collective("SFT gradient all-reduce"):
+                    loss = _rank_loss(net, picked, pad, device, autocast_dtype, dist.rank, dist.world_size)
+                    loss.backward()
+                stats = torch.stack([loss.detach() / dist.world_size, torch.tensor(float(stopping), device=device)])
+                value_t, stops = D.all_reduce_sum(stats, "SFT loss and stop-flag all-reduce").tolist()
+                stopping = stops > 0
+            else:
+                x, y = collate(picked, pad)
+                loss = supervised_loss(model, x.to(device), y.to(device), autocast_dtype)
                 loss.backward()
-            stats = torch.stack([loss.detach() / dist.world_size, torch.tensor(float(stopping), device=device)])
-            value_t, stops = D.all_reduce_sum(stats, "SFT loss and stop-flag all-reduce").tolist()
-            stopping = stops > 0
-        else:
-            x, y = collate(picked, pad)
-            loss = supervised_loss(model, x.to(device), y.to(device), autocast_dtype)
-            loss.backward()
-        if clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        value = value_t if dist.enabled else float(loss.detach())
-        if not np.isfinite(value):
-            raise StageError(f"SFT loss became {value} at step {step + 1}; lower foundation.learning_rate")
-        losses.append((step + 1, value))
-        if on_step is not None:
-            on_step(step + 1, steps, value, lr)
-        if stopping or (not dist.enabled and stop_requested()):
-            raise Interrupted(f"SFT stopped at step {step + 1}; it restarts from the pretrained model on resume")
+            if clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            value = value_t if dist.enabled else float(loss.detach())
+            if not np.isfinite(value):
+                raise StageError(f"SFT loss became {value} at step {step + 1}; lower foundation.learning_rate")
+            losses.append((step + 1, value))
+            if on_step is not None:
+                on_step(step + 1, steps, value, lr)
+            stop_now = stopping or (not dist.enabled and stop_requested())
+            every = checkpoints.every_steps if checkpoints is not None else 0
+            if checkpoints is not None and (stop_now or (every > 0 and (step + 1) % every == 0 and step + 1 < steps)):
+                path = save(step + 1)
+                if stop_now:
+                    raise Interrupted(f"SFT stopped: checkpoint {path.name} saved at step {step + 1}; "
+                                      "--resume continues from it")
+            if stop_now:
+                raise Interrupted(f"SFT stopped at step {step + 1}; it restarts from the pretrained model on resume")
+    finally:
+        if saver is not None:
+            saver.wait()  # a checkpoint is durable before the stage reports or exits
     return losses

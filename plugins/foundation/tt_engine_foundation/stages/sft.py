@@ -17,7 +17,7 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
         autocast_dtype, fconfig, layout, learning_rate, load_tokenizer, request_device, setup_threads,
     )
     from ..runtime.model_io import load_model_dir, save_model_dir
-    from ..runtime.sft import run_sft
+    from ..runtime.sft import SftCheckpoints, run_sft, sft_config
 
     setup_threads()
     cfg = fconfig(request)
@@ -33,7 +33,13 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
             P.progress(step, total, "step", {"loss": loss, "lr": lr})
 
     P.log(f"SFT on {len(rows)} training rows for {cfg['finetune_steps']} steps")
-    losses = run_sft(model, tok, rows, cfg, learning_rate(cfg), device, autocast_dtype(request, device), on_step)
+    input_model = lay.model_dir("pretrain")
+    checkpoints = SftCheckpoints(
+        directory=lay.sft_checkpoints, config=sft_config(cfg, learning_rate(cfg), rows, input_model),
+        every_steps=int(cfg["checkpoint_interval_steps"]), keep=int(cfg["keep_checkpoints"]),
+    )
+    losses = run_sft(model, tok, rows, cfg, learning_rate(cfg), device, autocast_dtype(request, device), on_step,
+                     checkpoints)
     model_dir = lay.model_dir("sft")
     if P.speaks():
         save_model_dir(

@@ -1,0 +1,74 @@
+"""SFT checkpoints: SIGTERM saves the current step and exits 130; the rerun continues from it and ends with
+the weights, loss curve and step count of an uninterrupted run. Changed SFT settings are refused."""
+
+import json
+import shutil
+import signal
+
+import pytest
+
+from conftest import prepare, run_stage, tiny_config
+
+SFT_MODEL = "sft/model/model.safetensors"
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """Pretraining once, then an uninterrupted SFT run."""
+    base = tmp_path_factory.mktemp("sft-ref")
+    from conftest import write_corpus
+
+    cfg = tiny_config(corpus_path=str(write_corpus(base / "corpus.jsonl")), pretrain_steps=6, finetune_steps=14,
+                      checkpoint_interval_steps=5)
+    run = base / "run"
+    prepare(run, cfg)
+    assert run_stage(run, "pretrain", cfg).code == 0
+    out = run_stage(run, "sft", cfg)
+    assert out.code == 0, out.text
+    return cfg, run
+
+
+def _pretrained(tmp_path, reference):
+    cfg, ref = reference
+    run = tmp_path / "run"
+    run.mkdir()
+    for part in ("tokenizer", "pretrain"):
+        shutil.copytree(ref / part, run / part)
+    for part in ("tokenizer", "token_cache", "pretrain"):
+        (run / part).mkdir(exist_ok=True)
+        shutil.copy(ref / part / "result.json", run / part / "result.json")
+    return cfg, run
+
+
+def test_interval_checkpoints_are_written_and_rolled(reference):
+    cfg, run = reference
+    steps = sorted(p.name for p in (run / "sft/recovery/checkpoints").iterdir())
+    assert steps == ["step-000000005", "step-000000010"]  # every 5 steps, not at the end (the model is)
+
+
+def test_sigterm_saves_the_step_and_the_rerun_matches_an_uninterrupted_run(tmp_path, reference):
+    cfg, run = _pretrained(tmp_path, reference)
+    stopped = run_stage(run, "sft", cfg, signal_at_step=7, sig=signal.SIGTERM)
+    assert stopped.code == 130, stopped.text
+    saved = sorted(p.name for p in (run / "sft/recovery/checkpoints").iterdir())
+    assert saved[-1] >= "step-000000007" and not (run / SFT_MODEL).exists()
+    assert any("SFT stopped: checkpoint" in m for m in stopped.logs("warning"))
+
+    resumed = run_stage(run, "sft", cfg, resume=True)
+    assert resumed.code == 0, resumed.text
+    assert any(m.startswith("SFT resumed from step-") for m in resumed.logs())
+    assert (run / SFT_MODEL).read_bytes() == (reference[1] / SFT_MODEL).read_bytes()
+    ours, theirs = (json.loads((r / "sft/result.json").read_text()) for r in (run, reference[1]))
+    assert ours["series"]["sft.loss"] == theirs["series"]["sft.loss"]
+    assert ours["metrics"]["sft.steps"] == theirs["metrics"]["sft.steps"] == 14
+
+
+def test_changed_sft_settings_are_refused_before_anything_changes(tmp_path, reference):
+    cfg, run = _pretrained(tmp_path, reference)
+    assert run_stage(run, "sft", cfg, signal_at_step=3, sig=signal.SIGTERM).code == 130
+    before = sorted(p.name for p in (run / "sft/recovery/checkpoints").iterdir())
+    changed = dict(cfg, finetune_steps=20)
+    refused = run_stage(run, "sft", changed, resume=True)
+    assert refused.code == 2, refused.text
+    assert any("finetune_steps" in m and "new run directory" in m for m in refused.logs("error"))
+    assert sorted(p.name for p in (run / "sft/recovery/checkpoints").iterdir()) == before
