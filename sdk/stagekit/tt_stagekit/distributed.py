@@ -118,12 +118,23 @@ def init(device: Any) -> Any:
 
 
 def shutdown() -> None:
+    """Leave the process group after a successful stage (every rank calls this).
+
+    DistributedDataParallel wrappers sit in reference cycles that keep the group alive; collecting them
+    first, and waiting at a barrier until every rank is done, means no rank tears its group down while
+    another still has work in flight, and nothing of gloo is left for interpreter finalization (where
+    it can abort the process: "terminate called without an active exception").
+    """
     global _CTX
     if _CTX.enabled:
+        import gc
+
         import torch.distributed as dist
 
+        gc.collect()
         with contextlib.suppress(Exception):
             if dist.is_initialized():
+                dist.barrier()
                 dist.destroy_process_group()
     _CTX = Context()
 
