@@ -60,7 +60,7 @@ def train_steps(model, opt, vocab: int, count: int) -> float:
 class PlainSaver:
     """The baseline inside the loop: save_file + torch.save into step-N/, synchronously; rolled to `keep`."""
 
-    def __init__(self, directory: Path, keep: int, backup_dir=None, background: bool = True):
+    def __init__(self, directory: Path, keep: int, backup_dir=None):
         self.directory, self.keep = directory, keep
 
     def save(self, model, optimizer, state, config, fingerprint, rank_rng=None) -> Path:

@@ -123,12 +123,11 @@ class Saver:
     power cut always leaves at least one complete checkpoint behind.
     """
 
-    def __init__(self, directory: Path, keep: int, backup_dir: Optional[Path] = None, background: bool = True):
-        self.directory, self.keep, self.backup_dir, self.background = directory, keep, backup_dir, background
+    def __init__(self, directory: Path, keep: int, backup_dir: Optional[Path] = None):
+        self.directory, self.keep, self.backup_dir = directory, keep, backup_dir
         self._thread: Optional[threading.Thread] = None
         self._error: Optional[BaseException] = None
         self._staging = Staging()
-        self.last: Optional[Path] = None
 
     def save(self, model, optimizer, state: "TrainerState", config: Mapping[str, Any], fingerprint: str,
              rank_rng: Optional[list] = None) -> Path:
@@ -137,12 +136,8 @@ class Saver:
         trainer = _trainer_record(state, rank_rng or [rng_state()])
         final = self.directory / step_name(state.step)
         args = (weights, optimizer_state, trainer, final, dict(config), fingerprint)
-        if self.background:
-            self._thread = threading.Thread(target=self._finish_safely, args=args, daemon=False)
-            self._thread.start()
-        else:
-            self._finish(*args)
-        self.last = final
+        self._thread = threading.Thread(target=self._finish_safely, args=args, daemon=False)
+        self._thread.start()
         return final
 
     def _finish_safely(self, *args) -> None:

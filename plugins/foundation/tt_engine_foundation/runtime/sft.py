@@ -11,8 +11,8 @@ DistributedDataParallel's gradient average divides out), so the update is the
 single-process one whatever the world size. Ranks agree on stopping through
 the same all-reduce that averages the reported loss.
 
-With `checkpoints` (an `SftCheckpoints`), SIGTERM/SIGINT save the current
-step before the stage exits 130, and so does every `checkpoint_interval_steps`
+SIGTERM/SIGINT save the current step (into `SftCheckpoints.directory`)
+before the stage exits 130, and so does every `checkpoint_interval_steps`
 step; a rerun continues from the newest matching checkpoint (weights, AdamW,
 RNG, the position in the seeded row order and the losses so far), ending with
 the same weights as an uninterrupted run.
@@ -20,6 +20,8 @@ the same weights as an uninterrupted run.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
@@ -112,9 +114,6 @@ class SftCheckpoints:
 def sft_config(cfg: Mapping[str, Any], peak_lr: float, rows: Sequence[Mapping[str, Any]], input_model: Path) -> dict:
     """Everything the SFT weights depend on: the input weights (their sha256 in the model's manifest, which
     a re-run pretraining with identical weights keeps), the rows, every setting."""
-    import hashlib
-    import json
-
     manifest = json.loads((input_model / "artifact-manifest.json").read_text(encoding="utf-8"))
     weights = [f["sha256"] for f in manifest.get("files", []) if f.get("path") == "model.safetensors"]
     return {
@@ -134,8 +133,8 @@ def run_sft(
     peak_lr: float,
     device,
     autocast_dtype: Optional[torch.dtype],
-    on_step: Optional[Callable[[int, int, float, float], None]] = None,
-    checkpoints: Optional[SftCheckpoints] = None,
+    on_step: Optional[Callable[[int, int, float, float], None]],
+    checkpoints: SftCheckpoints,
 ) -> list[tuple[int, float]]:
     seq = int(cfg["sequence_length"])
     steps = int(cfg["finetune_steps"])
@@ -146,15 +145,13 @@ def run_sft(
     optimizer = build_adamw(model, peak_lr * SFT_LR_SCALE, float(cfg["weight_decay"]), device)
     dist = D.context()
     first, cursor, epoch, losses = 0, 0, 0, []
-    saver = None
-    if checkpoints is not None:
-        saver = ckpt.Saver(checkpoints.directory, checkpoints.keep)
-        choice = resume.choose(checkpoints.directory, None, checkpoints.fingerprint, checkpoints.config)
-        if choice.path is not None:  # before DDP wraps the model: its start-up broadcast shares rank 0's weights
-            position = resume.restore(choice.path, model, optimizer, device).scheduler
-            first, cursor, epoch = position["step"], position["cursor"], position["epoch"]
-            losses = [(int(s), float(v)) for s, v in position["losses"]]
-            log(f"SFT resumed from {choice.path.name} at step {first}/{steps}")
+    saver = ckpt.Saver(checkpoints.directory, checkpoints.keep)
+    choice = resume.choose(checkpoints.directory, None, checkpoints.fingerprint, checkpoints.config)
+    if choice.path is not None:  # before DDP wraps the model: its start-up broadcast shares rank 0's weights
+        position = resume.restore(choice.path, model, optimizer, device).scheduler
+        first, cursor, epoch = position["step"], position["cursor"], position["epoch"]
+        losses = [(int(s), float(v)) for s, v in position["losses"]]
+        log(f"SFT resumed from {choice.path.name} at step {first}/{steps}")
     net = D.wrap(model, device)
     clip = float(cfg["gradient_clip"])
     model.train()
@@ -202,15 +199,12 @@ def run_sft(
             if on_step is not None:
                 on_step(step + 1, steps, value, lr)
             stop_now = stopping or (not dist.enabled and stop_requested())
-            every = checkpoints.every_steps if checkpoints is not None else 0
-            if checkpoints is not None and (stop_now or (every > 0 and (step + 1) % every == 0 and step + 1 < steps)):
+            every = checkpoints.every_steps
+            if stop_now or (every > 0 and (step + 1) % every == 0 and step + 1 < steps):
                 path = save(step + 1)
                 if stop_now:
                     raise Interrupted(f"SFT stopped: checkpoint {path.name} saved at step {step + 1}; "
                                       "--resume continues from it")
-            if stop_now:
-                raise Interrupted(f"SFT stopped at step {step + 1}; it restarts from the pretrained model on resume")
     finally:
-        if saver is not None:
-            saver.wait()  # a checkpoint is durable before the stage reports or exits
+        saver.wait()  # a checkpoint is durable before the stage reports or exits
     return losses
