@@ -22,7 +22,7 @@ from tt_host.hookspecs import hookimpl
 from tt_host.spec.schema import BehaviorSpec, StrictModel, resolve_path
 
 from tt_engine_adapter import fingerprint, rows
-from tt_stagekit.launcher import stage_arguments
+from tt_stagekit.launcher import endpoint_error, nodes_error, stage_arguments
 
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
@@ -66,20 +66,14 @@ class Hyperparameters(StrictModel):
     @field_validator("rdzv_endpoint")
     @classmethod
     def _endpoint(cls, value: Optional[str]) -> Optional[str]:
-        if value is not None:
-            host, sep, port = value.rpartition(":")
-            if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-                raise ValueError(f"{value!r} is not host:port (for example 10.0.0.1:29500)")
-        return value
+        if value is not None and (error := endpoint_error(value)):
+            raise ValueError(error)
+        return value.strip() if value is not None else None
 
     @model_validator(mode="after")
     def _world(self) -> "Hyperparameters":
-        if self.nnodes > 1 and self.rdzv_endpoint is None:
-            raise ValueError(f"hyperparameters.nnodes is {self.nnodes} but hyperparameters.rdzv_endpoint is not set: "
-                             "give node 0's host:port")
-        if self.node_rank >= self.nnodes:
-            raise ValueError(f"hyperparameters.node_rank ({self.node_rank}) must be smaller than "
-                             f"hyperparameters.nnodes ({self.nnodes})")
+        if error := nodes_error("hyperparameters.", self.nnodes, self.node_rank, self.rdzv_endpoint):
+            raise ValueError(error)
         world = self.nproc_per_node * self.nnodes
         if world > 1 and self.batch_size % world:
             raise ValueError(

@@ -15,6 +15,7 @@ from typing import Literal, Optional
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from tt_host.spec.schema import BehaviorSpec, StrictModel, resolve_path
+from tt_stagekit.launcher import endpoint_error, nodes_error
 
 from .runtime.corpus import SHARD_SUFFIXES
 
@@ -128,20 +129,14 @@ class FoundationConfig(StrictModel):
     @field_validator("rdzv_endpoint")
     @classmethod
     def _endpoint(cls, value: Optional[str]) -> Optional[str]:
-        if value is None:
-            return None
-        host, sep, port = value.strip().rpartition(":")
-        if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-            raise ValueError(f"{value!r} is not host:port (for example 10.0.0.1:29500)")
-        return value.strip()
+        if value is not None and (error := endpoint_error(value)):
+            raise ValueError(error)
+        return value.strip() if value is not None else None
 
     @model_validator(mode="after")
     def _world(self) -> "FoundationConfig":
-        if self.nnodes > 1 and self.rdzv_endpoint is None:
-            raise ValueError(f"foundation.nnodes is {self.nnodes} but foundation.rdzv_endpoint is not set: "
-                             "give node 0's host:port")
-        if self.node_rank >= self.nnodes:
-            raise ValueError(f"foundation.node_rank ({self.node_rank}) must be smaller than foundation.nnodes ({self.nnodes})")
+        if error := nodes_error("foundation.", self.nnodes, self.node_rank, self.rdzv_endpoint):
+            raise ValueError(error)
         world = self.nproc_per_node * self.nnodes
         if world > 1 and self.device == "mps":
             raise ValueError("foundation.nproc_per_node × nnodes > 1 needs device cpu (gloo) or cuda (NCCL), not mps")

@@ -50,6 +50,23 @@ def split_endpoint(endpoint: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def endpoint_error(value: str) -> Optional[str]:
+    """Why `value` is not a usable rdzv_endpoint (host:port), or None."""
+    host, sep, port = value.strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        return f"{value!r} is not host:port (for example 10.0.0.1:29500)"
+    return None
+
+
+def nodes_error(prefix: str, nnodes: int, node_rank: int, rdzv_endpoint: Optional[str]) -> Optional[str]:
+    """Why the multi-node settings under `prefix` (e.g. "foundation.") cannot work together, or None."""
+    if nnodes > 1 and rdzv_endpoint is None:
+        return f"{prefix}nnodes is {nnodes} but {prefix}rdzv_endpoint is not set: give node 0's host:port"
+    if node_rank >= nnodes:
+        return f"{prefix}node_rank ({node_rank}) must be smaller than {prefix}nnodes ({nnodes})"
+    return None
+
+
 def torchrun_arguments(settings: Mapping[str, Any]) -> list[str]:
     """torchrun options for nproc_per_node / nnodes / node_rank / rdzv_endpoint."""
     nproc = int(settings.get("nproc_per_node") or 1)
