@@ -95,6 +95,8 @@ def spec_checks(spec_path: Path, device: Optional[str], plugins: Plugins) -> Ite
     loaded = load_spec(spec_path, plugins)
     for error in loaded.errors:
         yield Check(f"spec {error.loc}", "fail", error.msg, f"fix {spec_path} and run `tt validate`")
+    for warning in loaded.warnings:
+        yield Check(f"spec {warning.loc}", "warn", warning.msg, f"rename it in {spec_path}")
     run_root = Path(spec_path).absolute().parent / ".tuned-tensor"
     ok, where = _writable(run_root)
     yield Check("run folder", "ok" if ok else "fail", f"{run_root} (writable: {ok})",

@@ -42,10 +42,20 @@ def root(version: bool = typer.Option(False, "--version", callback=_version, is_
     """tt: a local training runtime for behavior specs."""
 
 
+SPEC_DEFAULT = Path("tunedtensor.json")
+SpecArgument = typer.Argument(SPEC_DEFAULT, help="Path to the spec (default: ./tunedtensor.json).")
+
+
+def _print_warnings(loaded) -> None:
+    """One line on stderr per legacy key that was mapped (the --json output lists them too)."""
+    for warning in loaded.warnings:
+        err.print(f"[yellow]warning:[/] {escape(warning.msg)}")
+
+
 def _print_errors(loaded, json_mode: bool) -> None:
     if json_mode:
         emit_json({"valid": False, "engine": loaded.engine_name, "spec_path": str(loaded.path),
-                   "errors": [e.as_dict() for e in loaded.errors]})
+                   "errors": [e.as_dict() for e in loaded.errors], "warnings": [w.as_dict() for w in loaded.warnings]})
         return
     err.print(f"[red]{loaded.path}: invalid spec[/]")
     for error in loaded.errors:
@@ -54,11 +64,12 @@ def _print_errors(loaded, json_mode: bool) -> None:
 
 
 @app.command()
-def validate(spec: Path = typer.Argument(..., help="Path to tunedtensor.json."), json_mode: bool = JsonOption) -> None:
+def validate(spec: Path = SpecArgument, json_mode: bool = JsonOption) -> None:
     """Validate a spec and show the compiled system message. Exit 2 when invalid."""
     from tt_host.spec.loading import load_spec
 
     loaded = load_spec(spec, load_plugins())
+    _print_warnings(loaded)
     if not loaded.valid:
         _print_errors(loaded, json_mode)
         raise typer.Exit(2)
@@ -66,6 +77,7 @@ def validate(spec: Path = typer.Argument(..., help="Path to tunedtensor.json."),
     if json_mode:
         emit_json({
             "valid": True, "engine": loaded.engine_name, "spec_path": str(loaded.path), "errors": [],
+            "warnings": [w.as_dict() for w in loaded.warnings],
             "system_message": compiled.system_message, "system_message_sha256": compiled.system_message_sha256,
             "train_count": len(compiled.train_rows), "eval_count": len(compiled.eval_rows),
         })
@@ -87,6 +99,7 @@ def _run(spec: Path, resume: Optional[Path], device: Optional[str], json_mode: b
         fail(f"--device must be one of {', '.join(DEVICES)}, not {device!r}", json_mode=json_mode)
     plugins = load_plugins()
     loaded = load_spec(spec, plugins)
+    _print_warnings(loaded)
     if not loaded.valid:
         _print_errors(loaded, json_mode)
         raise typer.Exit(2)
@@ -114,7 +127,7 @@ def _run(spec: Path, resume: Optional[Path], device: Optional[str], json_mode: b
 
 @app.command()
 def run(
-    spec: Path = typer.Argument(..., help="Path to tunedtensor.json."),
+    spec: Path = SpecArgument,
     resume: Optional[Path] = typer.Option(None, "--resume", help="Run directory to start or continue."),
     device: Optional[str] = typer.Option(None, "--device", help="auto, cpu, cuda or mps (overrides the spec)."),
     json_mode: bool = JsonOption,
@@ -136,13 +149,16 @@ def pipeline_run(
 
 @app.command()
 def doctor(
-    spec: Optional[Path] = typer.Argument(None, help="Optional spec to check with its engine."),
+    spec: Optional[Path] = typer.Argument(None, help="Spec to check with its engine (default: ./tunedtensor.json "
+                                          "when it exists)."),
     device: Optional[str] = typer.Option(None, "--device", help="Device to check for."),
     json_mode: bool = JsonOption,
 ) -> None:
     """Check python, uv, disk, writable folders, plugins, and a spec's engine prerequisites."""
     from tt_host.doctor import run_checks
 
+    if spec is None and SPEC_DEFAULT.is_file():
+        spec = SPEC_DEFAULT
     checks = run_checks(spec, device, load_plugins())
     failed = any(c.status == "fail" for c in checks)
     if json_mode:

@@ -1,4 +1,4 @@
-"""`tt runs list|report`: runs under a folder and their reports."""
+"""`tt runs list|report|get|events|compare`: runs, their reports, stage events and metrics side by side."""
 
 from __future__ import annotations
 
@@ -52,3 +52,93 @@ def report(run: Path = typer.Argument(..., help="Run directory."), json_mode: bo
         from rich.markdown import Markdown
 
         console.print(Markdown(path.read_text(encoding="utf-8")))
+
+
+def _run_path(reference: str, json_mode: bool) -> Path:
+    from tt_host.runs.inspect import RunNotFound, resolve_run
+
+    try:
+        return resolve_run(reference)
+    except RunNotFound as exc:
+        fail(str(exc), json_mode=json_mode)
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+@app.command()
+def get(run: str = typer.Argument(..., help="Run directory or run id (under ./.tuned-tensor/runs)."),
+        json_mode: bool = JsonOption) -> None:
+    """A run's status, stages, metrics and models."""
+    from tt_host.runs.inspect import summary
+
+    info = summary(_run_path(run, json_mode))
+    if json_mode:
+        emit_json(info)
+        return
+    from rich.table import Table
+
+    live = " (live)" if info["live"] else ""
+    console.print(f"run [bold]{info['id']}[/] engine {info['engine']}: {info['status']}{live}; spec {info['spec']}",
+                  markup=True)
+    console.print(f"  {info['run_dir']}", markup=False)
+    if info.get("error"):
+        console.print(f"  error: {info['error']}", markup=False)
+    stages = Table("stage", "state", "seconds")
+    for name, stage in info["stages"].items():
+        stages.add_row(name, str(stage.get("state")), _cell(stage.get("seconds")))
+    console.print(stages)
+    if info["metrics"]:
+        metrics = Table("metric", "value")
+        for name, value in info["metrics"].items():
+            metrics.add_row(name, _cell(value))
+        console.print(metrics)
+    for model in info["models"]:
+        console.print(f"model {model['id']} ({model['kind']})", markup=False)
+
+
+@app.command()
+def events(run: str = typer.Argument(..., help="Run directory or run id."),
+           follow: bool = typer.Option(False, "--follow", "-f", help="Keep streaming while the run is live; "
+                                       "stop when it ends."),
+           json_mode: bool = typer.Option(False, "--json", help="One JSON event per line (with its stage).")) -> None:
+    """The stage events from a run's logs (progress, logs, artifacts), in stage order."""
+    import sys
+
+    from tt_host.runs.inspect import describe, events as stream
+
+    path = _run_path(run, json_mode)
+    try:
+        for event in stream(path, follow=follow):
+            if json_mode:
+                sys.stdout.write(json.dumps(event, ensure_ascii=False, default=str) + "\n")
+            else:
+                sys.stdout.write(f"{event['stage']:<12} {describe(event)}\n")
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        raise typer.Exit(130)
+
+
+@app.command()
+def compare(first: str = typer.Argument(..., help="Run directory or id."),
+            second: str = typer.Argument(..., help="Run directory or id."),
+            json_mode: bool = JsonOption) -> None:
+    """Two runs' metrics side by side (with the difference second - first)."""
+    from tt_host.runs.inspect import compare as side_by_side
+
+    data = side_by_side([_run_path(first, json_mode), _run_path(second, json_mode)])
+    if json_mode:
+        emit_json(data)
+        return
+    # Plain columns, never truncated (run ids are long and rich would fold them in a narrow terminal).
+    left, right = (r["id"] for r in data["runs"])
+    rows = [("metric", left, right, "difference")]
+    for name, (a, b) in data["metrics"].items():
+        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))
+        rows.append((name, _cell(a), _cell(b), _cell(b - a) if numeric else ""))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    for row in rows:
+        typer.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())

@@ -38,6 +38,7 @@ class LoadedSpec:
     spec: Optional[BehaviorSpec] = None
     compiled: Optional[CompiledSpec] = None
     errors: list[SpecError] = field(default_factory=list)
+    warnings: list[SpecError] = field(default_factory=list)  # legacy keys mapped (tt_host.spec.legacy)
 
     @property
     def valid(self) -> bool:
@@ -81,10 +82,13 @@ def load_spec(path: Path, plugins: Plugins, require_examples: bool = True) -> Lo
     except UnknownEngineError as exc:
         loaded.errors.append(SpecError("engine", str(exc)))
         return loaded
+    from tt_host.spec.legacy import migrate
+
+    data, loaded.warnings, loaded.errors = migrate(loaded.raw, set(loaded.engine.spec_model.model_fields))
+    if loaded.errors:
+        return loaded
     try:
-        loaded.spec = loaded.engine.spec_model.model_validate(
-            loaded.raw, context={"spec_dir": str(path.parent)}
-        )
+        loaded.spec = loaded.engine.spec_model.model_validate(data, context={"spec_dir": str(path.parent)})
     except ValidationError as exc:
         for error in exc.errors():
             message = error["msg"]
@@ -99,6 +103,13 @@ def load_spec(path: Path, plugins: Plugins, require_examples: bool = True) -> Lo
                 f"a run needs at least {loaded.engine.min_examples} examples, found {len(loaded.spec.examples)}",
             )
         )
+    if loaded.spec.evaluation and loaded.spec.evaluation.general_regression:
+        from tt_host.gate import engine_evaluates_both
+
+        if not engine_evaluates_both(loaded.engine.stages):
+            loaded.errors.append(SpecError("evaluation.general_regression", (
+                f"the {engine_name} engine has no baseline and candidate evaluation stages to answer a "
+                "general-regression set (docs/evaluation.md); remove the block")))
     try:
         loaded.compiled = compile_spec(loaded.spec)
     except DuplicatePromptError as exc:
