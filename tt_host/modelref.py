@@ -3,6 +3,7 @@
 MODEL may be:
 
 - a registered model id (`tt models list`);
+- `active` / `base`: the active model and its base (`tt models activate`);
 - a run directory: its final model (foundation: RL, else SFT, else the
   pretrained base; adapter: the trained adapter);
 - a model folder: a foundation model folder (`<run>/sft/model`), an adapter
@@ -171,8 +172,12 @@ def resolve_registered(model_id: str) -> ResolvedModel:
 
 
 def resolve(reference: str) -> ResolvedModel:
-    """MODEL as given on the command line."""
+    """MODEL as given on the command line (`active` and `base`: see tt_host.activation)."""
     path = Path(reference).expanduser()
+    if reference in ("active", "base") and not path.exists():
+        from tt_host import activation
+
+        return activation.resolve_active() if reference == "active" else activation.resolve_base()
     if path.is_dir():
         if (path / "run.json").is_file():
             return from_run_dir(path)

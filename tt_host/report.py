@@ -93,6 +93,10 @@ def render_markdown(report: dict[str, Any], charts: list[tuple[str, str]]) -> st
         seconds = stage.get("seconds")
         lines.append(f"| {name} | {stage.get('state')} | {'' if seconds is None else f'{seconds:.1f}'} |")
     lines.append("")
+    if report.get("general_regression"):
+        from tt_host.gate import markdown
+
+        lines += markdown(report["general_regression"])
     if charts:
         lines += ["## Curves", ""]
         lines += [f"![{title}]({file})" for title, file in charts]

@@ -1,10 +1,14 @@
-"""`tt models list|verify|export`: registered, verified artifacts (export logic in tt_host.export)."""
+"""`tt models list|get|verify|export|activate|active|rollback|history`: registered artifacts and which is live.
+
+Logic lives in tt_host.models (registry), tt_host.export and tt_host.activation.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from tt_host.cli.common import JsonOption, console, emit_json, err, fail
 
@@ -70,3 +74,93 @@ def export(
         emit_json(summary)
     else:
         console.print(f"[green]exported[/] {summary['model']} ({summary['kind']}) to {summary['path']}")
+
+
+@app.command()
+def get(model_id: str = typer.Argument(..., help="Model id (see `tt models list`)."), json_mode: bool = JsonOption) -> None:
+    """One registered model: its entry, whether it is active, and its run's general-regression gate."""
+    from tt_host.activation import current, gate_of
+    from tt_host.models import get_model
+
+    entry = get_model(model_id)
+    if entry is None:
+        fail(f"no registered model {model_id!r}; see `tt models list`", json_mode=json_mode)
+    info = {**entry, "active": current()["model"] == model_id, "gate": gate_of(entry)}
+    if json_mode:
+        emit_json(info)
+        return
+    for key, value in info.items():
+        if key == "gate":
+            value = value["status"] + "".join(f"; {f}" for f in value.get("failures") or [])
+        console.print(f"{key:<22} {value}", markup=False)
+
+
+@app.command()
+def activate(
+    model_id: str = typer.Argument(..., help="Model id (see `tt models list`)."),
+    force: bool = typer.Option(False, "--force", help="Activate although the general-regression gate failed or was "
+                               "not run (recorded in the history)."),
+    json_mode: bool = JsonOption,
+) -> None:
+    """Make MODEL the active one (`tt serve active`). Refuses, exit 1, a model that fails verification or whose
+    general-regression gate failed or was not run."""
+    from tt_host.activation import ActivationError, activate as run
+
+    try:
+        record = run(model_id, force=force)
+    except ActivationError as exc:
+        fail(str(exc), code=exc.exit_code, json_mode=json_mode)
+    if json_mode:
+        emit_json({"ok": True, **record})
+    elif record.get("already_active"):
+        console.print(f"{model_id} is already active", markup=False)
+    else:
+        forced = f" [yellow](forced: {escape(record['overrode'])})[/]" if record["forced"] else ""
+        console.print(f"[green]active[/] {escape(model_id)} (gate {record['gate']}){forced}")
+
+
+@app.command()
+def active(json_mode: bool = JsonOption) -> None:
+    """The active model (or the base model after a rollback past the first activation)."""
+    from tt_host.activation import current
+
+    state = current()
+    if json_mode:
+        emit_json(state)
+    elif state["model"]:
+        console.print(f"{state['model']} (since {state['since']})", markup=False)
+    elif state["base_of"]:
+        console.print(f"base model of {state['base_of']} (since {state['since']})", markup=False)
+    else:
+        console.print("no model is active; `tt models activate ID`")
+
+
+@app.command()
+def rollback(json_mode: bool = JsonOption) -> None:
+    """Back to the previously active model, or to the base model when there was none."""
+    from tt_host.activation import ActivationError, rollback as run
+
+    try:
+        record = run()
+    except ActivationError as exc:
+        fail(str(exc), code=exc.exit_code, json_mode=json_mode)
+    if json_mode:
+        emit_json({"ok": True, **record})
+    elif record["model"]:
+        console.print(f"[green]active[/] {escape(record['model'])} (rolled back from {escape(record['previous'])})")
+    else:
+        console.print(f"[green]active[/] the base model of {escape(record['previous'])} (rolled back)")
+
+
+@app.command()
+def history(json_mode: bool = JsonOption) -> None:
+    """Every activation and rollback, oldest first (append-only)."""
+    from tt_host.activation import history_path, read_history
+
+    records = read_history()
+    if json_mode:
+        emit_json({"path": str(history_path()), "history": records})
+        return
+    for r in records:
+        forced = " (forced)" if r.get("forced") else ""
+        console.print(f"{r['at']}  {r['action']:<8} {r.get('model') or 'base'}{forced}", markup=False)

@@ -18,7 +18,8 @@ def emit_line(event: dict[str, Any]) -> None:
 
 
 def serve(
-    model: str = typer.Argument(..., help="Registered model id, run directory, or model folder (an export too)."),
+    model: str = typer.Argument(..., help="Registered model id, `active`, `base` (of the active model), run directory, "
+                                                  "or model folder (an export too)."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; anything but loopback needs an API key."),
     port: int = typer.Option(8000, "--port", help="Port to bind (0: any free port)."),
     api_key: Optional[str] = typer.Option(None, "--api-key", envvar="TT_API_KEY", show_envvar=True,

@@ -32,16 +32,35 @@ def stage_inputs(stage: Stage, spec: BehaviorSpec, compiled: CompiledSpec) -> di
     return json.loads(canonical(inputs))
 
 
+GENERAL_KEY = "_general_regression"
+
+
+def general_inputs(spec: BehaviorSpec) -> Any:
+    """What the general-regression answers depend on (dataset digest, system prompt), or None when not set.
+    The gate's policy (max drops) is not an input: changing it only re-writes the report."""
+    policy = spec.evaluation.general_regression if spec.evaluation else None
+    return policy.data_inputs() if policy else None
+
+
 def chain(engine: Engine, spec: BehaviorSpec, compiled: CompiledSpec) -> list[tuple[Stage, dict[str, Any], str]]:
-    """(stage, inputs, fingerprint) for every stage of the engine, in order."""
+    """(stage, inputs, fingerprint) for every stage of the engine, in order.
+
+    The baseline and candidate evaluations also hash the general-regression
+    inputs, outside the chain: a new general set re-runs both evaluations and
+    nothing else (training does not depend on it)."""
     previous = ""
     out = []
+    general = general_inputs(spec)
     for stage in engine.stages:
         inputs = stage_inputs(stage, spec, compiled)
         payload = canonical({"engine": engine.name, "stage": stage.name, "module": stage.module,
                              "inputs": inputs, "previous": previous})
         previous = hashlib.sha256(payload.encode()).hexdigest()
-        out.append((stage, inputs, previous))
+        fingerprint = previous
+        if general is not None and stage.evaluates in ("baseline", "candidate"):
+            inputs[GENERAL_KEY] = general
+            fingerprint = hashlib.sha256(canonical({"chain": previous, GENERAL_KEY: general}).encode()).hexdigest()
+        out.append((stage, inputs, fingerprint))
     return out
 
 

@@ -23,14 +23,14 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tt_host import __version__
-from tt_host import envs
+from tt_host import envs, gate
 from tt_host.console import QuietReporter
 from tt_host.fsutil import make_private_dir, write_json_atomic
 from tt_host.models import VerifyError, register
 from tt_host.plugins import Plugins, call_hookimpl
 from tt_host.report import build_report, write_report
 from tt_host.runner import EXIT_INTERRUPTED, run_stage
-from tt_host.runs.fingerprint import canonical, chain, changed_keys
+from tt_host.runs.fingerprint import GENERAL_KEY, canonical, chain, changed_keys
 from tt_host.runs.store import RunDir, now
 from tt_host.scoring import read_predictions, score
 from tt_host.spec.loading import LoadedSpec
@@ -88,7 +88,10 @@ def _check_resume(state: dict[str, Any], loaded: LoadedSpec, plan: list) -> None
         old = state["stages"].get(stage.name, {})
         if old.get("state") in (None, "pending", "skipped", "failed") or old.get("fingerprint") == fingerprint:
             continue
-        what = ", ".join(changed_keys(old.get("inputs", {}), inputs)) or "an earlier stage's inputs"
+        changed = changed_keys(old.get("inputs", {}), inputs)
+        if changed and all(key.startswith(GENERAL_KEY.lstrip("_")) for key in changed):
+            continue  # only the general-regression set changed: the evaluation runs again
+        what = ", ".join(changed) or "an earlier stage's inputs"
         raise RunRefused(
             f"stage {stage.name!r} is {old['state']} with different inputs (changed: {what}); resuming would "
             "invalidate finished work. Use a new run directory (drop --resume, or pass a new DIR)."
@@ -169,6 +172,9 @@ def _drive(loaded, plugins, run: RunDir, plan, digest, device, reporter, existed
     completed: dict[str, Any] = {}
     exit_code, error = EXIT_OK, None
     references = compiled.references()
+    policy = spec.evaluation.general_regression if spec.evaluation else None
+    general = policy.load() if policy else None
+    general_answers: dict[str, dict[str, str]] = {}
 
     for stage, inputs, fingerprint in plan:
         record = state["stages"][stage.name]
@@ -186,7 +192,7 @@ def _drive(loaded, plugins, run: RunDir, plan, digest, device, reporter, existed
                           exit_code=None, error=None)
             run.save(state)
             result, code, err = _run_one(loaded, plugins, run, env, stage, fingerprint, resume, device,
-                                         completed, reporter)
+                                         completed, reporter, general)
             record.update(finished_at=now(), exit_code=code, seconds=round(result.pop("_seconds", 0.0), 3))
             if code == EXIT_OK:
                 record.update(state="completed", result_sha256=run.result_digest(stage.name))
@@ -205,6 +211,10 @@ def _drive(loaded, plugins, run: RunDir, plan, digest, device, reporter, existed
                 predictions = read_predictions(run.stage_dir(stage.name) / result["predictions"])
                 metrics.update(score(predictions, references, stage.evaluates))
                 metrics["eval.count"] = metrics[f"{stage.evaluates}.count"]
+            if general is not None and result.get("general_predictions"):
+                answers = read_predictions(run.stage_dir(stage.name) / result["general_predictions"])
+                general_answers[stage.evaluates] = answers
+                metrics.update(score(answers, general.references(), f"{stage.evaluates}.general"))
             for artifact in result.get("artifacts") or []:
                 path = Path(artifact["path"])
                 path = path if path.is_absolute() else run.path / path
@@ -223,6 +233,8 @@ def _drive(loaded, plugins, run: RunDir, plan, digest, device, reporter, existed
         state["error"] = error
     run.save(state)
     report = build_report(state, metrics, series, notes, models)
+    if policy is not None:
+        report["general_regression"] = gate.evaluate(policy, general, general_answers)
     if error:
         report["error"] = error
     if state["status"] == "interrupted":
@@ -231,7 +243,7 @@ def _drive(loaded, plugins, run: RunDir, plan, digest, device, reporter, existed
     return RunOutcome(exit_code, run.path, state["status"], report, error)
 
 
-def _run_one(loaded, plugins, run: RunDir, env, stage, fingerprint, resume, device, completed, reporter):
+def _run_one(loaded, plugins, run: RunDir, env, stage, fingerprint, resume, device, completed, reporter, general):
     spec, compiled, engine = loaded.spec, loaded.compiled, loaded.engine
     stage_dir = make_private_dir(run.stage_dir(stage.name))
     make_private_dir(run.logs)
@@ -245,6 +257,7 @@ def _run_one(loaded, plugins, run: RunDir, env, stage, fingerprint, resume, devi
         "system_message": compiled.system_message, "system_message_sha256": compiled.system_message_sha256,
         "train_rows": compiled.train_rows if stage.gets_train_rows else [],
         "eval_prompts": compiled.eval_prompts() if stage.evaluates else [],
+        "general_prompts": general.prompts() if general is not None and stage.evaluates in gate.SIDES else [],
         "device": device or _spec_device(spec_data) or "auto",
         "resume": resume, "fingerprint": fingerprint, "stages": completed,
     }

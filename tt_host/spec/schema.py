@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 
 class StrictModel(BaseModel):
@@ -26,6 +26,41 @@ class Example(StrictModel):
     output: str = Field(min_length=1, description="The answer the model should give.")
 
 
+class GeneralRegression(StrictModel):
+    """Policy and data of the general-regression gate (docs/evaluation.md)."""
+
+    dataset: str = Field(min_length=1, description="Chat JSONL beside the spec.")
+    system_prompt: Optional[str] = Field(None, min_length=1, description="Used for rows without a system message; "
+                                         "must equal any embedded one.")
+    max_score_drop: float = Field(0.03, ge=0, le=1, description="Largest allowed drop of the mean token F1.")
+    max_pass_rate_drop: float = Field(0.05, ge=0, le=1, description="Largest allowed drop of the exact-match rate.")
+
+    @field_validator("dataset")
+    @classmethod
+    def _resolve(cls, value: str, info: ValidationInfo) -> str:
+        return str(resolve_path(value, info))
+
+    @model_validator(mode="after")
+    def _readable(self) -> "GeneralRegression":
+        self.load()  # a bad row raises GeneralSetError (a ValueError) naming file:line
+        return self
+
+    def load(self):
+        """The checked dataset (tt_host.spec.general.GeneralSet)."""
+        from tt_host.spec.general import read_general_set
+
+        return read_general_set(Path(self.dataset), self.system_prompt)
+
+    def data_inputs(self) -> dict[str, Any]:
+        """What the evaluations depend on (not the policy): the dataset content and the system prompt."""
+        data = self.load()
+        return {"dataset_sha256": data.sha256, "system_prompt": self.system_prompt}
+
+
+class Evaluation(StrictModel):
+    general_regression: Optional[GeneralRegression] = None
+
+
 class BehaviorSpec(StrictModel):
     """The fields every engine understands."""
 
@@ -36,6 +71,7 @@ class BehaviorSpec(StrictModel):
     constraints: list[str] = Field(default_factory=list)
     examples: list[Example] = Field(default_factory=list)
     engine: str = "adapter"
+    evaluation: Optional[Evaluation] = None
 
     @field_validator("guidelines", "constraints")
     @classmethod

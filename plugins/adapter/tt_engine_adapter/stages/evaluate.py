@@ -5,6 +5,9 @@ the trained adapter with `PeftModel.from_pretrained` (unmerged, as a user
 would). Both use identical generation settings and write `predictions.jsonl`
 (`{"id", "prediction"}`), which the host scores. A prebuilt `test` set is
 also answered (`predictions-test.jsonl`) and scored here as `<prefix>.test.*`.
+The general-regression prompts (`general_prompts`, with their own system
+message, never the spec's) are answered into `predictions-general.jsonl`;
+the host scores them and applies the gate.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ def main(request: dict) -> dict:
     if hp.get("max_eval_examples"):
         prompts = prompts[: hp["max_eval_examples"]]
     test_rows = read_jsonl(prepared(request)["test"]) if prepared(request).get("test") else []
+    general = request.get("general_prompts") or []
 
     model = model_source.load_model(base["path"], device, dtype)
     if prefix == "candidate":
@@ -49,7 +53,7 @@ def main(request: dict) -> dict:
 
     settings = dict(max_new_tokens=hp["max_new_tokens"], batch_size=hp["eval_batch_size"],
                     max_seq_length=hp["max_seq_length"], device=device)
-    total = len(prompts) + len(test_rows)
+    total = len(prompts) + len(test_rows) + len(general)
 
     def on_batch(offset: int):
         def report(done: int, _: int, seconds: float) -> None:
@@ -66,10 +70,16 @@ def main(request: dict) -> dict:
         atomic_write_jsonl(stage_dir / "predictions-test.jsonl", answers)
         metrics.update(score_pairs([a["prediction"] for a in answers],
                                 [r["messages"][-1]["content"] for r in test_rows], f"{prefix}.test"))
+    result = {"metrics": metrics, "predictions": "predictions.jsonl",
+              "outputs": {"predictions": str(stage_dir / "predictions.jsonl")}}
+    if general:
+        answers = generate(model, tokenizer, general, on_batch=on_batch(len(prompts) + len(test_rows)), **settings)
+        atomic_write_jsonl(stage_dir / "predictions-general.jsonl", answers)
+        result["general_predictions"] = "predictions-general.jsonl"
     log(f"{prefix}: {len(predictions)} held-out prompts answered" +
-        (f", {len(test_rows)} prebuilt test prompts" if test_rows else ""))
-    return {"metrics": metrics, "predictions": "predictions.jsonl",
-            "outputs": {"predictions": str(stage_dir / "predictions.jsonl")}}
+        (f", {len(test_rows)} prebuilt test prompts" if test_rows else "") +
+        (f", {len(general)} general-regression prompts" if general else ""))
+    return result
 
 
 if __name__ == "__main__":

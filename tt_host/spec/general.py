@@ -1,0 +1,113 @@
+"""The general-regression set (`evaluation.general_regression.dataset`, policy in tt_host.spec.schema).
+
+The dataset is chat JSONL, one row per line: `{"messages": [system?, user,
+assistant, user, assistant, ...], "id"?}` ending with the reference answer.
+It is checked at `tt validate` with file:line errors: invalid rows, duplicate
+prompts (normalized as for examples), a system message that differs between
+rows (or is present in some and absent in others), and a `system_prompt`
+that differs from the one embedded in the rows. Stages receive prompts only
+(`general_prompts`: ids and messages without the answer); the host keeps the
+references and scores the answers (tt_host.gate). Nothing here writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+
+ROLES = ("system", "user", "assistant")
+
+
+class GeneralSetError(ValueError):
+    """A bad general-regression row; the message starts with `file:line:`."""
+
+
+@dataclass(frozen=True)
+class GeneralSet:
+    path: Path
+    sha256: str
+    system_message: Optional[str]
+    rows: list[dict[str, Any]]  # {"id", "messages" (full, system included when any), "line"}
+
+    def prompts(self) -> list[dict[str, Any]]:
+        """What a stage receives: every message but the reference answer."""
+        return [{"id": r["id"], "messages": r["messages"][:-1]} for r in self.rows]
+
+    def references(self) -> dict[str, str]:
+        return {r["id"]: r["messages"][-1]["content"] for r in self.rows}
+
+
+def _messages(value: Any, where: str) -> tuple[Optional[str], list[dict[str, str]]]:
+    if not isinstance(value, dict):
+        raise GeneralSetError(f"{where}: a row must be a JSON object")
+    unknown = sorted(set(value) - {"id", "messages"})
+    if unknown:
+        raise GeneralSetError(f"{where}: unknown key {unknown[0]!r} (a row has 'messages' and an optional 'id')")
+    row_id = value.get("id")
+    if row_id is not None and (not isinstance(row_id, str) or not row_id.strip()):
+        raise GeneralSetError(f"{where}: 'id' must be a non-empty string")
+    messages = value.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise GeneralSetError(f"{where}: 'messages' must be a non-empty list")
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or set(message) != {"role", "content"} or message["role"] not in ROLES:
+            raise GeneralSetError(f"{where}: messages[{index}] must be {{\"role\": system|user|assistant, \"content\"}}")
+        if not isinstance(message["content"], str) or not message["content"].strip():
+            raise GeneralSetError(f"{where}: messages[{index}].content must be a non-empty string")
+    body = messages[1:] if messages[0]["role"] == "system" else messages
+    roles = [m["role"] for m in body]
+    if len(roles) < 2 or len(roles) % 2 or roles != ["user", "assistant"] * (len(roles) // 2):
+        raise GeneralSetError(f"{where}: expected an optional system message, then user/assistant turns ending with "
+                              f"the reference answer (got roles {[m['role'] for m in messages]})")
+    return row_id, [dict(m) for m in messages]
+
+
+def read_general_set(path: Path, system_prompt: Optional[str]) -> GeneralSet:
+    """Read and check the dataset; rows with no system message get `system_prompt` (when given)."""
+    from tt_host.spec.compiler import normalize_prompt  # the schema imports this module; compiler imports the schema
+
+    path = Path(path)
+    if not path.is_file():
+        raise GeneralSetError(f"{path}: file not found")
+    data = path.read_bytes()
+    rows: list[dict[str, Any]] = []
+    seen_prompts: dict[str, int] = {}
+    ids: set[str] = set()
+    system: Optional[tuple[Optional[str], int]] = None
+    for line_no, line in enumerate(data.decode("utf-8", "replace").splitlines(), start=1):
+        where = f"{path}:{line_no}"
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise GeneralSetError(f"{where}: invalid JSON: {exc.msg}") from None
+        row_id, messages = _messages(value, where)
+        embedded = messages[0]["content"] if messages[0]["role"] == "system" else None
+        if system is None:
+            system = (embedded, line_no)
+        elif embedded != system[0]:
+            raise GeneralSetError(f"{where}: mixed system messages: this row's differs from line {system[1]}'s "
+                                  "(a general set uses one system message, or none)")
+        if embedded is not None and system_prompt is not None and embedded != system_prompt:
+            raise GeneralSetError(f"{where}: the embedded system message differs from "
+                                  "evaluation.general_regression.system_prompt; make them equal or drop one")
+        if embedded is None and system_prompt is not None:
+            messages.insert(0, {"role": "system", "content": system_prompt})
+        key = normalize_prompt("\n".join(m["content"] for m in messages[:-1] if m["role"] == "user"))
+        if key in seen_prompts:
+            raise GeneralSetError(f"{where}: duplicate prompt (first at line {seen_prompts[key]})")
+        seen_prompts[key] = line_no
+        row_id = row_id or f"general-{line_no:06d}"
+        if row_id in ids:
+            raise GeneralSetError(f"{where}: duplicate id {row_id!r}")
+        ids.add(row_id)
+        rows.append({"id": row_id, "messages": messages, "line": line_no})
+    if not rows:
+        raise GeneralSetError(f"{path}: no rows")
+    embedded = system[0] if system else None
+    return GeneralSet(path, hashlib.sha256(data).hexdigest(), embedded if embedded is not None else system_prompt, rows)
