@@ -37,6 +37,10 @@ class Stage:
                never answers) and writes predictions.jsonl; the host scores them
                and stores metrics under this prefix (e.g. "baseline").
     gets_train_rows: the stage receives the compiled training chat rows.
+    general:   "baseline" or "candidate": the stage answers the spec's
+               general-regression prompts as that side of the gate
+               (docs/evaluation.md). Defaults to `evaluates` when that is
+               "baseline" or "candidate".
     launch:    optional; returns the interpreter arguments that start the stage
                for this spec, instead of `-m <module>` (for example
                `-m torch.distributed.run --nproc_per_node 2 -m <module>`).
@@ -50,6 +54,7 @@ class Stage:
     enabled: Callable[[BehaviorSpec], bool] = _always
     evaluates: Optional[str] = None
     gets_train_rows: bool = False
+    general: Optional[str] = None
     launch: Optional[Callable[[BehaviorSpec], Sequence[str]]] = None
     description: str = ""
 

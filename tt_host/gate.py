@@ -28,10 +28,16 @@ SIDES = ("baseline", "candidate")
 MAX_LISTED = 50
 
 
+def side(stage) -> Optional[str]:
+    """Which side of the gate a stage answers the general set for (None: it does not)."""
+    if stage.general is not None:
+        return stage.general
+    return stage.evaluates if stage.evaluates in SIDES else None
+
+
 def engine_evaluates_both(stages) -> bool:
-    """Whether an engine has a baseline and a candidate evaluation stage to answer the general set."""
-    prefixes = {stage.evaluates for stage in stages}
-    return set(SIDES) <= prefixes
+    """Whether an engine has a baseline and a candidate stage to answer the general set."""
+    return set(SIDES) <= {side(stage) for stage in stages}
 
 
 def _side(predictions: dict[str, str], references: dict[str, str]) -> dict[str, Any]:

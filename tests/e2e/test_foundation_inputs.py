@@ -69,8 +69,19 @@ def test_bad_inputs_are_refused_before_anything_is_created(tmp_path, case, loc, 
     assert sorted(p.name for p in folder.iterdir()) == before  # no .tuned-tensor, nothing new
 
 
+def _with_general_set(spec) -> None:
+    """Adds a three-row general-regression set (the same finished run also shows the foundation gate)."""
+    rows = [{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": f"Count to {n}."},
+                          {"role": "assistant", "content": " ".join(map(str, range(1, n + 1)))}]} for n in (2, 3, 4)]
+    (spec.parent / "general.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = json.loads(spec.read_text())
+    data["evaluation"] = {"general_regression": {"dataset": "general.jsonl"}}
+    spec.write_text(json.dumps(data))
+
+
 def test_bad_row_while_streaming_fails_names_line_and_resumes_after_fix(tmp_path):
     spec = tiny_spec(tmp_path / "spec", tokenizer_max_chars=2_000, pretrain_steps=8, checkpoint_interval_steps=4)
+    _with_general_set(spec)
     corpus = spec.parent / "corpus.jsonl"
     good = corpus.read_text()
     lines = good.splitlines()
@@ -90,3 +101,14 @@ def test_bad_row_while_streaming_fails_names_line_and_resumes_after_fix(tmp_path
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert (run_dir / "tokenizer" / "tokenizer.json").read_bytes() == tokenizer_bytes  # kept, not redone
     assert report(run_dir)["metrics"]["pretrain.steps"] == 8
+
+    # the general-regression gate: the pretrained model (before SFT) is the baseline, the final model the candidate
+    gate = report(run_dir)["general_regression"]
+    assert gate["status"] in ("passed", "failed") and gate["baseline"]["count"] == gate["candidate"]["count"] == 3
+    baseline = json.loads((run_dir / "general_baseline" / "request.json").read_text())
+    assert baseline["eval_prompts"] == [] and [m["role"] for m in baseline["general_prompts"][0]["messages"]] == [
+        "system", "user"]
+    outputs = json.loads((run_dir / "general_baseline" / "result.json").read_text())["outputs"]
+    assert outputs["model"] == str(run_dir / "pretrain" / "model")
+    assert json.loads((run_dir / "chat_eval" / "result.json").read_text())["outputs"]["model"] == str(
+        run_dir / "sft" / "model")

@@ -82,8 +82,8 @@ def get(run: str = typer.Argument(..., help="Run directory or run id (under ./.t
     from rich.table import Table
 
     live = " (live)" if info["live"] else ""
-    console.print(f"run [bold]{info['id']}[/] engine {info['engine']}: {info['status']}{live}; spec {info['spec']}",
-                  markup=True)
+    console.print(f"run {info['id']} engine {info['engine']}: {info['status']}{live}; spec {info['spec']}",
+                  markup=False)
     console.print(f"  {info['run_dir']}", markup=False)
     if info.get("error"):
         console.print(f"  error: {info['error']}", markup=False)

@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from tt_host.engine import Engine, Stage
+from tt_host.gate import side
 from tt_host.spec.compiler import CompiledSpec
 from tt_host.spec.schema import BehaviorSpec
 
@@ -45,8 +46,8 @@ def general_inputs(spec: BehaviorSpec) -> Any:
 def chain(engine: Engine, spec: BehaviorSpec, compiled: CompiledSpec) -> list[tuple[Stage, dict[str, Any], str]]:
     """(stage, inputs, fingerprint) for every stage of the engine, in order.
 
-    The baseline and candidate evaluations also hash the general-regression
-    inputs, outside the chain: a new general set re-runs both evaluations and
+    The stages answering the general-regression set (tt_host.gate.side) also
+    hash its inputs, outside the chain: a new general set re-runs both evaluations and
     nothing else (training does not depend on it)."""
     previous = ""
     out = []
@@ -57,7 +58,7 @@ def chain(engine: Engine, spec: BehaviorSpec, compiled: CompiledSpec) -> list[tu
                              "inputs": inputs, "previous": previous})
         previous = hashlib.sha256(payload.encode()).hexdigest()
         fingerprint = previous
-        if general is not None and stage.evaluates in ("baseline", "candidate"):
+        if general is not None and side(stage) is not None:
             inputs[GENERAL_KEY] = general
             fingerprint = hashlib.sha256(canonical({"chain": previous, GENERAL_KEY: general}).encode()).hexdigest()
         out.append((stage, inputs, fingerprint))

@@ -211,10 +211,10 @@ def _drive(loaded, plugins, run: RunDir, plan, digest, device, reporter, existed
                 predictions = read_predictions(run.stage_dir(stage.name) / result["predictions"])
                 metrics.update(score(predictions, references, stage.evaluates))
                 metrics["eval.count"] = metrics[f"{stage.evaluates}.count"]
-            if general is not None and result.get("general_predictions"):
+            if general is not None and gate.side(stage) and result.get("general_predictions"):
                 answers = read_predictions(run.stage_dir(stage.name) / result["general_predictions"])
-                general_answers[stage.evaluates] = answers
-                metrics.update(score(answers, general.references(), f"{stage.evaluates}.general"))
+                general_answers[gate.side(stage)] = answers
+                metrics.update(score(answers, general.references(), f"{gate.side(stage)}.general"))
             for artifact in result.get("artifacts") or []:
                 path = Path(artifact["path"])
                 path = path if path.is_absolute() else run.path / path
@@ -257,7 +257,7 @@ def _run_one(loaded, plugins, run: RunDir, env, stage, fingerprint, resume, devi
         "system_message": compiled.system_message, "system_message_sha256": compiled.system_message_sha256,
         "train_rows": compiled.train_rows if stage.gets_train_rows else [],
         "eval_prompts": compiled.eval_prompts() if stage.evaluates else [],
-        "general_prompts": general.prompts() if general is not None and stage.evaluates in gate.SIDES else [],
+        "general_prompts": general.prompts() if general is not None and gate.side(stage) else [],
         "device": device or _spec_device(spec_data) or "auto",
         "resume": resume, "fingerprint": fingerprint, "stages": completed,
     }

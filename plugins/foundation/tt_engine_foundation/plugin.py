@@ -132,6 +132,10 @@ def _rl_enabled(spec: FoundationSpec) -> bool:
     return spec.foundation.rl_steps > 0
 
 
+def _general_enabled(spec: FoundationSpec) -> bool:
+    return spec.evaluation is not None and spec.evaluation.general_regression is not None
+
+
 def _launch(module: str):
     """Stage.launch for the training stages: torchrun when nproc_per_node × nnodes > 1."""
     def launch(spec: FoundationSpec) -> list[str]:
@@ -153,7 +157,12 @@ STAGES = (
     Stage("rl", "tt_engine_foundation.stages.rl", inputs=rl_inputs, enabled=_rl_enabled, gets_train_rows=True,
           description="on-policy RL with exact-answer rewards"),
     Stage("chat_eval", "tt_engine_foundation.stages.chat_eval", inputs=chat_eval_inputs, evaluates="chat_eval",
-          gets_train_rows=True, description="generate answers for the held-out prompts"),
+          gets_train_rows=True, general="candidate", description="generate answers for the held-out prompts"),
+    # Last, so that adding it changed no earlier fingerprint: the pretrained model (before SFT) answers the
+    # general-regression set as the gate's baseline (docs/evaluation.md).
+    Stage("general_baseline", "tt_engine_foundation.stages.chat_eval", inputs=chat_eval_inputs,
+          enabled=_general_enabled, gets_train_rows=True, general="baseline",
+          description="answer the general-regression set with the pretrained model"),
 )
 
 

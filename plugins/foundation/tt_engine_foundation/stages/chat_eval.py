@@ -1,7 +1,11 @@
-"""Stage `chat_eval`: greedy batched generation with a KV cache for the held-out prompts.
+"""Stages `chat_eval` and `general_baseline`: greedy batched generation with a KV cache.
 
-Uses the RL model when RL ran, else the SFT model. Writes predictions.jsonl
-rows `{"id", "prediction"}`; the host joins them to the references and scores.
+`chat_eval` uses the RL model when RL ran, else the SFT model, and answers the
+held-out prompts into predictions.jsonl rows `{"id", "prediction"}`; the host
+joins them to the references and scores. Both stages answer the
+general-regression prompts (`general_prompts`) into predictions-general.jsonl:
+`chat_eval` as the gate's candidate, `general_baseline` with the pretrained
+model (before SFT) as its baseline, with the same generation settings.
 """
 
 from __future__ import annotations
@@ -28,26 +32,41 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
     lay = layout(request)
     device = request_device(request)
     tok = load_tokenizer(request)
-    source = "rl" if "rl" in (request.get("stages") or {}) and lay.model_dir("rl").is_dir() else "sft"
+    baseline = request["stage"] == "general_baseline"
+    if baseline:
+        source = "pretrain"
+    else:
+        source = "rl" if "rl" in (request.get("stages") or {}) and lay.model_dir("rl").is_dir() else "sft"
     model = load_model_dir(lay.model_dir(source), device)
     seq = int(cfg["sequence_length"])
     budget = max_new_tokens(tok, request.get("train_rows") or [], seq)
     stop_id, pad_id = T.special_id(tok, T.ASSISTANT_END), T.special_id(tok, T.PAD)
-    prompts = list(request.get("eval_prompts") or [])
-    rows = []
-    for start in range(0, len(prompts), EVAL_BATCH):
-        chunk = prompts[start : start + EVAL_BATCH]
-        ids = [render_prompt(tok, p["messages"], seq - budget) for p in chunk]
-        outs = generate(model, ids, budget, stop_id, pad_id, device, autocast_dtype=autocast_dtype(request, device))
-        for prompt, out in zip(chunk, outs):
-            text = tok.decode([t for t in out if t != stop_id], skip_special_tokens=True).strip()
-            rows.append({"id": prompt["id"], "prediction": text})
-        P.progress(min(start + EVAL_BATCH, len(prompts)), len(prompts), "prompt", {})
-    target = Path(request["stage_dir"]) / "predictions.jsonl"
-    P.atomic_write_bytes(target, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8"))
-    P.log(f"generated {len(rows)} predictions with the {source} model")
-    return {"predictions": "predictions.jsonl", "metrics": {"chat_eval.generated": len(rows)},
-            "outputs": {"model": str(lay.model_dir(source)), "max_new_tokens": budget}}
+
+    def answer(prompts: list, file: str) -> int:
+        rows = []
+        for start in range(0, len(prompts), EVAL_BATCH):
+            chunk = prompts[start : start + EVAL_BATCH]
+            ids = [render_prompt(tok, p["messages"], seq - budget) for p in chunk]
+            outs = generate(model, ids, budget, stop_id, pad_id, device, autocast_dtype=autocast_dtype(request, device))
+            for prompt, out in zip(chunk, outs):
+                text = tok.decode([t for t in out if t != stop_id], skip_special_tokens=True).strip()
+                rows.append({"id": prompt["id"], "prediction": text})
+            P.progress(min(start + EVAL_BATCH, len(prompts)), len(prompts), "prompt", {})
+        target = Path(request["stage_dir"]) / file
+        P.atomic_write_bytes(target, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8"))
+        return len(rows)
+
+    result: dict[str, Any] = {"outputs": {"model": str(lay.model_dir(source)), "max_new_tokens": budget}}
+    if not baseline:
+        count = answer(list(request.get("eval_prompts") or []), "predictions.jsonl")
+        P.log(f"generated {count} predictions with the {source} model")
+        result.update(predictions="predictions.jsonl", metrics={"chat_eval.generated": count})
+    general = list(request.get("general_prompts") or [])
+    if general:
+        count = answer(general, "predictions-general.jsonl")
+        P.log(f"answered {count} general-regression prompts with the {source} model")
+        result["general_predictions"] = "predictions-general.jsonl"
+    return result
 
 
 if __name__ == "__main__":
