@@ -1,5 +1,6 @@
-"""Hashed engine environments: distinct keys, key changes, interrupted builds, offline builds, gc."""
+"""Hashed engine environments: distinct keys, key changes, interrupted builds, offline builds, gc, runtime groups only."""
 
+import json
 import os
 import shutil
 import signal
@@ -9,6 +10,8 @@ from pathlib import Path
 
 from conftest import echo_spec, write_spec
 from plugin_site import ECHO_SOURCE, add_distribution
+
+from tt_host.envs import uv_binary
 
 
 def copy_engine(tmp_path: Path, tt, name="echo"):
@@ -94,3 +97,13 @@ def test_run_uses_a_prepared_environment(tt, tmp_path):
     path = write_spec(tmp_path / "s", echo_spec(steps=1))
     code, out = tt.json("run", path)
     assert code == 0 and out["report"]["metrics"]["prepare.rows"] == 8
+
+
+def test_environment_gets_the_runtime_groups_never_the_default_dev_group(tt):
+    code, built = tt.json("engines", "prepare", "echo")
+    assert code == 0, built
+    listing = subprocess.run([uv_binary(), "pip", "list", "--python", built["python"], "--format", "json"],
+                             capture_output=True, text=True, check=True).stdout
+    names = {row["name"].lower() for row in json.loads(listing)}
+    assert {"six", "tt-engine-echo"} <= names  # the runtime group and the engine itself
+    assert "pytest" not in names, sorted(names)  # echo's `dev` group

@@ -77,10 +77,17 @@ class Check:
 class Engine:
     """An engine as its plugin describes it.
 
-    runtime_project: folder holding the engine's runtime pyproject.toml + uv.lock;
-                     its environment is `uv sync --locked` of that project.
-    sync_groups:     dependency groups synced into the environment (besides the
-                     project itself and its default groups).
+    runtime_project: folder holding the engine's runtime pyproject.toml + uv.lock
+                     (a source checkout or an editable install); when both are
+                     there the environment is `uv sync --locked
+                     --no-default-groups` of that project with `sync_groups`.
+    runtime_lock:    the engine's runtime lock shipped inside its wheel (a PEP 751
+                     `pylock.runtime.toml`, written by `tt engines lock`); used
+                     when there is no source project: `uv pip sync` of the lock,
+                     then the engine itself without dependencies.
+    sync_groups:     dependency groups that make the runtime (synced from the
+                     project, exported into the shipped lock) besides the project's
+                     own dependencies; the default `dev` group is never synced.
     doctor:          engine-specific checks; called with the validated spec (or
                      None) and the requested device.
     min_examples:    fewest spec examples a real run needs.
@@ -90,9 +97,10 @@ class Engine:
     name: str
     spec_model: type[BehaviorSpec]
     stages: tuple[Stage, ...]
-    runtime_project: Path
+    runtime_project: Optional[Path]
     description: str = ""
     sync_groups: tuple[str, ...] = ()
+    runtime_lock: Optional[Path] = None
     doctor: Optional[Callable[[Optional[BehaviorSpec], str], Iterable[Check]]] = None
     min_examples: int = 2
     host_api: str = "1.0"

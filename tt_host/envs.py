@@ -1,19 +1,28 @@
-"""Hashed engine environments, built with uv from each engine's own lockfile.
+"""Hashed engine environments, built with uv from the engine's own lock.
 
 An engine's environment lives at `<root>/<engine>-<key>` where root is
-`$TT_ENVS_DIR`, else `$XDG_CACHE_HOME/tt/envs`, else `~/.cache/tt/envs`, and
+`$TT_ENVS_DIR`, else `$XDG_CACHE_HOME/tt/envs`, else `~/.cache/tt/envs`. It is
+built from one of two sources (see `runtime_source`):
 
-    key = sha256("tt-env-v1", engine name, pyproject.toml bytes, uv.lock bytes,
-                 interpreter implementation + version, platform + machine,
-                 synced dependency groups, runtime project folder)[:16]
+- the engine's source project (`runtime_project` holds pyproject.toml and
+  uv.lock: a clone, an editable install): `uv sync --locked
+  --no-default-groups --group <runtime groups>`, the project installed
+  editable. key = sha256("tt-env-v2", engine, "project", pyproject.toml bytes,
+  uv.lock bytes, interpreter, platform, synced groups, project folder)[:16].
+  The folder is part of the key because the project is installed editable from
+  it: two byte-identical projects in different folders must not share one.
+- the lock its wheel ships (`runtime_lock`, a PEP 751 pylock.toml) when there
+  is no source project: `uv venv` + `uv pip sync` of the lock, then the engine
+  and the companions the lock leaves out copied without dependencies
+  (tt_host.runtime_lock). key = sha256("tt-env-v2", engine, "lock", lock bytes,
+  interpreter, platform, digest of the copied files)[:16].
 
-The folder is part of the key because the project is installed editable from
-it: two byte-identical projects in different folders must not share an
-environment that imports from the other one.
+Only runtime dependencies go in: never the project's `dev` group (pytest and
+the like); the test scripts build their own test environments.
 
-It is built by `uv sync --locked` under an exclusive lock and becomes usable
-only when the marker file `.tt-env-complete.json` is written (atomically) at
-the very end: an interrupted build is never used, and the next build starts it
+A build runs under an exclusive lock and the environment becomes usable only
+when the marker file `.tt-env-complete.json` is written (atomically) at the
+very end: an interrupted build is never used, and the next build starts it
 over. `TT_OFFLINE=1` (or `offline=True`) builds from uv's cache only.
 """
 
@@ -35,9 +44,10 @@ from typing import Callable, Iterable, Optional
 
 from tt_host.engine import Engine
 from tt_host.fsutil import FileLock, LockHeld, write_json_atomic
+from tt_host import runtime_lock
 
 MARKER = ".tt-env-complete.json"
-KEY_VERSION = "tt-env-v1"
+KEY_VERSION = "tt-env-v2"  # v2: no default `dev` group in users' environments; shipped locks
 
 
 class EnvBuildError(RuntimeError):
@@ -59,30 +69,40 @@ def platform_tag() -> str:
     return f"{sys.platform}-{platform.machine()}"
 
 
-def _lock_inputs(engine: Engine) -> tuple[bytes, bytes]:
-    project = Path(engine.runtime_project)
+def runtime_source(engine: Engine) -> tuple[str, Path]:
+    """("project", folder) when the engine's source project is at hand, else ("lock", its shipped lock)."""
+    project = Path(engine.runtime_project) if engine.runtime_project is not None else None
+    if project is not None and (project / "pyproject.toml").is_file() and (project / "uv.lock").is_file():
+        return "project", project
+    lock = Path(engine.runtime_lock) if engine.runtime_lock is not None else None
+    if lock is not None and lock.is_file():
+        return "lock", lock
+    where = f"{project} lacks pyproject.toml or uv.lock" if project is not None else "no runtime project"
+    shipped = f"no {lock}" if lock is not None else "no runtime_lock"
+    raise EnvBuildError(
+        f"engine {engine.name!r} has no runtime to build: {where}, and it ships {shipped}. "
+        "In a source checkout run `uv lock` there; an installed engine must ship its runtime lock "
+        "(`tt engines lock`, see docs/plugins.md): reinstall it with `tt engines install`"
+    )
+
+
+def _key_parts(engine: Engine) -> list[bytes]:
+    kind, source = runtime_source(engine)
+    head = [KEY_VERSION.encode(), engine.name.encode(), kind.encode()]
+    tail = [interpreter_tag().encode(), platform_tag().encode()]
+    if kind == "project":
+        return head + [(source / "pyproject.toml").read_bytes(), (source / "uv.lock").read_bytes()] + tail + [
+            ",".join(sorted(engine.sync_groups)).encode(), str(source.resolve()).encode()]
     try:
-        return (project / "pyproject.toml").read_bytes(), (project / "uv.lock").read_bytes()
-    except FileNotFoundError as exc:
-        raise EnvBuildError(
-            f"engine {engine.name!r}: runtime project {project} lacks {Path(exc.filename).name}; "
-            "the plugin must ship pyproject.toml and uv.lock (run `uv lock` there)"
-        ) from None
+        copied = runtime_lock.companions(engine.distribution, source)
+        return head + [source.read_bytes()] + tail + [runtime_lock.content_digest(copied).encode()]
+    except runtime_lock.RuntimeLockError as exc:
+        raise EnvBuildError(f"engine {engine.name!r}: {exc}") from None
 
 
 def env_key(engine: Engine) -> str:
-    pyproject, lock = _lock_inputs(engine)
     digest = hashlib.sha256()
-    for part in (
-        KEY_VERSION.encode(),
-        engine.name.encode(),
-        pyproject,
-        lock,
-        interpreter_tag().encode(),
-        platform_tag().encode(),
-        ",".join(sorted(engine.sync_groups)).encode(),
-        str(Path(engine.runtime_project).resolve()).encode(),
-    ):
+    for part in _key_parts(engine):
         digest.update(len(part).to_bytes(8, "big"))
         digest.update(part)
     return digest.hexdigest()[:16]
@@ -151,26 +171,52 @@ def ensure_env(
         if path.exists():
             log(f"removing incomplete environment {path}")
             shutil.rmtree(path)
-        _uv_sync(engine, path, offline, log)
+        kind, source = runtime_source(engine)
+        if kind == "project":
+            _uv_sync(engine, source, path, offline, log)
+        else:
+            _from_lock(engine, source, path, offline, log)
         write_json_atomic(
             path / MARKER,
-            {"engine": engine.name, "key": key, "interpreter": interpreter_tag(), "platform": platform_tag(),
+            {"engine": engine.name, "key": key, "source": kind, "from": str(source),
+             "interpreter": interpreter_tag(), "platform": platform_tag(),
              "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
         )
     return EnvInfo(engine.name, key, path, env_python(path), True, time.monotonic() - started)
 
 
-def _uv_sync(engine: Engine, path: Path, offline: bool, log: Callable[[str], None]) -> None:
+def _uv_sync(engine: Engine, project: Path, path: Path, offline: bool, log: Callable[[str], None]) -> None:
     command = [
-        uv_binary(), "sync", "--locked", "--project", str(engine.runtime_project),
-        "--python", getattr(sys, "_base_executable", sys.executable), "--no-python-downloads",
+        uv_binary(), "sync", "--locked", "--project", str(project),
+        "--python", runtime_lock.base_python(), "--no-python-downloads",
+        "--no-default-groups",  # never the project's `dev` group (pytest, ...) in a user's environment
         "--compile-bytecode",  # stages start fast even where PYTHONDONTWRITEBYTECODE is set
     ]
     for group in engine.sync_groups:
         command += ["--group", group]
+    _run_uv(engine, command, offline, log, path, UV_PROJECT_ENVIRONMENT=str(path))
+
+
+def _from_lock(engine: Engine, lock: Path, path: Path, offline: bool, log: Callable[[str], None]) -> None:
+    uv = uv_binary()
+    _run_uv(engine, [uv, "venv", "--quiet", "--python", runtime_lock.base_python(), "--no-python-downloads",
+                     str(path)], offline, log, path)
+    # uv (0.13) calls installing from a pylock.toml a preview feature; tt pins the uv it is tested with.
+    _run_uv(engine, [uv, "pip", "sync", "--preview-features", "pylock", "--python", str(env_python(path)),
+                     "--compile-bytecode", str(lock)], offline, log, path)
+    try:
+        copied = runtime_lock.install_copies(runtime_lock.companions(engine.distribution, lock), env_python(path))
+    except (runtime_lock.RuntimeLockError, OSError, subprocess.CalledProcessError) as exc:
+        raise EnvBuildError(f"installing the {engine.name!r} engine into {path} failed: {exc}. "
+                            f"Run `tt engines prepare {engine.name}` to retry.") from None
+    log(f"installed without dependencies: {', '.join(copied)}")
+
+
+def _run_uv(engine: Engine, command: list[str], offline: bool, log: Callable[[str], None], path: Path,
+            **extra_env: str) -> None:
     if offline:
-        command.append("--offline")
-    env = dict(os.environ, UV_PROJECT_ENVIRONMENT=str(path))
+        command = command + ["--offline"]
+    env = dict(os.environ, **extra_env)
     env.pop("VIRTUAL_ENV", None)
     log(f"building environment {path.name}: {' '.join(command[1:])}")
     process = subprocess.Popen(

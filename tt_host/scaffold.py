@@ -1,7 +1,9 @@
 """`tt engines new`: generate a working engine plugin package from the templates in `scaffold_templates/`.
 
 The package is rendered into a hidden temporary folder beside the target,
-locked with `uv lock` there, and renamed into place only at the end, so an
+locked with `uv lock` there (and its runtime lock exported into the package,
+`<package>/pylock.runtime.toml`, which its wheel ships: tt_host.runtime_lock),
+and renamed into place only at the end, so an
 existing folder is never touched and a failure leaves nothing half-written.
 Templates are plain files ending in `.tmpl`; `{{key}}` placeholders are
 replaced, `__package__` / `__name__` in paths become the package / engine name,
@@ -15,18 +17,19 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from tt_host import HOST_API_VERSION
+from tt_host import HOST_API_VERSION, runtime_lock
 
 TEMPLATES = Path(__file__).resolve().parent / "scaffold_templates"
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,38}[a-z0-9]$|^[a-z]$")
 # Keys of the neutral spec: an engine block with one of these names would shadow it.
 RESERVED = {"name", "description", "system_prompt", "guidelines", "constraints", "examples", "engine"}
 LOCK_TIMEOUT_SECONDS = 180
+# The dependency groups of the generated runtime (plugin.py.tmpl names the same ones).
+RUNTIME_GROUPS = ("runtime",)
 
 
 class ScaffoldError(ValueError):
@@ -94,8 +97,7 @@ def uv_lock(project: Path, log: Callable[[str], None]) -> Optional[str]:
         uv = uv_binary()
     except EnvBuildError as exc:
         return str(exc)
-    command = [uv, "lock", "--project", str(project), "--python", getattr(sys, "_base_executable", sys.executable),
-               "--no-python-downloads"]
+    command = [uv, "lock", "--project", str(project), "--python", runtime_lock.base_python(), "--no-python-downloads"]
     if os.environ.get("TT_OFFLINE", "") not in ("", "0"):
         command.append("--offline")
     env = dict(os.environ)
@@ -113,6 +115,16 @@ def uv_lock(project: Path, log: Callable[[str], None]) -> Optional[str]:
     return None
 
 
+def _export_runtime_lock(project: Path, package: str) -> Optional[str]:
+    """Write the shipped runtime lock of the new package; None on success, else the reason it failed."""
+    try:
+        runtime_lock.export(project, RUNTIME_GROUPS, project / package / runtime_lock.LOCK_NAME,
+                            offline=os.environ.get("TT_OFFLINE", "") not in ("", "0"))
+    except runtime_lock.RuntimeLockError as exc:
+        return str(exc)
+    return None
+
+
 def create(name: str, directory: Optional[Path] = None, lock: bool = True,
            log: Callable[[str], None] = lambda line: None) -> Scaffold:
     """Generate the plugin package for engine NAME in DIR (default ./tt-engine-NAME)."""
@@ -127,7 +139,7 @@ def create(name: str, directory: Optional[Path] = None, lock: bool = True,
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = target.parent / f".{target.name}.tt-new-{os.getpid()}"
     result = Scaffold(name, target, mapping["package"], mapping["distribution"],
-                      lock_command=f"cd {target} && uv lock")
+                      lock_command=f"cd {target} && uv lock && tt engines install -e . && tt engines lock {name}")
     try:
         staging.mkdir()
         for template in sorted(p for p in TEMPLATES.rglob("*.tmpl") if p.is_file()):
@@ -137,10 +149,10 @@ def create(name: str, directory: Optional[Path] = None, lock: bool = True,
             out.write_text(render(template.read_text(encoding="utf-8"), mapping), encoding="utf-8")
             result.files.append(relative.as_posix())
         if lock:
-            result.lock_error = uv_lock(staging, log)
+            result.lock_error = uv_lock(staging, log) or _export_runtime_lock(staging, mapping["package"])
             result.locked = result.lock_error is None
             if result.locked:
-                result.files.append("uv.lock")
+                result.files += ["uv.lock", f"{mapping['package']}/{runtime_lock.LOCK_NAME}"]
         else:
             result.lock_error = "skipped (--no-lock)"
         if target.exists():

@@ -1,9 +1,9 @@
-"""`tt engines list|prepare|gc|new`: installed engine plugins, their hashed environments, and new plugin scaffolds."""
+"""`tt engines list|prepare|gc|new|lock|install|uninstall`: engine plugins, their environments, scaffolds, shipped locks."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -19,9 +19,11 @@ def engine_rows() -> tuple[list[dict], list[dict]]:
     rows = []
     for name, engine in sorted(plugins.engines.items()):
         row = {"name": name, "distribution": engine.distribution, "version": engine.distribution_version,
-               "runtime_project": str(engine.runtime_project), "description": engine.description,
+               "runtime_project": str(engine.runtime_project), "runtime_lock": str(engine.runtime_lock),
+               "runtime_source": None, "description": engine.description,
                "host_api": engine.host_api, "env_key": None, "env_path": None, "env_ready": False, "error": None}
         try:
+            row["runtime_source"] = str(envs.runtime_source(engine)[1])
             path = envs.env_dir(engine)
             row.update(env_key=envs.env_key(engine), env_path=str(path), env_ready=envs.is_ready(path))
         except envs.EnvBuildError as exc:
@@ -34,16 +36,16 @@ def engine_rows() -> tuple[list[dict], list[dict]]:
 
 @app.command("list")
 def list_engines(json_mode: bool = JsonOption) -> None:
-    """Every engine: distribution, runtime project, environment key and readiness, load errors."""
+    """Every engine: distribution, runtime source (project or shipped lock), environment key and readiness, load errors."""
     rows, problems = engine_rows()
     if json_mode:
         emit_json({"engines": rows, "problems": problems})
         return
     from rich.table import Table
 
-    table = Table("engine", "distribution", "runtime project", "env key", "env ready")
+    table = Table("engine", "distribution", "runtime (project or shipped lock)", "env key", "env ready")
     for row in rows:
-        table.add_row(row["name"], f"{row['distribution']} {row['version']}", row["runtime_project"],
+        table.add_row(row["name"], f"{row['distribution']} {row['version']}", row["runtime_source"] or "-",
                       row["env_key"] or f"[red]{row['error']}[/]", "yes" if row["env_ready"] else "no")
     console.print(table)
     for problem in problems:
@@ -115,9 +117,112 @@ def new(
     for file in made.files:
         console.print(f"  {file}", markup=False)
     if made.locked:
-        console.print("locked the runtime project: uv.lock")
+        console.print(f"locked the runtime project: uv.lock, {made.package}/pylock.runtime.toml")
     else:
-        err.print(f"[yellow]uv.lock was not generated[/] ({made.lock_error}); tt needs it to build the engine "
+        err.print(f"[yellow]the locks were not generated[/] ({made.lock_error}); tt needs them to build the engine "
                   f"environment. Run: {made.lock_command}")
-    console.print(f"next:\n  pip install -e {made.path}   (in the environment where tt is installed)\n"
+    console.print(f"next:\n  tt engines install -e {made.path}\n"
                   f"  tt engines list\n  tt engines prepare {made.name}\n  pytest {made.path}", markup=False)
+
+
+@app.command()
+def lock(
+    names: List[str] = typer.Argument(None, help="Engines to lock (default: every engine whose source project is here)."),
+    check: bool = typer.Option(False, "--check", help="Write nothing; exit 1 when a shipped lock is not current."),
+    json_mode: bool = JsonOption,
+) -> None:
+    """Write each engine's shipped runtime lock (pylock.runtime.toml) from its project's uv.lock."""
+    from tt_host import envs, runtime_lock
+    from tt_host.plugins import UnknownEngineError
+
+    plugins = load_plugins()
+    try:
+        engines = [plugins.engine(n) for n in names] if names else list(plugins.engines.values())
+    except UnknownEngineError as exc:
+        fail(str(exc), json_mode=json_mode)
+    rows, stale = [], []
+    for engine in sorted(engines, key=lambda e: e.name):
+        try:
+            kind, project = envs.runtime_source(engine)
+        except envs.EnvBuildError:
+            kind = "none"
+        if kind != "project" or engine.runtime_lock is None:
+            if names:
+                fail(f"engine {engine.name!r}: `tt engines lock` needs its source project (pyproject.toml + uv.lock; "
+                     "install it with `tt engines install --editable DIR`) and a runtime_lock path in its Engine "
+                     "record", json_mode=json_mode)
+            continue
+        target = Path(engine.runtime_lock)
+        try:
+            if check:
+                current = runtime_lock.is_current(project, engine.sync_groups, target)
+            else:
+                runtime_lock.export(project, engine.sync_groups, target)
+                current = True
+        except runtime_lock.RuntimeLockError as exc:
+            fail(str(exc), code=1, json_mode=json_mode)
+        rows.append({"engine": engine.name, "lock": str(target), "current": current})
+        if not current:
+            stale.append(engine.name)
+    if json_mode:
+        emit_json({"ok": not stale, "locks": rows})
+    else:
+        for row in rows:
+            state = "current" if row["current"] else "[red]stale[/]"
+            console.print(f"{row['engine']}: {row['lock']} {state if check else 'written'}")
+        if stale:
+            err.print(f"[red]stale runtime lock(s): {', '.join(stale)}[/]; run `tt engines lock {' '.join(stale)}` "
+                      "(or scripts/export-runtime-locks) and commit the result")
+    if stale:
+        raise typer.Exit(1)
+
+
+@app.command()
+def install(
+    packages: List[str] = typer.Argument(..., help="Engine NAME (foundation), PATH (project folder or .whl), or requirement."),
+    editable: bool = typer.Option(False, "--editable", "-e", help="Install a project folder editable (plugin development)."),
+    upgrade: bool = typer.Option(False, "--upgrade", "-U", help="Upgrade packages that are already installed."),
+    json_mode: bool = JsonOption,
+) -> None:
+    """Install engine or observer plugins into tt's own environment (uv tool, pipx or venv, detected)."""
+    from tt_host import installer
+
+    try:
+        requirements = [arg for package in packages for arg in installer.requirement(package, editable)]
+    except installer.InstallError as exc:
+        fail(str(exc), json_mode=json_mode)
+    _run_installer(installer.detect().install(requirements, upgrade), "install", json_mode)
+
+
+@app.command()
+def uninstall(
+    name: str = typer.Argument(..., help="Engine name (see `tt engines list`) or plugin distribution name."),
+    json_mode: bool = JsonOption,
+) -> None:
+    """Remove an engine or observer plugin from tt's environment (its built environments stay until `tt engines gc`)."""
+    from tt_host import installer
+
+    engine = load_plugins().engines.get(name)
+    distribution = engine.distribution if engine is not None and engine.distribution else name
+    try:
+        installer.check_uninstallable(distribution)
+    except installer.InstallError as exc:
+        fail(str(exc), json_mode=json_mode)
+    _run_installer(installer.detect().uninstall(distribution), "uninstall", json_mode)
+
+
+def _run_installer(command: list[str], verb: str, json_mode: bool) -> None:
+    from tt_host import installer
+
+    lines: list[str] = []
+    log = lines.append if json_mode else (lambda line: err.print(line, markup=False))
+    if not json_mode:
+        err.print(f"running: {' '.join(command)}", markup=False)
+    code = installer.run(command, log)
+    if code != 0:
+        fail(f"{verb} failed ({command[0]} exit {code}): " + " / ".join(lines[-3:]) +
+             "; check the name, path or network, then retry", code=1, json_mode=json_mode)
+    if json_mode:
+        emit_json({"ok": True, "installer": installer.detect().kind, "command": command})
+    else:
+        console.print(f"{verb}ed with {installer.detect().kind}: see `tt engines list`")

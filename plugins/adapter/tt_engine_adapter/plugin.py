@@ -354,7 +354,10 @@ ENGINE = Engine(
     name="adapter",
     spec_model=AdapterSpec,
     stages=STAGES,
+    # In a clone the environment is synced from the project (pyproject.toml + uv.lock); an installed
+    # wheel has no project and ships its runtime as a lock (written by scripts/export-runtime-locks).
     runtime_project=Path(__file__).resolve().parents[1],
+    runtime_lock=Path(__file__).resolve().parent / "pylock.runtime.toml",
     description="LoRA fine-tuning of a Hugging Face causal LM (PEFT), base versus tuned evaluation",
     sync_groups=("runtime",),
     doctor=doctor,

@@ -286,7 +286,10 @@ ENGINE = Engine(
     name="foundation",
     spec_model=FoundationSpec,
     stages=STAGES,
+    # In a clone the environment is synced from the project (pyproject.toml + uv.lock); an installed
+    # wheel has no project and ships its runtime as a lock (written by scripts/export-runtime-locks).
     runtime_project=Path(__file__).resolve().parents[1],
+    runtime_lock=Path(__file__).resolve().parent / "pylock.runtime.toml",
     description="Train a small Llama-layout GPT from scratch: tokenizer, token cache, pretraining, BPB, SFT, RL, chat eval",
     sync_groups=("runtime",),
     doctor=doctor,

@@ -47,6 +47,7 @@ def tt_engines():
             Stage("evaluate", "tt_engine_echo.stages.evaluate", inputs=lambda s: {}, evaluates="candidate"),
         ),
         runtime_project=Path(__file__).resolve().parents[1],
+        runtime_lock=Path(__file__).resolve().parent / "pylock.runtime.toml",  # written only by tests
         sync_groups=("runtime",),
         doctor=_doctor,
     )
