@@ -34,6 +34,9 @@ def test_new_package_installs_next_to_tt_and_runs(tmp_path):
     made = json.loads(sh(HOST_TT, "engines", "new", "demo", tmp_path / "tt-engine-demo", "--json", env=env).stdout)
     package = Path(made["path"])
     assert made["locked"] and (package / "uv.lock").is_file(), made
+    shipped = package / "tt_engine_demo" / "pylock.runtime.toml"  # the runtime lock its wheel ships
+    assert "tt_engine_demo/pylock.runtime.toml" in made["files"] and 'name = "textdistance"' in shipped.read_text()
+    assert 'name = "pytest"' not in shipped.read_text()
     assert {"pyproject.toml", "README.md", "tests/test_demo.py", "tt_engine_demo/plugin.py",
             "tt_engine_demo/stages/train.py", "tt_engine_demo/protocol.py"} <= set(made["files"])
     stage_source = (package / "tt_engine_demo" / "stages" / "train.py").read_text()
@@ -107,5 +110,6 @@ def test_offline_lock_failure_still_scaffolds_and_says_how_to_lock(tt, tmp_path)
     tt.env.update(TT_OFFLINE="1", UV_CACHE_DIR=str(tmp_path / "empty-uv-cache"))
     code, made = tt.json("engines", "new", "offline_demo", tmp_path / "pkg")
     assert code == 0 and made["locked"] is False and "uv lock" in made["lock_error"]
-    assert made["lock_command"] == f"cd {tmp_path / 'pkg'} && uv lock"
+    assert made["lock_command"] == f"cd {tmp_path / 'pkg'} && uv lock && tt engines install -e . && tt engines lock offline_demo"
+    assert not (tmp_path / "pkg" / "tt_engine_offline_demo" / "pylock.runtime.toml").exists()
     assert (tmp_path / "pkg" / "pyproject.toml").is_file() and not (tmp_path / "pkg" / "uv.lock").exists()

@@ -1,0 +1,33 @@
+"""Users' engine environments hold runtime packages only: `uv pip list` in the prepared foundation and
+adapter environments (built from the source projects in this clone, as `tt run` builds them) shows no
+pytest, httpx or openai (the engines' `dev` groups; transformers is only a foundation test tool).
+The environments built from shipped locks are checked in test_install_from_wheels.py.
+
+Duration: about a second per engine when scripts/test prepared the environments already, else one
+environment build each (a few minutes, torch from the uv cache).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from foundation_support import tt
+
+from tt_host.envs import uv_binary
+
+DEV_ONLY = {"foundation": {"pytest", "transformers"}, "adapter": {"pytest", "httpx", "openai"}}
+
+
+@pytest.mark.parametrize("engine", sorted(DEV_ONLY))
+def test_prepared_environment_has_runtime_packages_only(tmp_path, engine):
+    proc = tt(tmp_path, "engines", "prepare", engine, "--json", timeout=1800)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    python = json.loads(proc.stdout)["python"]
+    listing = subprocess.run([uv_binary(), "pip", "list", "--python", python, "--format", "json"],
+                             capture_output=True, text=True, check=True).stdout
+    names = {row["name"].lower() for row in json.loads(listing)}
+    assert {"torch", f"tt-engine-{engine}", "tt-stagekit"} <= names, sorted(names)
+    assert not (DEV_ONLY[engine] | {"httpx", "openai"}) & names, sorted(names)
