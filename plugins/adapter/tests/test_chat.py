@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from transformers import AutoTokenizer
 
@@ -52,23 +54,80 @@ def test_pad_equal_to_eos_is_refused(tiny_llama):
         chat.pad_token_id(tok)
 
 
-def test_oldest_prompt_tokens_are_truncated_first(tiny_model):
+# 36 tokens with the tiny tokenizers, 41-44 with the template's system markers (asserted below): with the
+# templates' ~27 tokens of turn markers a row needs 62-64 tokens before any user text.
+INSTRUCTION = "Classify the sentiment of the review. Follow the demonstrated behavior, one word."
+
+
+def _instruction_prefix(tok, system: str) -> list[int]:
+    """The row's tokens up to and including the system message's text (its template markers around it)."""
+    text = chat.render_prompt(tok, [{"role": "system", "content": system}, {"role": "user", "content": "x"}])
+    return chat.encode_text(tok, text[: text.index(system) + len(system)])
+
+
+def test_every_training_row_starts_with_the_full_instruction_and_ends_with_the_answer(tiny_model):
     tok = AutoTokenizer.from_pretrained(tiny_model)
     eot = chat.end_of_turn_id(tok)
-    full = chat.encode_row(tok, "r", _row("the plot was dull " * 8, "negative"), 4096, eot)
-    answer_len = full.supervised
-    short = chat.encode_row(tok, "r", _row("the plot was dull " * 8, "negative"), answer_len + 5, eot)
-    assert len(short.input_ids) == answer_len + 5
-    assert short.truncated == len(full.input_ids) - len(short.input_ids)
-    assert short.input_ids == full.input_ids[short.truncated:]  # the newest tokens survive
-    assert short.labels == full.labels[short.truncated:]
+    prefix = _instruction_prefix(tok, INSTRUCTION)
+    assert 35 <= len(chat.encode_text(tok, INSTRUCTION)) <= 45 and 35 <= len(prefix) <= 45
+    users = ["great", "the plot was dull " * 3, "the acting was wonderful and the music was moving " * 6,
+             "a " * 200, "terrible " * 50 + "but the ending saved it"]
+    encoded = [chat.encode_row(tok, f"r{i}", [{"role": "system", "content": INSTRUCTION},
+                                              {"role": "user", "content": user},
+                                              {"role": "assistant", "content": answer}], 64, eot)
+               for i, user in enumerate(users) for answer in ("positive", "negative")]
+    for enc in encoded:
+        assert len(enc.input_ids) <= 64
+        assert enc.input_ids[: len(prefix)] == prefix  # the whole instruction, first
+        answer = [t for t, label in zip(enc.input_ids, enc.labels) if label != chat.IGNORE_INDEX]
+        assert enc.input_ids[-len(answer):] == answer and answer[-1] == eot  # the supervised answer, last
+        assert tok.decode(answer[:-1]) in ("positive", "negative")
+    untrimmed = [len(chat.encode_row(tok, "r", [{"role": "system", "content": INSTRUCTION},
+                                                {"role": "user", "content": user},
+                                                {"role": "assistant", "content": "positive"}], 4096, eot).input_ids)
+                 for user in users]
+    assert [enc.trimmed for enc in encoded[::2]] == [n > 64 for n in untrimmed]
+    assert sum(enc.trimmed for enc in encoded) >= 6  # the count the prefetch stage reports (data.trimmed_rows)
+    # a trimmed row keeps the end of its user text
+    roomier = chat.encode_row(tok, "r", [{"role": "system", "content": INSTRUCTION},
+                                         {"role": "user", "content": users[-1]},
+                                         {"role": "assistant", "content": "positive"}], 80, eot)
+    text = tok.decode(roomier.input_ids, skip_special_tokens=True)
+    assert roomier.trimmed and "but the ending saved it" in text and INSTRUCTION in text
+
+
+def test_instruction_and_answer_that_cannot_fit_are_refused_naming_the_setting(tiny_model):
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    eot = chat.end_of_turn_id(tok)
+    long_instruction = INSTRUCTION + " Constraints: answer in lower case, never explain, no punctuation."
+    assert 65 <= len(chat.encode_text(tok, long_instruction)) <= 80  # ~70 tokens
+    with pytest.raises(chat.ChatError, match=r"hyperparameters.max_seq_length is 64, but .* need (\d+) tokens") as caught:
+        chat.encode_row(tok, "long", [{"role": "system", "content": long_instruction},
+                                      {"role": "user", "content": "hi"},
+                                      {"role": "assistant", "content": "positive"}], 64, eot)
+    needed = int(re.search(r"need (\d+) tokens", str(caught.value)).group(1))
+    assert needed > 64
+    fits = chat.encode_row(tok, "long", [{"role": "system", "content": long_instruction},
+                                         {"role": "user", "content": "hi there"},
+                                         {"role": "assistant", "content": "positive"}], needed, eot)
+    assert fits.trimmed and len(fits.input_ids) == needed  # at exactly that length the user text is empty
 
 
 def test_answer_that_cannot_fit_is_an_error(tiny_model):
     tok = AutoTokenizer.from_pretrained(tiny_model)
     eot = chat.end_of_turn_id(tok)
-    with pytest.raises(chat.ChatError, match="cannot fit"):
+    with pytest.raises(chat.ChatError, match="max_seq_length"):
         chat.encode_row(tok, "long", _row("hi", "positive " * 20), 8, eot)
+
+
+def test_evaluation_prompt_keeps_the_instruction_and_the_end_of_the_user_text(tiny_model):
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    messages = [{"role": "system", "content": INSTRUCTION}, {"role": "user", "content": "dull " * 80 + "the end"}]
+    ids, trimmed = chat.encode_prompt(tok, messages, 80)
+    assert trimmed and len(ids) <= 80 and ids[: len(_instruction_prefix(tok, INSTRUCTION))] == \
+        _instruction_prefix(tok, INSTRUCTION)
+    text = tok.decode(ids, skip_special_tokens=True)
+    assert "dull the end" in text and 0 < text.count("dull") < 80 and INSTRUCTION in text
 
 
 def test_answer_without_supervised_token_is_an_error(tiny_model):

@@ -152,3 +152,9 @@ def length_message(field: str, needed: int, limit: int, what: str = "the instruc
     amount = f"{needed} tokens" if exact else f"at least {needed} tokens"
     return (f"{field} is {limit}, but {what} need {amount} with an empty user message (only user text is "
             f"trimmed to fit); raise {field} to {needed} or more, or shorten the instruction or the answer")
+
+
+def trimmed_note(trimmed: int, total: int, what: str, field: str, limit: int) -> str:
+    """The report note for rows that lost user text (stage result `notes`)."""
+    return (f"{trimmed} of {total} {what} were longer than {field} ({limit} tokens): the start of their user text "
+            "was trimmed; the instruction and the answer were kept whole")

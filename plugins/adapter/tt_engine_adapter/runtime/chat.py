@@ -6,12 +6,18 @@ where the template supports it) is exactly the prefix of
 `render_conversation(messages)`; the rest is the assistant answer, supervised
 up to and including the template's end-of-turn token. Text is tokenized with
 `add_special_tokens=False` because the template itself writes BOS and friends.
+
+Too long a chat is fitted instruction first (tt_stagekit.promptfit): the
+system message and a training row's answer stay whole, only user text is
+trimmed, and a row whose instruction and answer cannot fit is refused.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Sequence
+
+from tt_stagekit import promptfit
 
 IGNORE_INDEX = -100
 
@@ -27,7 +33,7 @@ class Encoded:
     row_id: str
     input_ids: list[int]
     labels: list[int]
-    truncated: int  # prompt tokens dropped from the left
+    trimmed: bool  # user text was trimmed to fit max_seq_length
 
     @property
     def supervised(self) -> int:
@@ -93,40 +99,58 @@ def pad_token_id(tokenizer: Any) -> int:
     return int(pad)
 
 
-def encode_row(tokenizer: Any, row_id: str, messages: Sequence[dict], max_seq_length: int, eot_id: int) -> Encoded:
-    """Tokenize one [system?, user, assistant] row; supervise answer + end-of-turn only.
-
-    The oldest prompt tokens are dropped first when the row is too long; an
-    answer that cannot fit, or a row with no supervised token, is an error.
-    """
-    if not messages or messages[-1].get("role") != "assistant":
-        raise ChatError(f"row {row_id}: the last message must be the assistant answer")
+def _row_parts(tokenizer: Any, row_id: str, messages: Sequence[dict], eot_id: int) -> tuple[list[int], list[int]]:
+    """(prompt ids, answer ids up to and including end-of-turn) of one rendered row."""
     prompt_text = render_prompt(tokenizer, messages[:-1])
     full_text = render_conversation(tokenizer, messages)
     if not full_text.startswith(prompt_text):
         raise ChatError(f"row {row_id}: the chat template does not render the prompt as a prefix of the conversation")
-    prompt_ids = encode_text(tokenizer, prompt_text)
     answer_ids = encode_text(tokenizer, full_text[len(prompt_text):])
     if eot_id not in answer_ids:
         raise ChatError(f"row {row_id}: the rendered answer has no end-of-turn token")
-    answer_ids = answer_ids[: answer_ids.index(eot_id) + 1]  # drop what follows end-of-turn (e.g. "\n")
+    return encode_text(tokenizer, prompt_text), answer_ids[: answer_ids.index(eot_id) + 1]  # drop what follows
+
+
+def encode_row(tokenizer: Any, row_id: str, messages: Sequence[dict], max_seq_length: int, eot_id: int) -> Encoded:
+    """Tokenize one [system?, user, assistant] row; supervise answer + end-of-turn only.
+
+    A row longer than `max_seq_length` keeps its system message and answer
+    whole and loses the start of its user text (tt_stagekit.promptfit); a row
+    whose instruction and answer cannot fit even with an empty user message,
+    or with no supervised token, is an error naming the setting.
+    """
+    if not messages or messages[-1].get("role") != "assistant":
+        raise ChatError(f"row {row_id}: the last message must be the assistant answer")
+
+    def count(candidate: list[dict]) -> int:
+        prompt, answer = _row_parts(tokenizer, row_id, candidate, eot_id)
+        return len(prompt) + len(answer)
+
+    try:
+        fitted = promptfit.fit_chat(messages, count, max_seq_length, keep_answer=True)
+    except promptfit.PromptTooLong as exc:
+        raise ChatError(f"row {row_id}: " + promptfit.length_message(
+            "hyperparameters.max_seq_length", exc.needed, max_seq_length, "its instruction and answer")) from None
+    prompt_ids, answer_ids = _row_parts(tokenizer, row_id, fitted.messages, eot_id)
     if len(answer_ids) <= 1:
         raise ChatError(f"row {row_id}: the answer has no supervised token besides end-of-turn")
-    if len(answer_ids) >= max_seq_length:
-        raise ChatError(
-            f"row {row_id}: the answer is {len(answer_ids)} tokens and cannot fit in max_seq_length={max_seq_length} "
-            "with any prompt; raise hyperparameters.max_seq_length"
-        )
-    room = max_seq_length - len(answer_ids)
-    dropped = max(0, len(prompt_ids) - room)
-    prompt_ids = prompt_ids[dropped:]
     ids = prompt_ids + answer_ids
     labels = [IGNORE_INDEX] * len(prompt_ids) + answer_ids
-    return Encoded(row_id=row_id, input_ids=ids, labels=labels, truncated=dropped)
+    return Encoded(row_id=row_id, input_ids=ids, labels=labels, trimmed=fitted.trimmed)
 
 
-def encode_prompt(tokenizer: Any, messages: Sequence[dict], max_prompt_tokens: int) -> tuple[list[int], int]:
-    """Tokenize an evaluation prompt, dropping the oldest tokens beyond `max_prompt_tokens`."""
-    ids = encode_text(tokenizer, render_prompt(tokenizer, messages))
-    dropped = max(0, len(ids) - max_prompt_tokens)
-    return ids[dropped:], dropped
+def encode_prompt(tokenizer: Any, messages: Sequence[dict], max_prompt_tokens: int) -> tuple[list[int], bool]:
+    """Tokenize an evaluation prompt of at most `max_prompt_tokens`: (ids, whether user text was trimmed)."""
+    fitted = fit_prompt(tokenizer, messages, max_prompt_tokens)
+    return encode_text(tokenizer, render_prompt(tokenizer, fitted.messages)), fitted.trimmed
+
+
+def fit_prompt(tokenizer: Any, messages: Sequence[dict], max_prompt_tokens: int) -> promptfit.Fitted:
+    """Fit a prompt (last message the user's): system messages whole, oldest turns then user text trimmed.
+
+    Raises promptfit.PromptTooLong when even the system messages and an empty user message do not fit.
+    """
+    def count(candidate: list[dict]) -> int:
+        return len(encode_text(tokenizer, render_prompt(tokenizer, candidate)))
+
+    return promptfit.fit_chat(messages, count, max_prompt_tokens, keep_answer=False)

@@ -1,8 +1,9 @@
 """Batched, greedy, deterministic generation with left padding and a KV cache.
 
 Baseline and candidate use exactly this function with the same settings.
-Prompts are rendered with the chat template (runtime.chat), truncated from the
-left to `max_seq_length`, grouped longest-first into batches, left-padded with
+Prompts are rendered with the chat template (runtime.chat) and fitted into
+`max_seq_length` instruction first (system message whole, the start of the
+user text trimmed: tt_stagekit.promptfit), grouped longest-first into batches, left-padded with
 the dedicated pad token, and decoded until the end-of-turn token or EOS.
 """
 
@@ -12,7 +13,8 @@ import time
 from typing import Any, Callable, Optional, Sequence
 
 from tt_engine_adapter.runtime import chat
-from tt_stagekit.protocol import STOP, Interrupted
+from tt_stagekit import promptfit
+from tt_stagekit.protocol import STOP, Interrupted, InvalidInput
 
 
 def stop_ids(tokenizer: Any) -> list[int]:
@@ -48,14 +50,28 @@ def generate(
     max_seq_length: int,
     device: str,
     on_batch: Optional[Callable[[int, int, float], None]] = None,
+    stats: Optional[dict] = None,
 ) -> list[dict]:
-    """Answer each `{"id", "messages"}` prompt; returns `{"id", "prediction"}` in input order."""
+    """Answer each `{"id", "messages"}` prompt; returns `{"id", "prediction"}` in input order.
+
+    `stats`, when given, receives `trimmed_prompts`: how many prompts lost user text to fit.
+    """
     import torch
 
     pad = chat.pad_token_id(tokenizer)
     config = generation_config(tokenizer, max_new_tokens)
     stops = set(config.eos_token_id)
-    encoded = [chat.encode_prompt(tokenizer, p["messages"], max_seq_length)[0] for p in prompts]
+    encoded, trimmed = [], 0
+    for prompt in prompts:
+        try:
+            ids, cut = chat.encode_prompt(tokenizer, prompt["messages"], max_seq_length)
+        except promptfit.PromptTooLong as exc:
+            raise InvalidInput(f"prompt {prompt['id']}: " + promptfit.length_message(
+                "hyperparameters.max_seq_length", exc.needed, max_seq_length, "its instruction")) from None
+        encoded.append(ids)
+        trimmed += cut
+    if stats is not None:
+        stats["trimmed_prompts"] = trimmed
     order = sorted(range(len(prompts)), key=lambda i: (-len(encoded[i]), i))
     answers: dict[int, str] = {}
     model.eval()

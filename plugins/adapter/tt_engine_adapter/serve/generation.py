@@ -5,7 +5,9 @@ yields `Delta(text)` pieces and one final `Finish`. Joined deltas are exactly
 the non-streamed text, because both come from the same `TextTracker`:
 
 - prompts are rendered with the model's own chat template (`runtime.chat`,
-  the path training and evaluation use), tokenized without extra specials;
+  the path training and evaluation use), tokenized without extra specials,
+  and fitted instruction first into the context minus the answer budget
+  (oldest turns, then the start of the last user message; `plan`);
 - each step is a forward pass over the new token with the KV cache; greedy at
   temperature 0, else seeded sampling with temperature and top-p;
 - generation ends at the end-of-turn token or EOS (finish_reason "stop"), at a
@@ -28,8 +30,12 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Optional, Union
 
 from tt_engine_adapter.runtime import chat
+from tt_stagekit import promptfit
 from tt_stagekit.devices import pick_device
 from tt_engine_adapter.serve.request import ApiError, ChatParams
+
+
+ANSWER_RESERVE = 256  # at most; a quarter of the context on small models
 
 
 @dataclass
@@ -124,19 +130,31 @@ class ChatModel:
             raise ApiError(400, f"the model's chat template cannot render these messages: {exc}", "messages") from None
         return chat.encode_text(self.tokenizer, text)
 
+    def answer_reserve(self) -> int:
+        """Tokens kept free for the answer when a request sets no max_tokens."""
+        return max(1, min(ANSWER_RESERVE, self.context_length // 4))
+
     def plan(self, params: ChatParams, messages: list[dict[str, str]]) -> tuple[list[int], int]:
-        """(prompt ids, max new tokens), or ApiError when the prompt does not fit the context."""
-        ids = self.prompt_ids(messages)
-        room = self.context_length - len(ids)
-        if room < 1:
-            raise ApiError(400, f"the prompt is {len(ids)} tokens; this model's context is {self.context_length} "
-                           "tokens and leaves no room for an answer", "messages", "context_length_exceeded")
-        if params.max_tokens is None:
-            return ids, room
-        if params.max_tokens > room:
-            raise ApiError(400, f"the prompt ({len(ids)} tokens) plus max_tokens ({params.max_tokens}) exceeds the "
-                           f"model's context of {self.context_length} tokens", "max_tokens", "context_length_exceeded")
-        return ids, params.max_tokens
+        """(prompt ids, max new tokens), fitting the prompt instruction first, or ApiError when it cannot fit.
+
+        The answer budget is max_tokens, else `answer_reserve()`; a longer prompt
+        loses its oldest whole turns, then the start of the last user message
+        (system messages are never cut). Without max_tokens the answer may use
+        all the room the prompt leaves.
+        """
+        budget = params.max_tokens if params.max_tokens is not None else self.answer_reserve()
+        limit = self.context_length - budget
+        try:
+            fitted = promptfit.fit_chat(messages, lambda m: len(self.prompt_ids(m)), limit, keep_answer=False)
+        except promptfit.PromptTooLong as exc:
+            what = f"max_tokens ({budget})" if params.max_tokens is not None else f"the answer reserve ({budget})"
+            raise ApiError(400, f"the system message with an empty user message is {exc.needed} tokens; with "
+                           f"{what} that exceeds this model's context of {self.context_length} tokens "
+                           f"(needs {exc.needed + budget}); only user text is trimmed to fit",
+                           "max_tokens" if params.max_tokens is not None else "messages",
+                           "context_length_exceeded") from None
+        ids = self.prompt_ids(fitted.messages)
+        return ids, params.max_tokens if params.max_tokens is not None else self.context_length - len(ids)
 
     def run(self, params: ChatParams, prompt: list[int], max_new: int,
             cancel: threading.Event) -> Iterator[Union[Delta, Finish]]:

@@ -25,6 +25,7 @@ def main(request: dict) -> dict:
     from tt_stagekit.scoring import score_pairs
     from tt_engine_adapter.runtime.data import prepared, read_jsonl, with_system
     from tt_engine_adapter.runtime.generate import generate
+    from tt_stagekit.promptfit import trimmed_note
 
     hp = request["spec"]["hyperparameters"]
     prefix = "candidate" if request["stage"] == "candidate" else "baseline"
@@ -61,21 +62,30 @@ def main(request: dict) -> dict:
         return report
 
     started = time.perf_counter()
-    predictions = generate(model, tokenizer, prompts, on_batch=on_batch(0), **settings)
+    stats: dict = {}
+    predictions = generate(model, tokenizer, prompts, on_batch=on_batch(0), stats=stats, **settings)
     atomic_write_jsonl(stage_dir / "predictions.jsonl", predictions)
     metrics = {f"{prefix}.eval_seconds": round(time.perf_counter() - started, 3)}
+    trimmed = stats["trimmed_prompts"]
     if test_rows:
         test_prompts = [{"id": r["id"], "messages": r["messages"][:-1]} for r in test_rows]
-        answers = generate(model, tokenizer, test_prompts, on_batch=on_batch(len(prompts)), **settings)
+        answers = generate(model, tokenizer, test_prompts, on_batch=on_batch(len(prompts)), stats=stats, **settings)
+        trimmed += stats["trimmed_prompts"]
         atomic_write_jsonl(stage_dir / "predictions-test.jsonl", answers)
         metrics.update(score_pairs([a["prediction"] for a in answers],
                                 [r["messages"][-1]["content"] for r in test_rows], f"{prefix}.test"))
     result = {"metrics": metrics, "predictions": "predictions.jsonl",
               "outputs": {"predictions": str(stage_dir / "predictions.jsonl")}}
     if general:
-        answers = generate(model, tokenizer, general, on_batch=on_batch(len(prompts) + len(test_rows)), **settings)
+        answers = generate(model, tokenizer, general, on_batch=on_batch(len(prompts) + len(test_rows)), stats=stats,
+                           **settings)
+        trimmed += stats["trimmed_prompts"]
         atomic_write_jsonl(stage_dir / "predictions-general.jsonl", answers)
         result["general_predictions"] = "predictions-general.jsonl"
+    metrics[f"{prefix}.trimmed_prompts"] = trimmed
+    if trimmed:
+        result["notes"] = [trimmed_note(trimmed, total, f"{prefix} evaluation prompts",
+                                        "hyperparameters.max_seq_length", hp["max_seq_length"])]
     log(f"{prefix}: {len(predictions)} held-out prompts answered" +
         (f", {len(test_rows)} prebuilt test prompts" if test_rows else "") +
         (f", {len(general)} general-regression prompts" if general else ""))

@@ -4,12 +4,16 @@ A local folder is fingerprinted; a hub id is downloaded at its pinned revision
 into the Hugging Face cache. Then the tokenizer renders and tokenizes every
 training row with the exact training code, so a template that cannot render,
 a missing pad token, an answer that cannot fit or a row with no supervised
-token fails the run here, before any evaluation or training.
+token fails the run here, before any evaluation or training. A row whose
+instruction and answer cannot fit `max_seq_length` even with an empty user
+message fails it with exit 2 (invalid input) naming the setting; rows that
+lose user text to fit are counted (`data.trimmed_rows`, a report note).
 """
 
 from __future__ import annotations
 
 from tt_engine_adapter.runtime import model_source
+from tt_stagekit.promptfit import trimmed_note
 from tt_stagekit.protocol import log, run_stage
 
 
@@ -29,10 +33,11 @@ def main(request: dict) -> dict:
     hp = spec["hyperparameters"]
     rows = read_jsonl(prepared(request)["train"])
     encoded = encode_rows(tokenizer, rows, hp["max_seq_length"])
-    truncated = sum(1 for e in encoded if e.truncated)
-    if truncated:
-        log(f"{truncated} training rows were longer than max_seq_length; their oldest prompt tokens are dropped",
-            "warning")
+    trimmed = sum(1 for e in encoded if e.trimmed)
+    notes = [trimmed_note(trimmed, len(encoded), "training rows", "hyperparameters.max_seq_length",
+                          hp["max_seq_length"])] if trimmed else []
+    for note in notes:
+        log(note, "warning")
     eot = chat.end_of_turn_id(tokenizer)
     pad = chat.pad_token_id(tokenizer)
     log(f"base model {base['name']} ready at {base['path']}; end-of-turn {tokenizer.convert_ids_to_tokens(eot)!r}, "
@@ -41,8 +46,9 @@ def main(request: dict) -> dict:
         "metrics": {
             "data.train_tokens": sum(len(e.input_ids) for e in encoded),
             "data.supervised_tokens": sum(e.supervised for e in encoded),
-            "data.truncated_rows": truncated,
+            "data.trimmed_rows": trimmed,
         },
+        "notes": notes,
         "outputs": {
             "base_model": base,
             "end_of_turn_token": tokenizer.convert_ids_to_tokens(eot),

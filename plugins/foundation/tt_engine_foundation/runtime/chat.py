@@ -2,7 +2,10 @@
 
 A conversation renders as
 `<|bos|> <|system_start|>…<|system_end|> <|user_start|>…<|user_end|> <|assistant_start|>…<|assistant_end|>`.
-Only assistant content and its `<|assistant_end|>` are supervised.
+Only assistant content and its `<|assistant_end|>` are supervised. A chat
+longer than the sequence length is fitted instruction first
+(tt_stagekit.promptfit): system messages and the supervised answer stay
+whole, only user text is trimmed.
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Sequence
 
+from tt_stagekit import promptfit
+from tt_stagekit.protocol import InvalidInput
 from tt_stagekit.scoring import normalize_answer as normalize
 
 from . import tokenizer as T
@@ -37,30 +42,47 @@ def render(tok, messages: Sequence[Mapping[str, Any]]) -> tuple[list[int], list[
     return ids, mask
 
 
+def token_count(tok, messages: Sequence[Mapping[str, Any]]) -> int:
+    """len(render(tok, messages)[0]) without building the lists: BOS, then start + body + end per turn."""
+    return 1 + sum(2 + len(T.encode(tok, m["content"])) for m in messages)
+
+
+def fit_prompt(tok, messages: Sequence[Mapping[str, Any]], max_len: int) -> tuple[list[int], bool]:
+    """(prompt ids ending with <|assistant_start|>, whether user text was trimmed) in at most max_len tokens.
+
+    Instruction first (tt_stagekit.promptfit): system messages stay whole; the
+    oldest turns, then the start of the last user message go. Raises
+    promptfit.PromptTooLong when the system messages and an empty user message do not fit.
+    """
+    prompt = list(messages[:-1]) if messages and messages[-1]["role"] == "assistant" else list(messages)
+    fitted = promptfit.fit_chat(prompt, lambda m: token_count(tok, m) + 1, max_len, keep_answer=False)
+    ids, _ = render(tok, fitted.messages)
+    return ids + [T.special_id(tok, T.ASSISTANT_START)], fitted.trimmed
+
+
 def render_prompt(tok, messages: Sequence[Mapping[str, Any]], max_len: int) -> list[int]:
-    """Prompt ids ending with <|assistant_start|>, oldest tokens dropped beyond max_len (BOS kept)."""
-    ids, _ = render(tok, [m for m in messages if m["role"] != "assistant"])
-    ids.append(T.special_id(tok, T.ASSISTANT_START))
-    if len(ids) > max_len:
-        ids = ids[:1] + ids[len(ids) - (max_len - 1) :]
-    return ids
+    """The prompt ids of `fit_prompt`."""
+    return fit_prompt(tok, messages, max_len)[0]
 
 
-def truncate_example(ids: list[int], mask: list[int], max_len: int) -> tuple[list[int], list[int]]:
-    """Fit ids into max_len: drop the oldest prompt tokens first, then the end of the answer."""
-    if len(ids) <= max_len:
-        return ids, mask
-    first = mask.index(1) if 1 in mask else len(mask)
-    prompt_ids, prompt_mask = ids[:first], mask[:first]
-    answer_ids, answer_mask = ids[first:], mask[first:]
-    keep = max_len - len(answer_ids)
-    if keep >= 2:
-        prompt_ids, prompt_mask = prompt_ids[-keep:], prompt_mask[-keep:]
-    else:
-        prompt_ids, prompt_mask = prompt_ids[-2:], prompt_mask[-2:]
-        room = max_len - len(prompt_ids)
-        answer_ids, answer_mask = answer_ids[:room], answer_mask[:room]
-    return prompt_ids + answer_ids, prompt_mask + answer_mask
+def fit_example(tok, messages: Sequence[Mapping[str, Any]], max_len: int) -> tuple[list[int], list[int], bool]:
+    """(ids, mask, trimmed) of a training row in at most max_len tokens: the system message and the answer
+    whole, the start of the user text trimmed (promptfit.PromptTooLong when even an empty one does not fit)."""
+    fitted = promptfit.fit_chat(messages, lambda m: token_count(tok, m), max_len, keep_answer=True)
+    ids, mask = render(tok, fitted.messages)
+    return ids, mask, fitted.trimmed
+
+
+def floor_length(tok, system_message: str, answer: str) -> int:
+    """Tokens of [system, empty user, answer] rendered: the shortest a training row with this answer can be."""
+    return token_count(tok, [{"role": "system", "content": system_message},
+                        {"role": "user", "content": promptfit.SHORTEST_USER_TEXT},
+                        {"role": "assistant", "content": answer}])
+
+
+def sequence_error(needed_ids: int, sequence_length: int, what: str) -> str:
+    """A row of `needed_ids` ids trains as needed_ids - 1 positions (inputs and their shifted targets)."""
+    return promptfit.length_message("foundation.sequence_length", needed_ids - 1, sequence_length, what)
 
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
@@ -88,3 +110,16 @@ def reward(prediction: str, reference: str) -> float:
         want = last_number(reference)
         return 1.0 if got is not None and want is not None and got == want else 0.0
     return 1.0 if normalize(prediction) == normalize(reference) else 0.0
+
+
+def check_fits(tok, request: Mapping[str, Any]) -> None:
+    """Exit 2 (InvalidInput) when the instruction, an empty user message and the longest example answer
+    cannot fit foundation.sequence_length: the exact check, once the tokenizer exists (docs/foundation.md)."""
+    sequence_length = int(request["spec"]["foundation"]["sequence_length"])
+    system = request.get("system_message") or ""
+    answers = [str(e.get("output", "")) for e in request["spec"].get("examples") or []]
+    answers += [m["content"] for r in request.get("train_rows") or [] for m in r["messages"][-1:]
+                if m["role"] == "assistant"]
+    needed = max((floor_length(tok, system, answer) for answer in answers), default=0)
+    if needed > sequence_length + 1:
+        raise InvalidInput(sequence_error(needed, sequence_length, "the instruction and the longest example answer"))

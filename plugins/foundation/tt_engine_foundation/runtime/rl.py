@@ -15,10 +15,11 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
+from tt_stagekit import promptfit
 from tt_stagekit.protocol import Interrupted, InvalidInput, stop_requested
 
 from . import tokenizer as T
-from .chat import render_prompt, reward
+from .chat import token_count, fit_prompt, reward
 from .generate import generate
 from .optim import build_adamw, set_lr
 
@@ -32,9 +33,26 @@ def reference(row: Mapping[str, Any]) -> str:
 
 
 def max_new_tokens(tok, rows: Sequence[Mapping[str, Any]], sequence_length: int) -> int:
-    """Room for answers: the longest training answer plus a margin, at most half the context."""
+    """Room for answers: the longest training answer plus a margin, at most half the context, and never
+    more than the instruction (with an empty user message) leaves: the instruction is never cut for it."""
     longest = max((len(T.encode(tok, reference(r))) for r in rows), default=8)
-    return max(4, min(longest + 8, sequence_length // 2))
+    systems = [m for m in (rows[0]["messages"] if rows else []) if m["role"] == "system"]
+    instruction = token_count(tok, systems + [{"role": "user", "content": ""}]) + 1  # + <|assistant_start|>
+    return max(1, min(longest + 8, sequence_length // 2, sequence_length - instruction))
+
+
+def fit_prompts(tok, rows: Sequence[Mapping[str, Any]], max_len: int) -> tuple[list[list[int]], int]:
+    """Prompt ids of each row fitted instruction first into max_len, and how many lost user text."""
+    prompts, trimmed = [], 0
+    for row in rows:
+        try:
+            ids, cut = fit_prompt(tok, row["messages"], max_len)
+        except promptfit.PromptTooLong as exc:
+            raise InvalidInput(f"prompt {row.get('id')!r}: " + promptfit.length_message(
+                "foundation.sequence_length", exc.needed, max_len, "its instruction and the answer budget")) from None
+        prompts.append(ids)
+        trimmed += cut
+    return prompts, trimmed
 
 
 def check_reachable(tok, rows: Sequence[Mapping[str, Any]], budget: int) -> None:
@@ -58,14 +76,19 @@ def run_rl(
     device,
     autocast_dtype: Optional[torch.dtype],
     on_step: Optional[Callable[[int, int, float, float], None]] = None,
+    stats: Optional[dict] = None,
 ) -> list[tuple[int, float]]:
+    """RL steps on `model` in place; returns the mean rewards. `stats` receives `trimmed_prompts` and `prompt_tokens`
+    (the room a prompt has)."""
     seq = int(cfg["sequence_length"])
     steps = int(cfg["rl_steps"])
     seed = int(cfg["seed"])
     budget = max_new_tokens(tok, rows, seq)
     check_reachable(tok, rows, budget)
     stop_id, pad_id = T.special_id(tok, T.ASSISTANT_END), T.special_id(tok, T.PAD)
-    prompts = [render_prompt(tok, r["messages"], seq - budget) for r in rows]
+    prompts, trimmed = fit_prompts(tok, rows, seq - budget)
+    if stats is not None:
+        stats.update(trimmed_prompts=trimmed, prompt_tokens=seq - budget)
     refs = [reference(r) for r in rows]
     per_step = min(int(cfg["batch_size"]), len(rows))
     optimizer = build_adamw(model, peak_lr * RL_LR_SCALE, 0.0, device)

@@ -30,29 +30,35 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from tt_stagekit import distributed as D
-from tt_stagekit.protocol import Interrupted, StageError, log, stop_requested
+from tt_stagekit import promptfit
+from tt_stagekit.protocol import Interrupted, InvalidInput, StageError, log, stop_requested
 
 from . import checkpoint as ckpt
 from . import resume
 from . import tokenizer as T
-from .chat import render, truncate_example
+from .chat import fit_example, sequence_error
 from .optim import build_adamw, set_lr
 
 IGNORE = -100
 SFT_LR_SCALE = 0.5
 
 
-def build_examples(tok, rows: Sequence[Mapping[str, Any]], sequence_length: int) -> list[tuple[list[int], list[int]]]:
-    out = []
+def build_examples(tok, rows: Sequence[Mapping[str, Any]], sequence_length: int) -> tuple[list[tuple[list[int], list[int]]], int]:
+    """(ids, mask) per training row fitted into sequence_length + 1 ids, and how many rows lost user text."""
+    out, trimmed = [], 0
     for row in rows:
-        ids, mask = render(tok, row["messages"])
-        ids, mask = truncate_example(ids, mask, sequence_length + 1)
+        try:
+            ids, mask, cut = fit_example(tok, row["messages"], sequence_length + 1)
+        except promptfit.PromptTooLong as exc:
+            raise InvalidInput(f"training row {row.get('id')!r}: "
+                               + sequence_error(exc.needed, sequence_length, "its instruction and answer")) from None
         if sum(mask[1:]) == 0:
             raise StageError(f"training row {row.get('id')!r}: no assistant token is left to supervise")
         out.append((ids, mask))
+        trimmed += cut
     if not out:
         raise StageError("no training rows to fine-tune on (add examples to the spec)")
-    return out
+    return out, trimmed
 
 
 def collate(examples: Sequence[tuple[list[int], list[int]]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -135,10 +141,14 @@ def run_sft(
     autocast_dtype: Optional[torch.dtype],
     on_step: Optional[Callable[[int, int, float, float], None]],
     checkpoints: SftCheckpoints,
+    stats: Optional[dict] = None,
 ) -> list[tuple[int, float]]:
+    """Fine-tune `model` in place; returns the losses. `stats` receives `trimmed_rows` (rows that lost user text)."""
     seq = int(cfg["sequence_length"])
     steps = int(cfg["finetune_steps"])
-    examples = build_examples(tok, rows, seq)
+    examples, trimmed = build_examples(tok, rows, seq)
+    if stats is not None:
+        stats["trimmed_rows"] = trimmed
     batch = min(int(cfg["batch_size"]), len(examples))
     pad = T.special_id(tok, T.PAD)
     torch.manual_seed(int(cfg["seed"]) + 1)

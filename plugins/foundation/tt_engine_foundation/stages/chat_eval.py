@@ -21,11 +21,11 @@ EVAL_BATCH = 16
 
 def run(request: Mapping[str, Any]) -> dict[str, Any]:
     from ..runtime import tokenizer as T
-    from ..runtime.chat import render_prompt
     from ..runtime.common import autocast_dtype, fconfig, layout, load_tokenizer, request_device, setup_threads
     from ..runtime.generate import generate
     from ..runtime.model_io import load_model_dir
-    from ..runtime.rl import max_new_tokens
+    from ..runtime.rl import fit_prompts, max_new_tokens
+    from tt_stagekit.promptfit import trimmed_note
 
     setup_threads()
     cfg = fconfig(request)
@@ -41,12 +41,15 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
     seq = int(cfg["sequence_length"])
     budget = max_new_tokens(tok, request.get("train_rows") or [], seq)
     stop_id, pad_id = T.special_id(tok, T.ASSISTANT_END), T.special_id(tok, T.PAD)
+    trimmed = 0
 
     def answer(prompts: list, file: str) -> int:
+        nonlocal trimmed
         rows = []
         for start in range(0, len(prompts), EVAL_BATCH):
             chunk = prompts[start : start + EVAL_BATCH]
-            ids = [render_prompt(tok, p["messages"], seq - budget) for p in chunk]
+            ids, cut = fit_prompts(tok, chunk, seq - budget)
+            trimmed += cut
             outs = generate(model, ids, budget, stop_id, pad_id, device, autocast_dtype=autocast_dtype(request, device))
             for prompt, out in zip(chunk, outs):
                 text = tok.decode([t for t in out if t != stop_id], skip_special_tokens=True).strip()
@@ -56,16 +59,24 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
         P.atomic_write_bytes(target, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8"))
         return len(rows)
 
-    result: dict[str, Any] = {"outputs": {"model": str(lay.model_dir(source)), "max_new_tokens": budget}}
+    result: dict[str, Any] = {"outputs": {"model": str(lay.model_dir(source)), "max_new_tokens": budget},
+                              "metrics": {}}
+    answered = 0
     if not baseline:
         count = answer(list(request.get("eval_prompts") or []), "predictions.jsonl")
+        answered += count
         P.log(f"generated {count} predictions with the {source} model")
         result.update(predictions="predictions.jsonl", metrics={"chat_eval.generated": count})
     general = list(request.get("general_prompts") or [])
     if general:
         count = answer(general, "predictions-general.jsonl")
+        answered += count
         P.log(f"answered {count} general-regression prompts with the {source} model")
         result["general_predictions"] = "predictions-general.jsonl"
+    result["metrics"][f"{request['stage']}.trimmed_prompts"] = trimmed
+    if trimmed:
+        result["notes"] = [trimmed_note(trimmed, answered, f"{request['stage']} prompts",
+                                        "foundation.sequence_length minus the answer budget", seq - budget)]
     return result
 
 

@@ -22,6 +22,7 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
     from ..runtime.common import (
         fconfig, layout, learning_rate, load_tokenizer, model_config, request_device, setup_threads,
     )
+    from ..runtime.chat import check_fits
     from ..runtime.model_io import save_model_dir
     from ..runtime.pretrain import read_series, run_pretraining, training_config
 
@@ -30,6 +31,7 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
     lay = layout(request)
     device = D.init(request_device(request))
     tok = load_tokenizer(request)
+    check_fits(tok, request)  # sequence_length may have changed since the tokenizer stage: exit 2 before training
     manifest = TC.read_manifest(lay.tokens_manifest)
     if manifest is None:
         raise P.StageError(f"{lay.tokens_manifest}: token cache manifest is missing; run the token_cache stage")

@@ -13,6 +13,7 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
     )
     from ..runtime.model_io import load_model_dir, save_model_dir
     from ..runtime.rl import run_rl
+    from tt_stagekit.promptfit import trimmed_note
 
     setup_threads()
     cfg = fconfig(request)
@@ -26,14 +27,20 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
         P.progress(step, total, "step", {"reward": mean_reward, "lr": lr})
 
     P.log(f"RL on {len(rows)} training prompts for {cfg['rl_steps']} steps")
-    rewards = run_rl(model, tok, rows, cfg, learning_rate(cfg), device, autocast_dtype(request, device), on_step)
+    stats: dict = {}
+    rewards = run_rl(model, tok, rows, cfg, learning_rate(cfg), device, autocast_dtype(request, device), on_step,
+                     stats)
     model_dir = save_model_dir(
         lay.model_dir("rl"), model, lay.tokenizer_json, "foundation-rl",
         {"stage": "rl", "system_message_sha256": request.get("system_message_sha256", "")},
     )
     mean = sum(v for _, v in rewards) / max(1, len(rewards))
+    trimmed = stats["trimmed_prompts"]
     return {
-        "metrics": {"rl.mean_reward": mean, "rl.final_reward": rewards[-1][1] if rewards else 0.0, "rl.steps": len(rewards)},
+        "metrics": {"rl.mean_reward": mean, "rl.final_reward": rewards[-1][1] if rewards else 0.0, "rl.steps": len(rewards),
+                    "rl.trimmed_prompts": trimmed},
+        "notes": [trimmed_note(trimmed, len(rows), "RL prompts", "foundation.sequence_length minus the answer budget",
+                               stats["prompt_tokens"])] if trimmed else [],
         "series": {"rl.reward": [[s, v] for s, v in rewards]},
         "outputs": {"model": str(model_dir)},
         "artifacts": [{"kind": "foundation-rl", "path": str(model_dir), "manifest": "artifact-manifest.json"}],

@@ -18,6 +18,7 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
     )
     from ..runtime.model_io import load_model_dir, save_model_dir
     from ..runtime.sft import SftCheckpoints, run_sft, sft_config
+    from tt_stagekit.promptfit import trimmed_note
 
     setup_threads()
     cfg = fconfig(request)
@@ -38,19 +39,25 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
         directory=lay.sft_checkpoints, config=sft_config(cfg, learning_rate(cfg), rows, input_model),
         every_steps=int(cfg["checkpoint_interval_steps"]), keep=int(cfg["keep_checkpoints"]),
     )
+    stats: dict = {}
     losses = run_sft(model, tok, rows, cfg, learning_rate(cfg), device, autocast_dtype(request, device), on_step,
-                     checkpoints)
+                     checkpoints, stats)
     model_dir = lay.model_dir("sft")
     if P.speaks():
         save_model_dir(
             model_dir, model, lay.tokenizer_json, "foundation-sft",
             {"stage": "sft", "system_message_sha256": request.get("system_message_sha256", "")},
         )
-    metrics = {"sft.steps": len(losses)}
+    metrics = {"sft.steps": len(losses), "sft.trimmed_rows": stats["trimmed_rows"]}
     if losses:
         metrics["sft.final_loss"] = losses[-1][1]
+    notes = [trimmed_note(stats["trimmed_rows"], len(rows), "SFT training rows", "foundation.sequence_length",
+                          int(cfg["sequence_length"]))] if stats["trimmed_rows"] else []
+    for note in notes:
+        P.log(note, "warning")
     return {
         "metrics": metrics,
+        "notes": notes,
         "series": {"sft.loss": [[s, v] for s, v in losses]},
         "outputs": {"model": str(model_dir)},
         "artifacts": [{"kind": "foundation-sft", "path": str(model_dir), "manifest": "artifact-manifest.json"}],

@@ -3,6 +3,8 @@
 Writes `<run>/tokenizer/tokenizer.json` and `tokenizer-inputs.json`. An
 existing tokenizer made from the same inputs is reused; one made from other
 inputs is replaced, unless pretraining checkpoints already depend on it.
+Instruction plus the longest answer longer than foundation.sequence_length
+(with an empty user message) exits 2 here, before anything is written.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any, Mapping
 
 from tt_stagekit import protocol as P
 from ..runtime import tokenizer as T
+from ..runtime.chat import check_fits
 from ..runtime.common import checkpoints_exist, corpus_names, fconfig, iter_corpus, layout
 
 
@@ -52,6 +55,7 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
 
     P.log(f"training a {cfg['vocab_size']}-token byte-level BPE on up to {cfg['tokenizer_max_chars']} corpus characters")
     tok = T.train(texts(), int(cfg["vocab_size"]))
+    check_fits(tok, request)  # exit 2 before anything is written or trained on
     lay.tokenizer_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     P.atomic_write_bytes(lay.tokenizer_json, tok.to_str().encode("utf-8"))
     vocab = tok.get_vocab_size(with_added_tokens=True)
