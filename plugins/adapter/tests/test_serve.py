@@ -108,8 +108,6 @@ BAD_REQUESTS = [
     ("max_tokens float", {"model": "tiny-model", "messages": PROMPT, "max_tokens": 2.5}, 400, "max_tokens"),
     ("prompt + max_tokens over context", {"model": "tiny-model", "messages": PROMPT, "max_tokens": 510}, 400,
      "max_tokens"),
-    ("prompt longer than context", {"model": "tiny-model", "messages": [{"role": "user", "content": "great " * 600}]},
-     400, "messages"),
     ("temperature wrong type", {"model": "tiny-model", "messages": PROMPT, "temperature": "hot"}, 400, "temperature"),
     ("temperature out of range", {"model": "tiny-model", "messages": PROMPT, "temperature": 9}, 400, "temperature"),
     ("top_p zero", {"model": "tiny-model", "messages": PROMPT, "top_p": 0}, 400, "top_p"),
@@ -133,6 +131,43 @@ def test_bad_request_gets_openai_error_and_server_keeps_answering(server, name, 
     assert error["param"] == param
     ok = chat(server.url, {"model": "tiny-model", "messages": PROMPT, "max_tokens": 2, "temperature": 0})
     assert ok.status_code == 200 and httpx.get(f"{server.url}/health").json() == {"status": "ok"}
+
+
+def test_long_prompts_are_fitted_instruction_first_or_refused_with_400(server, tiny):
+    """A prompt longer than the context loses user text only; one whose system message cannot fit gets 400."""
+    long = chat(server.url, {"model": "tiny-model", "messages": [{"role": "user", "content": "great " * 600}],
+                             "temperature": 0})
+    assert long.status_code == 200, long.text
+    usage = long.json()["usage"]
+    assert usage["prompt_tokens"] <= 512 - 128  # the answer reserve (a quarter of the 512-token context)
+    assert usage["prompt_tokens"] + usage["completion_tokens"] <= 512
+
+    refused = chat(server.url, {"model": "tiny-model", "messages": PROMPT, "max_tokens": 505})
+    assert refused.status_code == 400
+    error = refused.json()["error"]
+    assert error["code"] == "context_length_exceeded" and error["param"] == "max_tokens"
+    assert "system message" in error["message"] and "512" in error["message"]
+
+    # the serving path itself: oldest whole turns go first, the system message and the last question stay whole
+    from tt_engine_adapter.serve.generation import ChatModel
+    from tt_engine_adapter.serve.request import ChatParams
+
+    model = ChatModel(str(tiny), device="cpu")
+    system = {"role": "system", "content": SYSTEM}
+    turns = []
+    for k in range(6):
+        turns += [{"role": "user", "content": f"review number {k}: " + "the film was great " * 12},
+                  {"role": "assistant", "content": "positive"}]
+    last = {"role": "user", "content": "the plot was dull"}
+    ids, max_new = model.plan(ChatParams(messages=[], max_tokens=200), [system] + turns + [last])
+    kept = next(k for k in range(0, len(turns) + 1, 2)
+                if model.prompt_ids([system] + turns[k:] + [last]) == ids)
+    assert 0 < kept < len(turns) and len(ids) <= 512 - 200 and max_new == 200
+    assert len(model.prompt_ids([system] + turns[kept - 2:] + [last])) > 512 - 200  # no more turns dropped than needed
+    only_last = model.plan(ChatParams(messages=[], max_tokens=200),
+                           [system, {"role": "user", "content": "the film was great " * 100 + "the end"}])[0]
+    text = model.tokenizer.decode(only_last)
+    assert SYSTEM in text and "great the end" in text and len(only_last) <= 312
 
 
 def test_unknown_route_method_and_oversized_body(server):
@@ -161,6 +196,11 @@ def test_api_key_concurrency_limit_and_clean_shutdown(tiny, tmp_path):
         own = [{"role": "system", "content": "Be rude."}, {"role": "user", "content": "hi"},
                {"role": "assistant", "content": "no"}, {"role": "user", "content": [{"type": "text", "text": "why"}]}]
         assert client.chat.completions.create(model="tiny-model", messages=own, max_tokens=3).usage.prompt_tokens > 20
+        # a system message that leaves no room for the answer reserve cannot be trimmed: 400, never cut
+        huge = chat(srv.url, {"model": "tiny-model", "messages": [{"role": "system", "content": "be rude " * 200},
+                                                                  {"role": "user", "content": "hi"}]}, headers=good)
+        assert huge.status_code == 400 and huge.json()["error"]["code"] == "context_length_exceeded"
+        assert huge.json()["error"]["param"] == "messages"
 
         # One long stream holds the only slot: the next request gets 429 at once.
         body = {"model": "tiny-model", "messages": PROMPT, "stream": True, "max_tokens": 400, "temperature": 0,
