@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from tt_engine_foundation.runtime import tokenizer as T
 from tt_engine_foundation.runtime.bpb import evaluate_bpb
-from tt_engine_foundation.runtime.chat import render, render_prompt, reward, truncate_example
+from tt_engine_foundation.runtime.chat import fit_example, render, render_prompt, reward
 from tt_engine_foundation.runtime.model import GPT, config_for_depth
 
 
@@ -50,8 +50,9 @@ def test_render_masks_assistant_tokens_only():
     assert supervised == T.encode(tok, "5") + [T.special_id(tok, T.ASSISTANT_END)]
     prompt = render_prompt(tok, messages, 100)
     assert prompt[-1] == T.special_id(tok, T.ASSISTANT_START) and prompt == ids[: len(prompt)]
-    short, short_mask = truncate_example(ids, mask, 8)
-    assert len(short) == 8 and [i for i, m in zip(short, short_mask) if m] == supervised
+    short, short_mask, trimmed = fit_example(tok, messages, len(ids) - 2)  # the user text loses its start
+    assert trimmed and len(short) <= len(ids) - 2 and [i for i, m in zip(short, short_mask) if m] == supervised
+    assert short[:3 + len(T.encode(tok, "sys"))] == ids[:3 + len(T.encode(tok, "sys"))]  # the system turn whole
 
 
 def test_reward_exact_and_numeric():
