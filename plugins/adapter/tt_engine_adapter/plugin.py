@@ -21,7 +21,7 @@ from tt_host.engine import Check, Engine, Stage
 from tt_host.hookspecs import hookimpl
 from tt_host.spec.schema import BehaviorSpec, StrictModel, resolve_path
 
-from tt_engine_adapter import fingerprint, rows
+from tt_engine_adapter import fingerprint, lengthcheck, rows
 from tt_stagekit.launcher import endpoint_error, nodes_error, stage_arguments
 
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
@@ -162,6 +162,21 @@ class AdapterSpec(BehaviorSpec):
             raise ValueError(f"required for hub id {base!r}: a 40-hex commit (no local folder of that name exists)")
         if not HEX40.match(value):
             raise ValueError(f"{value!r} is not a 40-hex commit id")
+        return value
+
+    @field_validator("hyperparameters")
+    @classmethod
+    def _instruction_fits(cls, value: Hyperparameters, info: ValidationInfo) -> Hyperparameters:
+        """Refuse what can be proven too long without a tokenizer (lengthcheck); prefetch checks exactly."""
+        if info.data.get("base_model") is None:
+            return value
+        system = rows.compile_system_message(
+            info.data.get("system_prompt", ""), info.data.get("guidelines", []), info.data.get("constraints", [])
+        )
+        answers = [example.output for example in info.data.get("examples", [])]
+        error = lengthcheck.length_error(info.data["base_model"], system, answers, value.max_seq_length)
+        if error:
+            raise ValueError(error)
         return value
 
     @field_validator("datasets")

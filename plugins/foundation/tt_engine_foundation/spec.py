@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Literal, Optional
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from tt_host.spec.schema import BehaviorSpec, StrictModel, resolve_path
 from tt_stagekit.launcher import endpoint_error, nodes_error
+from tt_stagekit.promptfit import length_message, words
 
 from .runtime.corpus import SHARD_SUFFIXES
 
+ROW_SPECIAL_TOKENS = 7  # BOS, system/user/assistant start and end markers (the answer's end included)
 MIN_VOCAB = 264  # 256 byte symbols + 8 chat special tokens
 
 
@@ -163,6 +166,28 @@ class FoundationSpec(BehaviorSpec):
 
     engine: Literal["foundation"] = "foundation"
     foundation: FoundationConfig = Field(default_factory=FoundationConfig)
+
+    @field_validator("foundation")
+    @classmethod
+    def _instruction_fits(cls, value: FoundationConfig, info: ValidationInfo) -> FoundationConfig:
+        """Refuse an instruction + longest answer that provably cannot fit foundation.sequence_length.
+
+        The tokenizer is trained at run time, so this is a lower bound: the
+        GPT-4 style split never joins whitespace-separated words, so each is at
+        least one token, plus the row's 7 special tokens (with an empty user
+        message). The tokenizer stage checks the exact length (exit 2).
+        """
+        from tt_host.spec.compiler import compile_system_message
+
+        fields = {key: info.data.get(key, default) for key, default in
+                  (("system_prompt", ""), ("guidelines", []), ("constraints", []))}
+        system = compile_system_message(SimpleNamespace(**fields))
+        answers = [example.output for example in info.data.get("examples", [])]
+        needed = ROW_SPECIAL_TOKENS + words(system) + max((words(a) for a in answers), default=0)
+        if needed > value.sequence_length + 1:  # a row of n ids trains n - 1 positions
+            raise ValueError(length_message("foundation.sequence_length", needed - 1, value.sequence_length,
+                                            exact=False))
+        return value
 
     @model_validator(mode="after")
     def _rl_reachable(self) -> "FoundationSpec":
