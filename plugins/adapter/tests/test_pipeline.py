@@ -125,17 +125,17 @@ def test_prebuilt_row_with_another_system_message_is_refused(tmp_path, tiny_llam
 
 def test_prefetch_counts_trimmed_rows_and_refuses_an_instruction_that_cannot_fit(tmp_path, tiny_llama):
     """Long rows lose user text only (counted in data.trimmed_rows and a note); too short a limit exits 2."""
-    run = sentiment_run(tmp_path / "trim", str(tiny_llama), {**HP, "max_seq_length": 50}, n_train=8, n_eval=2)
+    run = sentiment_run(tmp_path / "trim", str(tiny_llama), {**HP, "max_seq_length": 68}, n_train=8, n_eval=2)
     run.stage("prepare")
     result = run.stage("prefetch")["result"]
     trimmed = result["metrics"]["data.trimmed_rows"]
     assert 0 < trimmed <= 8
     assert result["notes"] and f"{trimmed} of 8 training rows" in result["notes"][0]
 
-    short = sentiment_run(tmp_path / "short", str(tiny_llama), {**HP, "max_seq_length": 30}, n_train=8, n_eval=2)
+    short = sentiment_run(tmp_path / "short", str(tiny_llama), {**HP, "max_seq_length": 40}, n_train=8, n_eval=2)
     short.stage("prepare")
     refused = short.stage("prefetch", check=False)
     assert refused["code"] == 2
     errors = [e["message"] for e in refused["events"] if e.get("level") == "error"]
-    assert any("hyperparameters.max_seq_length is 30" in m and "empty user message" in m for m in errors), errors
+    assert any("hyperparameters.max_seq_length is 40" in m and "empty user message" in m for m in errors), errors
     assert not (tmp_path / "short" / "prefetch" / "result.json").exists()
