@@ -13,13 +13,12 @@ references and scores the answers (tt_host.gate). Nothing here writes.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-
-ROLES = ("system", "user", "assistant")
+from tt_host.spec.compiler import normalize_prompt
+from tt_stagekit.chatrows import check_row, parsed_lines
 
 
 class GeneralSetError(ValueError):
@@ -42,34 +41,17 @@ class GeneralSet:
 
 
 def _messages(value: Any, where: str) -> tuple[Optional[str], list[dict[str, str]]]:
-    if not isinstance(value, dict):
-        raise GeneralSetError(f"{where}: a row must be a JSON object")
-    unknown = sorted(set(value) - {"id", "messages"})
-    if unknown:
-        raise GeneralSetError(f"{where}: unknown key {unknown[0]!r} (a row has 'messages' and an optional 'id')")
-    row_id = value.get("id")
-    if row_id is not None and (not isinstance(row_id, str) or not row_id.strip()):
-        raise GeneralSetError(f"{where}: 'id' must be a non-empty string")
-    messages = value.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise GeneralSetError(f"{where}: 'messages' must be a non-empty list")
-    for index, message in enumerate(messages):
-        if not isinstance(message, dict) or set(message) != {"role", "content"} or message["role"] not in ROLES:
-            raise GeneralSetError(f"{where}: messages[{index}] must be {{\"role\": system|user|assistant, \"content\"}}")
-        if not isinstance(message["content"], str) or not message["content"].strip():
-            raise GeneralSetError(f"{where}: messages[{index}].content must be a non-empty string")
+    row_id, messages = check_row(value, where, GeneralSetError)
     body = messages[1:] if messages[0]["role"] == "system" else messages
     roles = [m["role"] for m in body]
     if len(roles) < 2 or len(roles) % 2 or roles != ["user", "assistant"] * (len(roles) // 2):
         raise GeneralSetError(f"{where}: expected an optional system message, then user/assistant turns ending with "
                               f"the reference answer (got roles {[m['role'] for m in messages]})")
-    return row_id, [dict(m) for m in messages]
+    return row_id, messages
 
 
 def read_general_set(path: Path, system_prompt: Optional[str]) -> GeneralSet:
     """Read and check the dataset; rows with no system message get `system_prompt` (when given)."""
-    from tt_host.spec.compiler import normalize_prompt  # the schema imports this module; compiler imports the schema
-
     path = Path(path)
     if not path.is_file():
         raise GeneralSetError(f"{path}: file not found")
@@ -78,14 +60,7 @@ def read_general_set(path: Path, system_prompt: Optional[str]) -> GeneralSet:
     seen_prompts: dict[str, int] = {}
     ids: set[str] = set()
     system: Optional[tuple[Optional[str], int]] = None
-    for line_no, line in enumerate(data.decode("utf-8", "replace").splitlines(), start=1):
-        where = f"{path}:{line_no}"
-        if not line.strip():
-            continue
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise GeneralSetError(f"{where}: invalid JSON: {exc.msg}") from None
+    for line_no, where, value in parsed_lines(data.decode("utf-8", "replace").splitlines(), path, GeneralSetError):
         row_id, messages = _messages(value, where)
         embedded = messages[0]["content"] if messages[0]["role"] == "system" else None
         if system is None:

@@ -1,6 +1,6 @@
 """Prebuilt chat JSONL datasets: parsing, validation and prompt normalization.
 
-Pure standard library, shared by the host-side plugin (spec validation) and
+Standard library and tt_stagekit only, shared by the host-side plugin (spec validation) and
 the engine runtime, so both refuse exactly the same rows with the same
 file:line messages.
 
@@ -10,11 +10,12 @@ A row is `{"messages": [system?, user, assistant]}` with an optional string
 
 from __future__ import annotations
 
-import json
 import re
 import unicodedata
 from pathlib import Path
 from typing import Any, Iterable, Optional
+
+from tt_stagekit.chatrows import check_row, parsed_lines
 
 DEFAULT_SYSTEM_MESSAGE = "Follow the demonstrated behavior."
 SPLITS = ("train", "validation", "test")
@@ -44,24 +45,7 @@ def compile_system_message(system_prompt: str, guidelines: Iterable[str], constr
 
 
 def _check_row(value: Any, where: str, system_message: Optional[str]) -> tuple[Optional[str], list[dict]]:
-    if not isinstance(value, dict):
-        raise RowError(f"{where}: a row must be a JSON object")
-    unknown = sorted(set(value) - {"id", "messages"})
-    if unknown:
-        raise RowError(f"{where}: unknown key {unknown[0]!r} (a row has 'messages' and an optional 'id')")
-    row_id = value.get("id")
-    if row_id is not None and (not isinstance(row_id, str) or not row_id.strip()):
-        raise RowError(f"{where}: 'id' must be a non-empty string")
-    messages = value.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise RowError(f"{where}: 'messages' must be a non-empty list")
-    for index, message in enumerate(messages):
-        if not isinstance(message, dict) or set(message) != {"role", "content"}:
-            raise RowError(f"{where}: messages[{index}] must be an object with exactly 'role' and 'content'")
-        if message["role"] not in ("system", "user", "assistant"):
-            raise RowError(f"{where}: messages[{index}].role must be system, user or assistant")
-        if not isinstance(message["content"], str) or not message["content"].strip():
-            raise RowError(f"{where}: messages[{index}].content must be a non-empty string")
+    row_id, messages = check_row(value, where, RowError)
     roles = [m["role"] for m in messages]
     body = messages[1:] if roles[0] == "system" else messages
     if [m["role"] for m in body] != ["user", "assistant"]:
@@ -71,7 +55,7 @@ def _check_row(value: Any, where: str, system_message: Optional[str]) -> tuple[O
         )
     if roles[0] == "system" and system_message is not None and messages[0]["content"] != system_message:
         raise RowError(f"{where}: the system message differs from the spec's compiled system message")
-    return row_id, [dict(m) for m in body]
+    return row_id, body
 
 
 def read_chat_jsonl(path: str | Path, split: str, system_message: Optional[str] = None) -> list[dict]:
@@ -84,14 +68,7 @@ def read_chat_jsonl(path: str | Path, split: str, system_message: Optional[str] 
     rows: list[dict] = []
     ids: set[str] = set()
     with path.open("r", encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, start=1):
-            where = f"{path}:{line_no}"
-            if not line.strip():
-                continue
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise RowError(f"{where}: invalid JSON: {exc.msg}") from None
+        for line_no, where, value in parsed_lines(handle, path, RowError):
             row_id, messages = _check_row(value, where, system_message)
             row_id = row_id or f"{split}-{line_no:06d}"
             if row_id in ids:
