@@ -115,9 +115,9 @@ def _get(url: str) -> dict:
         return json.loads(response.read())
 
 
-def _chat(url: str, model: str) -> dict:
-    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "the film was great"}],
-                       "max_tokens": 4, "temperature": 0}).encode()
+def _chat(url: str, model: str, content: str = "the film was great", max_tokens: int = 4) -> dict:
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": content}],
+                       "max_tokens": max_tokens, "temperature": 0}).encode()
     request = urllib.request.Request(f"{url}/v1/chat/completions", data=body,
                                      headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=60) as response:
@@ -143,6 +143,14 @@ def test_tt_serve_answers_and_stops_on_ctrl_c(pipeline, which):
             assert name.endswith("foundation-sft") and (work / "runs/foundation/export/hf/config.json").is_file()
         answer = _chat(ready["url"], name)
         assert answer["choices"][0]["message"]["role"] == "assistant" and answer["usage"]["prompt_tokens"] > 0
+        if which == "foundation-run":  # instruction first on the foundation model's short context too
+            context = json.loads((work / "runs/foundation/export/hf/config.json").read_text())["max_position_embeddings"]
+            long = _chat(ready["url"], name, "the film was great " * 200, max_tokens=4)
+            assert long["usage"]["prompt_tokens"] <= context - 4  # user text trimmed, the system message kept
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                _chat(ready["url"], name, max_tokens=context)
+            assert refused.value.code == 400
+            assert json.loads(refused.value.read())["error"]["code"] == "context_length_exceeded"
     finally:
         process.send_signal(signal.SIGINT)
         code = process.wait(timeout=60)
