@@ -17,8 +17,10 @@ One adapter run (tiny llama, a few LoRA steps) is shared by the module:
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -26,6 +28,7 @@ import pytest
 
 from adapter_support import TT_BIN, build_tiny_model, engine_python, engine_run, tt, tt_env, write_spec
 
+REPO = Path(__file__).resolve().parents[2]
 GENERAL_SYSTEM = "You are a helpful assistant."
 WORDS = ["gentle", "noisy", "bright", "sharp", "quiet", "heavy", "sweet", "strange"]
 
@@ -153,10 +156,26 @@ print(json.dumps({"model": name, "answer": reply.choices[0].message.content.stri
 """
 
 
+def openai_python() -> str:
+    """The adapter project's test environment (runtime + dev groups, so the official openai client), the one
+    scripts/test builds; users' engine environments carry runtime dependencies only."""
+    from tt_host.envs import uv_binary
+
+    project = REPO / "plugins" / "adapter"
+    python = project / ".venv" / "bin" / "python"
+    if not python.exists():
+        env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+        base = getattr(sys, "_base_executable", sys.executable)
+        subprocess.run([uv_binary(), "sync", "--locked", "--quiet", "--project", str(project), "--group", "runtime",
+                        "--python", base, "--no-python-downloads"], env=env, check=True, timeout=1800)
+    return str(python)
+
+
 def _ask(gated: dict, which: str, prompt: str) -> dict:
+    client = openai_python()
     process, ready = _serve(gated["home"], which)
     try:
-        proc = engine_run(gated["python"], gated["home"], "-c", OPENAI_ASK, ready["url"], prompt)
+        proc = engine_run(client, gated["home"], "-c", OPENAI_ASK, ready["url"], prompt)
         return {"ready": ready, **json.loads(proc.stdout.strip().splitlines()[-1])}
     finally:
         process.send_signal(signal.SIGINT)
