@@ -17,6 +17,7 @@ import time
 import pytest
 
 from tt_stagekit import protocol as P
+from tt_stagekit import signals as S
 
 
 def test_new_folder_publishes_every_file_at_once(tmp_path):
@@ -94,12 +95,15 @@ def test_read_request_names_the_missing_field_and_fills_defaults(tmp_path):
 STAGE = """
 import sys, time
 from tt_stagekit import protocol as P
+from tt_stagekit import signals as S
 
 def body(request):
     print("ready", flush=True)
     while not P.stop_requested():
         time.sleep(0.01)
-    if sys.argv[2] == "save":
+    if sys.argv[2] == "slow-save":
+        time.sleep(0.5)  # a step that ends after every copy has arrived
+    if sys.argv[2] in ("save", "slow-save"):
         raise P.Interrupted("saved at step 3")
     time.sleep(30)  # a slow save: a second signal must end it at once
 
@@ -107,18 +111,27 @@ P.run_stage(body, [sys.argv[1]])
 """
 
 
-@pytest.mark.parametrize("mode", ["save", "slow"])
-def test_signals_stop_at_a_step_boundary_and_a_second_exits_at_once(tmp_path, mode):
+WINDOW = 0.8  # TT_SIGNAL_WINDOW_SECONDS for these stages
+
+
+def start_stage(tmp_path, mode, **env):
     request = tmp_path / "request.json"
     request.write_text(json.dumps({"run_dir": str(tmp_path), "stage_dir": str(tmp_path / "s"), "spec": {},
                                    "result_path": str(tmp_path / "s" / "result.json")}))
     script = tmp_path / "stage.py"
     script.write_text(STAGE)
-    proc = subprocess.Popen([sys.executable, str(script), str(request), mode], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, str(script), str(request), mode], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "TT_SIGNAL_WINDOW_SECONDS": str(WINDOW), **env})
     assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+@pytest.mark.parametrize("mode", ["save", "slow"])
+def test_signals_stop_at_a_step_boundary_and_a_second_exits_at_once(tmp_path, mode):
+    proc = start_stage(tmp_path, mode)
     proc.send_signal(signal.SIGTERM)
     if mode == "slow":
-        time.sleep(0.3)
+        time.sleep(WINDOW + 0.4)  # a second request, after the window
         started = time.monotonic()
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=10) == P.EXIT_INTERRUPTED
@@ -129,3 +142,96 @@ def test_signals_stop_at_a_step_boundary_and_a_second_exits_at_once(tmp_path, mo
         assert events == [{"type": "log", "level": "warning", "message": "saved at step 3"}]
     proc.stdout.close()
     assert not os.path.exists(tmp_path / "s" / "result.json")
+
+
+def test_copies_of_one_stop_request_stop_once_at_the_step_boundary(tmp_path):
+    """A supervisor's SIGTERM, tt's forwarded copy and torchrun's: one request, one clean stop."""
+    proc = start_stage(tmp_path, "slow-save")
+    for sig in (signal.SIGTERM, signal.SIGTERM, signal.SIGINT, signal.SIGTERM):
+        proc.send_signal(sig)
+        time.sleep(0.05)
+    assert proc.wait(timeout=10) == P.EXIT_INTERRUPTED
+    events = [json.loads(line) for line in proc.stdout.read().splitlines()]
+    proc.stdout.close()
+    assert events == [{"type": "log", "level": "warning", "message": "saved at step 3"}]
+
+
+def test_stop_requests_classify_copies_and_a_second_request():
+    requests = S.StopRequests(window=1.5)
+    assert not requests.requested
+    assert requests.receive(now=100.0) == S.FIRST and requests.requested
+    assert requests.receive(now=100.0) == S.COPY
+    assert requests.receive(now=101.5) == S.COPY  # the window is measured from the first signal
+    assert requests.receive(now=101.6) == S.AGAIN
+    assert requests.receive(now=200.0) == S.AGAIN
+    assert S.StopRequests(window=0).receive(now=1.0) == S.FIRST
+
+
+def test_window_setting(monkeypatch):
+    monkeypatch.setenv("TT_SIGNAL_WINDOW_SECONDS", "0.25")
+    assert S.StopRequests().window == 0.25
+    monkeypatch.setenv("TT_SIGNAL_WINDOW_SECONDS", "soon")
+    assert S.window_seconds() == S.DEFAULT_WINDOW_SECONDS
+
+
+HOSTED = """
+import os, sys, time, subprocess
+from tt_stagekit import protocol as P
+from tt_stagekit import signals as S
+
+def body(request):
+    while not P.stop_requested():
+        P.progress(1, None, "step")
+        time.sleep(0.05)
+    raise P.Interrupted(f"saved after {P.STOP.signal_name}")
+
+P.run_stage(body, [sys.argv[1]])
+"""
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie waiting for a reaper counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+HOST = """
+import os, subprocess, sys
+os.environ.update(TT_HOST_PID=str(os.getpid()), TT_STAGE_LOG=sys.argv[3])
+stage = subprocess.Popen([sys.executable, sys.argv[1], sys.argv[2]], stdout=subprocess.PIPE)
+print(stage.pid, flush=True)
+stage.wait()
+"""
+
+
+def test_a_stage_stops_and_saves_when_its_host_dies(tmp_path):
+    """The host (SIGKILLed) dies: the stage gets SIGTERM (parent-death signal), stops at its
+    step boundary, and what it writes afterwards lands in its log instead of the closed pipe."""
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"run_dir": str(tmp_path), "stage_dir": str(tmp_path / "s"), "spec": {},
+                                   "result_path": str(tmp_path / "s" / "result.json")}))
+    (tmp_path / "stage.py").write_text(HOSTED)
+    log = tmp_path / "stage.log"
+    # The host: starts the stage with its own pid as TT_HOST_PID and the stage's output on a pipe only the
+    # host reads (like tt), then is SIGKILLed.
+    (tmp_path / "host.py").write_text(HOST)
+    host = subprocess.Popen([sys.executable, str(tmp_path / "host.py"), str(tmp_path / "stage.py"), str(request),
+                             str(log)], stdout=subprocess.PIPE, text=True)
+    stage = int(host.stdout.readline())
+    time.sleep(1.0)
+    killed = time.monotonic()
+    host.kill()
+    host.wait()
+    while time.monotonic() - killed < 10:
+        if not alive(stage):
+            break
+        time.sleep(0.02)
+    else:
+        raise AssertionError("the stage outlived its host by 10 s")
+    gone = time.monotonic() - killed
+    assert gone < 3, gone
+    host.stdout.close()
+    assert "saved after SIGTERM (tt exited)" in log.read_text()

@@ -69,8 +69,9 @@ class LockHeld(RuntimeError):
 class FileLock:
     """An exclusive fcntl lock; the holder's description is written into the lock file.
 
-    The kernel releases it when the process dies, so a SIGKILLed holder never
-    leaves a stale lock behind.
+    The kernel releases it when the last process holding its descriptor dies, so a
+    SIGKILLed holder never leaves a stale lock behind; a child process that inherits
+    the descriptor keeps the lock held while it lives.
     """
 
     def __init__(self, path: Path, holder: str = ""):
@@ -90,6 +91,16 @@ class FileLock:
         self._fd = fd
         return self
 
+    def fileno(self) -> int | None:
+        return self._fd
+
+    def describe(self, holder: str) -> None:
+        """Replace the holder's description written in the lock file."""
+        if self._fd is not None:
+            self.holder = holder
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, holder.encode(), 0)
+
     def release(self) -> None:
         if self._fd is not None:
             os.ftruncate(self._fd, 0)
@@ -102,3 +113,28 @@ class FileLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def processes_holding(path: Path) -> list[int]:
+    """Pids of the processes with `path` open, found through /proc (Linux; [] elsewhere or when unreadable)."""
+    target = os.path.realpath(path)
+    found = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{entry}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{entry}/fd/{fd}") == target:
+                    found.append(int(entry))
+                    break
+            except OSError:
+                continue
+    return sorted(found)

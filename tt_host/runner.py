@@ -6,8 +6,15 @@ own process group). Its stdout and stderr lines are parsed as JSON-line events
 (docs/protocol.md); anything else becomes a log event. Every line is appended
 to the stage log. SIGINT / SIGTERM received by the host are forwarded to the
 stage's group as SIGTERM; after the grace period (default 120 s,
-`TT_STAGE_GRACE_SECONDS`) or a second signal, the group is killed.
-Nothing here knows about torch or any particular engine.
+`TT_STAGE_GRACE_SECONDS`) or a second stop request, the group is killed.
+Signals within `TT_SIGNAL_WINDOW_SECONDS` (1.5 s) of the first are copies of the
+same request (a supervisor signalling every process at once) and change nothing
+(tt_stagekit.signals; docs/operations.md).
+
+The stage learns the host's pid (`TT_HOST_PID`: it stops when the host dies)
+and its log file (`TT_STAGE_LOG`: where it writes once the host is gone), and
+can be handed open file descriptors, e.g. the run lock, so that the lock lives
+as long as the stage. Nothing here knows about torch or any particular engine.
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
+
+from tt_stagekit.signals import AGAIN, COPY, HOST_PID_ENV, STAGE_LOG_ENV, StopRequests
 
 DEFAULT_GRACE_SECONDS = 120.0
 EXIT_INTERRUPTED = 130
@@ -60,7 +69,8 @@ class SignalForwarder:
     """While a child process group runs, forward the host's SIGINT/SIGTERM to it.
 
     forward_as: the signal sent to the group (None: the one received).
-    second_kills: a second signal kills the group at once (else it is forwarded again).
+    second_kills: a second stop request kills the group at once (else it is forwarded again).
+    Signals within the window of the first are copies of it and ignored.
     After `grace` seconds from the first signal, the group is killed.
     """
 
@@ -69,6 +79,7 @@ class SignalForwarder:
         self.process, self.grace = process, grace
         self.forward_as, self.second_kills = forward_as, second_kills
         self.signalled = threading.Event()
+        self.requests = StopRequests()
         self.killed = False
         self._previous: dict[int, Any] = {}
         self._deadline: Optional[float] = None
@@ -84,7 +95,10 @@ class SignalForwarder:
             signal.signal(sig, handler)
 
     def _handle(self, signum: int, frame: object) -> None:
-        if self.signalled.is_set() and self.second_kills:
+        verdict = self.requests.receive()
+        if verdict == COPY:
+            return
+        if verdict == AGAIN and self.second_kills:
             self.kill()
             return
         if not self.signalled.is_set():
@@ -127,9 +141,14 @@ def run_stage(
     on_event: Callable[[dict[str, Any]], None],
     grace: Optional[float] = None,
     extra_env: Optional[dict[str, str]] = None,
+    keep_fds: tuple[int, ...] = (),
+    on_started: Optional[Callable[[int], None]] = None,
 ) -> StageOutcome:
+    """Run one stage to its end. keep_fds: descriptors the stage inherits (the run lock);
+    on_started: called with the stage's pid once it runs."""
     started = time.monotonic()
     env = dict(os.environ, PYTHONUNBUFFERED="1", TT_STAGE_REQUEST=str(request_path))
+    env.update({HOST_PID_ENV: str(os.getpid()), STAGE_LOG_ENV: str(log_path)})
     env.pop("VIRTUAL_ENV", None)
     env.pop("PYTHONPATH", None)  # the host's import path must not leak into the engine environment
     env.update(extra_env or {})
@@ -137,7 +156,10 @@ def run_stage(
         [str(python), *(["-m", arguments] if isinstance(arguments, str) else arguments), str(request_path)],
         cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL, start_new_session=True, bufsize=1, text=True, errors="replace",
+        pass_fds=keep_fds,
     )
+    if on_started is not None:
+        on_started(process.pid)
     last_error: Optional[str] = None
     tail: list[str] = []
     with SignalForwarder(process, grace_seconds() if grace is None else grace) as forwarder, open(

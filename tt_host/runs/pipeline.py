@@ -275,7 +275,8 @@ def _run_one(loaded, plugins, run: RunDir, env, stage, fingerprint, resume, devi
                 reporter.message(f"observer {impl.plugin_name!r} failed on {event.get('type')}: {exc}", "yellow")
 
     on_event({"type": "stage_start", "stage": stage.name, "resume": resume})
-    outcome = run_stage(env.python, stage.arguments(spec), request_path, run.path, run.logs / f"{stage.name}.log", on_event)
+    outcome = run_stage(env.python, stage.arguments(spec), request_path, run.path, run.logs / f"{stage.name}.log",
+                        on_event, keep_fds=run.lock_fds(), on_started=lambda pid: run.note_stage(stage.name, pid))
     result = run.read_result(stage.name) if outcome.exit_code == EXIT_OK else None
     code, err = outcome.exit_code, outcome.last_error
     if code == EXIT_OK and (result is None or result.get("status") != "completed"):

@@ -7,7 +7,9 @@ Layout:
     <run>/<stage>/        one folder per stage: request.json, result.json, outputs
     <run>/logs/<stage>.log
     <run>/report.json, report.md
-    <run>/.tt-run.lock    held (fcntl) by the process driving the run
+    <run>/.tt-run.lock    held (flock) by the process driving the run and by the stage processes it
+                          started (they inherit its descriptor), so it outlives a killed `tt`
+                          until its stages have stopped
 
 Folders are 0700, files 0600, every JSON write is atomic.
 """
@@ -16,12 +18,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import time
 from pathlib import Path
 from typing import Any, Optional
 
-from tt_host.fsutil import FileLock, LockHeld, make_private_dir, sha256_file, write_json_atomic
+from tt_host.fsutil import FileLock, LockHeld, make_private_dir, processes_holding, sha256_file, write_json_atomic
 
 RUN_FORMAT = 1
 STAGE_STATES = ("pending", "running", "completed", "failed", "interrupted", "skipped")
@@ -78,22 +81,29 @@ class RunDir:
 
     # --- lock ------------------------------------------------------------
     def lock(self) -> None:
-        """Refuse at once when another process drives this run directory."""
+        """Refuse at once when another process drives this run directory, or stages of a dead one still run."""
         make_private_dir(self.path)
         holder = f"pid {os.getpid()} on {socket.gethostname()} since {now()}"
         lock = FileLock(self.path / ".tt-run.lock", holder=holder)
         try:
             self._lock = lock.acquire(blocking=False)
         except LockHeld as exc:
-            raise RunInUseError(
-                f"run directory {self.path} is in use by {exc.holder}; wait for it to finish or stop it "
-                "(Ctrl-C checkpoints and exits), then resume"
-            ) from None
+            raise RunInUseError(in_use_message(self.path, exc.holder, processes_holding(lock.path))) from None
 
     def unlock(self) -> None:
         if self._lock is not None:
             self._lock.release()
             self._lock = None
+
+    def lock_fds(self) -> tuple[int, ...]:
+        """The lock's descriptor, for the stage processes to inherit (the lock then lives as long as they do)."""
+        fd = self._lock.fileno() if self._lock is not None else None
+        return () if fd is None else (fd,)
+
+    def note_stage(self, stage: str, pid: int) -> None:
+        """Name the running stage's pid in the lock file, for a refused second `tt` to report."""
+        if self._lock is not None:
+            self._lock.describe(f"{self._lock.holder.split('; ')[0]}; stage {stage} pid {pid}")
 
     # --- stage results ---------------------------------------------------
     def read_result(self, stage: str) -> Optional[dict[str, Any]]:
@@ -125,3 +135,18 @@ def find_runs(root: Path) -> list[Path]:
             seen.add(path.resolve())
             unique.append(path)
     return unique
+
+
+def in_use_message(path: Path, holder: str, pids: list[int]) -> str:
+    """Why a run directory cannot be locked: a live `tt`, or stage processes a dead `tt` left finishing."""
+    pids = [p for p in pids if p != os.getpid()]
+    found = re.match(r"pid (\d+) on (\S+)", holder)
+    host_pid = int(found.group(1)) if found else None
+    if found and found.group(2) == socket.gethostname() and pids and host_pid not in pids:
+        return (f"run directory {path} is still in use: the tt that ran it (pid {host_pid}) has exited, but "
+                f"processes it started still run (pid {', '.join(map(str, pids))}; {holder}); they save a "
+                "checkpoint at their next step boundary and exit within seconds. Wait until they have exited, "
+                "then resume")
+    running = f" (processes: pid {', '.join(map(str, pids))})" if pids else ""
+    return (f"run directory {path} is in use by {holder}{running}; wait for it to finish or stop it "
+            "(Ctrl-C checkpoints and exits), then resume")

@@ -28,6 +28,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+from . import signals
 from .protocol import InvalidInput, StageError
 
 DEFAULT_TIMEOUT_SECONDS = 600.0
@@ -77,7 +78,7 @@ def _die_with_launcher() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
     except Exception:
         return
-    if os.getppid() == 1:  # the launcher died before prctl took effect
+    if not signals.host_alive() or os.getppid() == 1:  # the launcher died before prctl took effect
         os._exit(1)
 
 

@@ -26,6 +26,8 @@ import signal
 import sys
 from typing import Any, Mapping, Optional, Sequence
 
+from . import signals
+
 MODULE = "tt_stagekit.launcher"
 DEFAULT_MASTER_PORT = 29500
 
@@ -97,12 +99,29 @@ def _exit_code(failure: Any) -> int:
     return code if code in (1, 2, 130) else 1
 
 
+def _count_copies_once(api: Any) -> None:
+    """torchrun's signal handler raises on every signal, and a second raise cuts the agent's wait for
+    its ranks' checkpoints short: let copies of the first request through only once."""
+    original = api._terminate_process_handler
+    requests = signals.StopRequests()
+
+    def handler(signum: int, frame: Any) -> None:
+        if requests.receive() != signals.COPY:
+            original(signum, frame)
+
+    api._terminate_process_handler = handler  # looked up when torchrun installs its handlers
+
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
+    signals.watch_host()  # SIGTERM when tt dies: the agent then stops its ranks at a step boundary
+    os.environ[signals.HOST_PID_ENV] = str(os.getpid())  # each rank's host is this agent
+    from torch.distributed.elastic.multiprocessing import api
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import get_args_parser, run
 
     args = get_args_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    _count_copies_once(api)
     try:
         run(args)
     except ChildFailedError as exc:

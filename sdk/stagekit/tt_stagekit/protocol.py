@@ -1,8 +1,10 @@
 """The stage side of tt's stage protocol (docs/protocol.md), shared by the engines.
 
 Reads the request, emits JSON-line events on stdout, writes files atomically,
-turns SIGTERM/SIGINT into a flag long loops check at step boundaries (a
-second signal exits at once), and maps errors onto the protocol's exit codes:
+turns SIGTERM/SIGINT into a flag long loops check at step boundaries (copies
+of one stop request arriving together count once; a second request exits at
+once: tt_stagekit.signals), stops the stage when the `tt` that started it dies,
+and maps errors onto the protocol's exit codes:
 0 completed, 1 failed, 2 invalid input, 130 interrupted. Stdlib only; never
 imports tt_host.
 
@@ -23,7 +25,9 @@ import sys
 import tempfile
 import traceback
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterator, Mapping, Optional, Sequence
+from typing import Any, BinaryIO, Callable, Iterator, Mapping, Optional, Sequence, TextIO
+
+from . import signals
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -52,21 +56,35 @@ class Interrupted(Exception):
 
 
 class StopFlag:
-    """Set by the first SIGTERM/SIGINT; long loops poll it at step boundaries. A second signal exits at once."""
+    """Set by the first SIGTERM/SIGINT (or by the death of the host); long loops poll it at step boundaries.
+
+    Signals within the window of the first are copies of the same request (a supervisor signalled every
+    process, and tt or torchrun forwarded theirs) and change nothing; a signal after the window is a
+    second request and exits at once (130) without saving.
+    """
 
     def __init__(self) -> None:
         self.requested = False
         self.signal_name = ""
+        self.requests = signals.StopRequests()
 
     def install(self) -> None:
+        self.requests = signals.StopRequests()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._handle)
+        signals.watch_host()
+
+    def request(self, reason: str) -> None:
+        if not self.requested:
+            self.requested, self.signal_name = True, reason
 
     def _handle(self, signum: int, frame: Any) -> None:
-        if self.requested:
+        verdict = self.requests.receive()
+        if verdict == signals.AGAIN:
             os._exit(EXIT_INTERRUPTED)
-        self.requested = True
-        self.signal_name = signal.Signals(signum).name
+        if verdict == signals.FIRST:
+            name = signal.Signals(signum).name
+            self.request(name if signals.host_alive() else f"{name} (tt exited)")
 
 
 STOP = StopFlag()
@@ -93,11 +111,22 @@ def emit(event: Mapping[str, Any]) -> None:
     """Write one event as a JSON line on stdout and flush it."""
     if not speaks():
         if event.get("type") == "log" and event.get("level") in ("warning", "error"):
-            sys.stderr.write(f"[rank {os.environ.get('RANK', '?')}] {event.get('level')}: {event.get('message')}\n")
-            sys.stderr.flush()
+            _write(sys.stderr, f"[rank {os.environ.get('RANK', '?')}] {event.get('level')}: {event.get('message')}\n")
         return
-    sys.stdout.write(json.dumps(event, ensure_ascii=False, default=_json_default) + "\n")
-    sys.stdout.flush()
+    _write(sys.stdout, json.dumps(event, ensure_ascii=False, default=_json_default) + "\n")
+
+
+def _write(stream: TextIO, text: str) -> None:
+    """Write and flush; when the host's pipe is closed (tt died), keep writing to the stage log and stop."""
+    try:
+        stream.write(text)
+        stream.flush()
+    except BrokenPipeError:
+        signals.host_gone()
+        STOP.request("tt exited")
+        with contextlib.suppress(OSError, ValueError):  # the failed write's text was dropped: write it again
+            stream.write(text)
+            stream.flush()
 
 
 def log(message: str, level: str = "info") -> None:
@@ -257,7 +286,8 @@ def run_stage(body: Callable[[dict[str, Any]], Mapping[str, Any]], argv: Optiona
         sys.stderr.write(traceback.format_exc())
         log(f"{type(exc).__name__}: {exc}", "error")
         code = EXIT_FAILED
-    sys.stdout.flush()
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
     sys.exit(code)
 
 
