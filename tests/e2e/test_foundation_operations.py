@@ -1,0 +1,171 @@
+"""Runs stopped the way supervisors and crashes stop them (issue 11, "what it must show" 1 and 2).
+
+1. systemd, Kubernetes, Slurm and `kill -TERM -<pgid>` send SIGTERM to every process at once: tt, the
+   stage, the torchrun agent and every rank. Each time: exit 130, one checkpoint at the step where
+   training stopped, the run marked interrupted, and the resumed run ends byte-identical to an
+   uninterrupted one (1 process, and `nproc_per_node: 2`).
+2. `tt` SIGKILLed mid-pretraining: every stage process notices, checkpoints and exits within seconds;
+   a `tt run --resume` started while one still lives is refused naming its pid, then succeeds.
+
+Real `tt`, real stages, real torchrun; processes found through /proc. checkpoint_interval_steps is
+larger than the run, so every checkpoint here was written in answer to a signal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from foundation_support import checkpoints, heartbeat_step, tiny_spec, tt, tt_popen, wait_for_step
+
+MODEL = "pretrain/model/model.safetensors"
+STEPS = 30
+SETTINGS = dict(pretrain_steps=STEPS, checkpoint_interval_steps=1000, keep_checkpoints=5, finetune_steps=0)
+
+
+def children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            tree.setdefault(ppid, []).append(int(entry.name))
+    return tree
+
+
+def descendants(pid: int) -> list[int]:
+    tree, found, todo = children(), [], [pid]
+    while todo:
+        for child in tree.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie waiting for its reaper counts as gone)."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def wait_gone(pids: list[int], timeout: float = 60) -> float:
+    started = time.monotonic()
+    while any(alive(p) for p in pids):
+        assert time.monotonic() - started < timeout, f"still running {timeout}s later: {[p for p in pids if alive(p)]}"
+        time.sleep(0.02)
+    return time.monotonic() - started
+
+
+def run_state(run_dir: Path) -> dict:
+    return json.loads((run_dir / "run.json").read_text())
+
+
+def assert_checkpoint_at_last_step(run_dir: Path, after: int) -> int:
+    """The newest checkpoint is the step training stopped at (its last heartbeat), not an older one."""
+    stopped = heartbeat_step(run_dir)
+    assert after < stopped < STEPS, (after, stopped)
+    assert checkpoints(run_dir)[-1] == f"step-{stopped:09d}", (checkpoints(run_dir), stopped)
+    meta = json.loads((run_dir / "pretrain" / "recovery" / "checkpoints" / f"step-{stopped:09d}" / "metadata.json").read_text())
+    assert meta["step"] == stopped
+    return stopped
+
+
+def reference_run(base: Path, **settings) -> Path:
+    spec = tiny_spec(base / "spec", **SETTINGS, **settings)
+    proc = tt(base, "run", spec, "--resume", base / "run")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return base / "run"
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    return reference_run(tmp_path_factory.mktemp("reference"))
+
+
+@pytest.fixture(scope="module")
+def reference2(tmp_path_factory):
+    return reference_run(tmp_path_factory.mktemp("reference2"), nproc_per_node=2)
+
+
+def sigterm_everything_at(tmp_path: Path, spec: Path, run_dir: Path, step: int, processes: int) -> int:
+    """Start (or resume) the run, and at `step` send SIGTERM to tt and every process under it at once."""
+    proc = tt_popen(tmp_path, "run", spec, "--resume", run_dir)
+    wait_for_step(run_dir, step, proc)
+    tree = [proc.pid, *descendants(proc.pid)]
+    assert len(tree) >= processes, tree  # tt, the stage (or the torchrun agent and its ranks)
+    for pid in tree:
+        os.kill(pid, signal.SIGTERM)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 130, out
+    assert not [p for p in tree if alive(p)], "a process outlived the stop"
+    state = run_state(run_dir)
+    assert state["status"] == "interrupted" and state["stages"]["pretrain"]["state"] == "interrupted"
+    return assert_checkpoint_at_last_step(run_dir, step - 1)
+
+
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_sigterm_to_every_process_at_once_checkpoints_where_it_stopped(tmp_path, request, nproc):
+    ref = request.getfixturevalue("reference" if nproc == 1 else "reference2")
+    spec = tiny_spec(tmp_path / "spec", **SETTINGS, nproc_per_node=nproc)
+    run_dir = tmp_path / "run"
+    processes = 2 if nproc == 1 else 4
+    started = time.monotonic()
+    first = sigterm_everything_at(tmp_path, spec, run_dir, 3, processes)
+    second = sigterm_everything_at(tmp_path, spec, run_dir, first + 6, processes)
+    assert checkpoints(run_dir) == [f"step-{first:09d}", f"step-{second:09d}"]
+    resumed = tt(tmp_path, "run", spec, "--resume", run_dir)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert f"at step {second}" in (run_dir / "logs" / "pretrain.log").read_text()
+    assert (run_dir / MODEL).read_bytes() == (ref / MODEL).read_bytes()
+    print(f"nproc {nproc}: stopped at steps {first} and {second}; {time.monotonic() - started:.0f}s")
+
+
+def test_killed_tt_stops_its_stage_and_a_resume_waits_for_it(tmp_path, reference2):
+    spec = tiny_spec(tmp_path / "spec", **SETTINGS, nproc_per_node=2)
+    run_dir = tmp_path / "run"
+
+    # tt SIGKILLed: the torchrun agent gets SIGTERM from the kernel, its ranks checkpoint and all exit.
+    proc = tt_popen(tmp_path, "run", spec, "--resume", run_dir)
+    wait_for_step(run_dir, 3, proc)
+    stage = descendants(proc.pid)
+    assert len(stage) >= 3, stage  # the agent and two ranks
+    proc.kill()
+    killed = time.monotonic()
+    proc.wait()
+    gone = wait_gone(stage)
+    first = assert_checkpoint_at_last_step(run_dir, 2)
+    assert gone < 15, f"the stage outlived tt by {gone:.1f}s"
+    print(f"tt SIGKILL -> every stage process exited in {time.monotonic() - killed:.2f}s (checkpoint at step {first})")
+    assert "(tt exited)" in (run_dir / "logs" / "pretrain.log").read_text()  # written after tt's pipe closed
+
+    # Again, with the stage frozen (a long step at real sizes): a resume in that window is refused, naming
+    # the pid still running; once the stage has checkpointed and exited, the resume runs to the end.
+    proc = tt_popen(tmp_path, "run", spec, "--resume", run_dir)
+    wait_for_step(run_dir, first + 3, proc)
+    agent = children()[proc.pid]
+    stage = descendants(proc.pid)
+    for pid in stage:
+        os.kill(pid, signal.SIGSTOP)
+    proc.kill()
+    proc.wait()
+    refused = tt(tmp_path, "run", spec, "--resume", run_dir)
+    message = " ".join((refused.stdout + refused.stderr).split())  # the console wraps long lines
+    assert refused.returncode == 2, message
+    assert "has exited" in message and f"pid {agent[0]}" in message and "Wait until" in message, message
+    for pid in stage:
+        os.kill(pid, signal.SIGCONT)
+    wait_gone(stage)
+    second = assert_checkpoint_at_last_step(run_dir, first + 2)
+    resumed = tt(tmp_path, "run", spec, "--resume", run_dir)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert f"at step {second}" in (run_dir / "logs" / "pretrain.log").read_text()
+    assert (run_dir / MODEL).read_bytes() == (reference2 / MODEL).read_bytes()
