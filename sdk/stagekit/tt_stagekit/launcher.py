@@ -20,6 +20,7 @@ with `node_rank` fixing each node's ranks. See docs/distributed.md.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -112,7 +113,7 @@ def _count_copies_once(api: Any) -> None:
     api._terminate_process_handler = handler  # looked up when torchrun installs its handlers
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
+def _launch(argv: Optional[Sequence[str]]) -> int:
     signals.watch_host()  # SIGTERM when tt dies: the agent then stops its ranks at a step boundary
     os.environ[signals.HOST_PID_ENV] = str(os.getpid())  # each rank's host is this agent
     from torch.distributed.elastic.multiprocessing import api
@@ -139,11 +140,17 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                 name = f"signal {code}"
             _error(f"distributed rank {rank} (pid {first.pid}) was killed by {name}; every other rank was stopped, "
                    "the run failed (resume with --resume from the last checkpoint)")
-            sys.exit(1)
-        sys.exit(_exit_code(first))
+            return 1
+        return _exit_code(first)
     except SignalException:
-        sys.exit(130)
-    sys.exit(0)
+        return 130
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    code = _launch(argv)
+    gc.freeze()  # skip the exit-time collection of torch's objects (seconds on a loaded CPU): nothing needs it
+    sys.exit(code)
 
 
 if __name__ == "__main__":
