@@ -117,49 +117,49 @@ def sigterm_everything_at(tmp_path: Path, spec: Path, run_dir: Path, step: int, 
     return assert_checkpoint_at_last_step(run_dir, step - 1)
 
 
-@pytest.mark.parametrize("nproc", [1, 2])
-def test_sigterm_to_every_process_at_once_checkpoints_where_it_stopped(tmp_path, request, nproc):
-    ref = request.getfixturevalue("reference" if nproc == 1 else "reference2")
-    spec = tiny_spec(tmp_path / "spec", **SETTINGS, nproc_per_node=nproc)
+def test_sigterm_to_every_process_at_once_checkpoints_where_it_stopped(tmp_path, reference):
+    """Must-show 1, one process: tt and the stage get SIGTERM together, at two points of pretraining."""
+    spec = tiny_spec(tmp_path / "spec", **SETTINGS)
     run_dir = tmp_path / "run"
-    processes = 2 if nproc == 1 else 4
     started = time.monotonic()
-    first = sigterm_everything_at(tmp_path, spec, run_dir, 3, processes)
-    second = sigterm_everything_at(tmp_path, spec, run_dir, first + 6, processes)
+    first = sigterm_everything_at(tmp_path, spec, run_dir, 3, 2)
+    second = sigterm_everything_at(tmp_path, spec, run_dir, first + 6, 2)
     assert checkpoints(run_dir) == [f"step-{first:09d}", f"step-{second:09d}"]
-    resumed = tt(tmp_path, "run", spec, "--resume", run_dir)
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert f"at step {second}" in (run_dir / "logs" / "pretrain.log").read_text()
-    assert (run_dir / MODEL).read_bytes() == (ref / MODEL).read_bytes()
-    print(f"nproc {nproc}: stopped at steps {first} and {second}; {time.monotonic() - started:.0f}s")
+    resume_to_the_end(tmp_path, spec, run_dir, second, reference)
+    print(f"1 process: stopped at steps {first} and {second}; {time.monotonic() - started:.0f}s")
 
 
-def test_killed_tt_stops_its_stage_and_a_resume_waits_for_it(tmp_path, reference2):
+def test_two_processes_under_sigterm_to_all_and_a_killed_tt(tmp_path, reference2):
+    """Must-show 1 with `nproc_per_node: 2` (tt, the torchrun agent and both ranks get SIGTERM together, at
+    two points), then must-show 2 on the same run: tt SIGKILLed, twice, the second time with the stage frozen
+    (a long step at real sizes) so that a resume in that window is refused; then it ends byte-identical."""
     spec = tiny_spec(tmp_path / "spec", **SETTINGS, nproc_per_node=2)
     run_dir = tmp_path / "run"
+    started = time.monotonic()
+    first = sigterm_everything_at(tmp_path, spec, run_dir, 3, 4)
+    second = sigterm_everything_at(tmp_path, spec, run_dir, first + 5, 4)
+    assert checkpoints(run_dir) == [f"step-{first:09d}", f"step-{second:09d}"]
 
     # tt SIGKILLed: the torchrun agent gets SIGTERM from the kernel, its ranks checkpoint and all exit.
     proc = tt_popen(tmp_path, "run", spec, "--resume", run_dir)
-    wait_for_step(run_dir, 3, proc)
+    wait_for_step(run_dir, second + 3, proc)
     stage = descendants(proc.pid)
     assert len(stage) >= 3, stage  # the agent and two ranks
     proc.kill()
-    killed = time.monotonic()
     at_kill = heartbeat_step(run_dir)
     proc.wait()
     gone = wait_gone(stage)
-    first = assert_checkpoint_at_last_step(run_dir, 2)
-    assert first <= at_kill + 2, (at_kill, first)  # noticed at once: it stopped after the step in progress
+    third = assert_checkpoint_at_last_step(run_dir, second + 2)
+    assert third <= at_kill + 2, (at_kill, third)  # noticed at once: it stopped after the step in progress
     assert gone < 30, f"the stage outlived tt by {gone:.1f}s"
-    print(f"tt SIGKILL at step {at_kill} -> checkpoint at step {first}, every stage process exited after {gone:.2f}s "
+    print(f"tt SIGKILL at step {at_kill} -> checkpoint at step {third}, every stage process exited after {gone:.2f}s "
           f"(one step takes {step_seconds(run_dir):.2f}s here)")
     log = (run_dir / "logs" / "pretrain.log").read_text()
-    assert f"checkpoint step-{first:09d} saved" in log  # written after tt's pipe closed: kept in the stage log
+    assert f"checkpoint step-{third:09d} saved" in log  # written after tt's pipe closed: kept in the stage log
 
-    # Again, with the stage frozen (a long step at real sizes): a resume in that window is refused, naming
-    # the pid still running; once the stage has checkpointed and exited, the resume runs to the end.
+    # Again with the stage frozen: a resume while it lives is refused, naming the pid still running.
     proc = tt_popen(tmp_path, "run", spec, "--resume", run_dir)
-    wait_for_step(run_dir, first + 3, proc)
+    wait_for_step(run_dir, third + 3, proc)
     agent = children()[proc.pid]
     stage = descendants(proc.pid)
     for pid in stage:
@@ -173,8 +173,13 @@ def test_killed_tt_stops_its_stage_and_a_resume_waits_for_it(tmp_path, reference
     for pid in stage:
         os.kill(pid, signal.SIGCONT)
     wait_gone(stage)
-    second = assert_checkpoint_at_last_step(run_dir, first + 2)
+    fourth = assert_checkpoint_at_last_step(run_dir, third + 2)
+    resume_to_the_end(tmp_path, spec, run_dir, fourth, reference2)
+    print(f"2 processes: stopped at steps {first}, {second}, {third}, {fourth}; {time.monotonic() - started:.0f}s")
+
+
+def resume_to_the_end(tmp_path: Path, spec: Path, run_dir: Path, stopped: int, reference: Path) -> None:
     resumed = tt(tmp_path, "run", spec, "--resume", run_dir)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert f"at step {second}" in (run_dir / "logs" / "pretrain.log").read_text()
-    assert (run_dir / MODEL).read_bytes() == (reference2 / MODEL).read_bytes()
+    assert f"at step {stopped}" in (run_dir / "logs" / "pretrain.log").read_text()
+    assert (run_dir / MODEL).read_bytes() == (reference / MODEL).read_bytes()

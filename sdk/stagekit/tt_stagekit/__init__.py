@@ -4,9 +4,10 @@ Engine runtime code never imports `tt_host`; what several engines need at
 runtime lives here instead, in a stdlib-only distribution that each engine
 lists as a dependency (so it is in the host environment for the plugin module
 and in each engine environment for its stages). The host depends on it for
-`scoring` alone.
+`scoring`, `chatrows` and `signals`.
 
 - `protocol`: the stage side of the stage protocol (docs/protocol.md).
+- `signals`: copies of one stop request count once; a stage stops when its host dies (docs/operations.md).
 - `distributed`: the torchrun process group, collectives, DDP (torch imported lazily).
 - `devices`: which device a stage computes on.
 - `launcher`: starting a stage under torchrun.
