@@ -1,4 +1,5 @@
-"""`tt doctor`: host checks (python, uv, disk, writable folders, plugins) and a spec's engine checks."""
+"""`tt doctor`: host checks (python, uv, disk, writable folders, plugins) and a spec's checks: its fields
+(placeholders included), its engine's checks, and the disk its run needs (tt_host.preflight)."""
 
 from __future__ import annotations
 
@@ -7,56 +8,22 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Iterator, Optional
 
 from tt_host.engine import Check
 from tt_host.plugins import Plugins
+from tt_host.preflight import existing_parent
 
-PLACEHOLDER = "TODO"
 MIN_FREE_GB = 10.0
 
 
-def starter_spec(engine: str) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "name": "TODO: a name for this behavior",
-        "description": "",
-        "engine": engine,
-        "system_prompt": "TODO: describe the behavior you want",
-        "guidelines": ["TODO: a guideline"],
-        "constraints": [],
-        "examples": [
-            {"input": "TODO: an example input", "output": "TODO: the output you want"},
-            {"input": "TODO: another example input", "output": "TODO: its output"},
-        ],
-    }
-    if engine == "adapter":
-        spec["base_model"] = "TODO: a local Hugging Face model folder or a hub id"
-    return spec
-
-
-def _placeholders(value: Any, loc: str = "") -> Iterator[str]:
-    if isinstance(value, str) and PLACEHOLDER in value:
-        yield loc or "(spec)"
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from _placeholders(item, f"{loc}.{key}" if loc else key)
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from _placeholders(item, f"{loc}.{index}")
-
-
 def _writable(path: Path) -> tuple[bool, str]:
-    probe = path
-    while not probe.exists():
-        probe = probe.parent
+    probe = existing_parent(path)
     return os.access(probe, os.W_OK), str(probe)
 
 
 def _disk(path: Path) -> float:
-    probe = path
-    while not probe.exists():
-        probe = probe.parent
-    return shutil.disk_usage(probe).free / 1e9
+    return shutil.disk_usage(existing_parent(path)).free / 1e9
 
 
 def host_checks(plugins: Plugins) -> Iterator[Check]:
@@ -85,22 +52,22 @@ def host_checks(plugins: Plugins) -> Iterator[Check]:
         yield Check(f"plugin {problem.plugin}", "warn", problem.error, "reinstall or disable it (TT_DISABLE_PLUGINS)")
 
 
-def spec_checks(spec_path: Path, device: Optional[str], plugins: Plugins) -> Iterator[Check]:
+def spec_checks(spec_path: Path, device: Optional[str], plugins: Plugins,
+                run_folder: Optional[Path] = None) -> Iterator[Check]:
     from tt_host import envs
-    from tt_host.spec.loading import load_spec, read_json
+    from tt_host.preflight import default_run_folder, engine_disk_checks
+    from tt_host.spec.loading import load_spec
 
-    raw, _ = read_json(spec_path)
-    for loc in _placeholders(raw or {}):
-        yield Check(f"spec {loc}", "fail", "still holds a TODO placeholder", f"edit {spec_path}")
     loaded = load_spec(spec_path, plugins)
     for error in loaded.errors:
         yield Check(f"spec {error.loc}", "fail", error.msg, f"fix {spec_path} and run `tt validate`")
     for warning in loaded.warnings:
         yield Check(f"spec {warning.loc}", "warn", warning.msg, f"rename it in {spec_path}")
-    run_root = Path(spec_path).absolute().parent / ".tuned-tensor"
+    run_root = default_run_folder(spec_path, run_folder)
     ok, where = _writable(run_root)
     yield Check("run folder", "ok" if ok else "fail", f"{run_root} (writable: {ok})",
-                "" if ok else f"make {where} writable or use --resume DIR elsewhere")
+                "" if ok else f"make {where} writable or use --resume DIR elsewhere",
+                {"folder": str(run_root), "measured_at": where, "writable": ok})
     if loaded.engine is None:
         return
     try:
@@ -116,10 +83,12 @@ def spec_checks(spec_path: Path, device: Optional[str], plugins: Plugins) -> Ite
         except Exception as exc:  # an engine's doctor must not crash tt doctor
             yield Check(f"{loaded.engine.name} checks", "fail", f"the engine's doctor raised {exc!r}",
                         "report this to the engine's authors")
+    yield from engine_disk_checks(loaded.engine, loaded.spec, run_root)
 
 
-def run_checks(spec_path: Optional[Path], device: Optional[str], plugins: Plugins) -> list[Check]:
+def run_checks(spec_path: Optional[Path], device: Optional[str], plugins: Plugins,
+               run_folder: Optional[Path] = None) -> list[Check]:
     checks = list(host_checks(plugins))
     if spec_path is not None:
-        checks += list(spec_checks(Path(spec_path), device, plugins))
+        checks += list(spec_checks(Path(spec_path), device, plugins, run_folder))
     return checks

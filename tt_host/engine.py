@@ -30,8 +30,20 @@ class Stage:
     name:      folder name under the run directory and key in run.json.
     module:    importable module inside the engine environment.
     inputs:    host-side function returning every input the stage depends on
-               (spec fields, file digests). Its JSON is hashed, chained with the
-               previous stage's fingerprint, into the stage fingerprint.
+               (spec fields, file digests). Its JSON is hashed, with the
+               fingerprints of the stages in `needs`, into the stage fingerprint.
+    needs:     names of earlier stages whose outputs this stage reads; their
+               fingerprints enter this one. None (the default): the stage just
+               before it, so the fingerprints form a chain.
+    reads_spec_text: whether the compiled system message and the rows (the
+               spec's instruction and examples) are inputs of this stage for
+               this spec (default: always). A stage that does not read them
+               is not re-run when an example changes.
+    replaceable: a finished (or started) stage whose inputs changed is run
+               again from scratch: its folder `<run>/<name>/` is deleted first,
+               so it must hold only this stage's outputs. When False (the
+               default) such a change is refused: the run needs a new run
+               directory (for expensive stages such as pretraining).
     enabled:   whether the stage runs for this spec (e.g. RL only when rl_steps > 0).
     evaluates: when set, the stage receives held-out prompts (ids and prompts,
                never answers) and writes predictions.jsonl; the host scores them
@@ -51,6 +63,9 @@ class Stage:
     name: str
     module: str
     inputs: Callable[[BehaviorSpec], Mapping[str, Any]] = _whole_spec
+    needs: Optional[tuple[str, ...]] = None
+    reads_spec_text: Callable[[BehaviorSpec], bool] = _always
+    replaceable: bool = False
     enabled: Callable[[BehaviorSpec], bool] = _always
     evaluates: Optional[str] = None
     gets_train_rows: bool = False
@@ -65,12 +80,31 @@ class Stage:
 
 @dataclass(frozen=True)
 class Check:
-    """One doctor finding. status is "ok", "warn" or "fail"; hint says what to do next."""
+    """One doctor finding. status is "ok", "warn" or "fail"; hint says what to do next; data holds
+    the measured figures for scripts (`tt doctor --json`), e.g. the folder and its free bytes."""
 
     name: str
     status: str
     detail: str = ""
     hint: str = ""
+    data: Optional[Mapping[str, Any]] = None
+
+
+@dataclass(frozen=True)
+class DiskNeed:
+    """Disk space a run of a spec will use, for `tt doctor`.
+
+    folder: where the bytes go; None means the run directory. The host
+    measures free space there (at the nearest existing parent), checks it is
+    writable, and with `separate_disk` warns when it shares a filesystem
+    with the run directory (a backup on the same disk dies with it).
+    """
+
+    name: str
+    bytes: int
+    detail: str = ""
+    folder: Optional[Path] = None
+    separate_disk: bool = False
 
 
 @dataclass(frozen=True)
@@ -90,6 +124,8 @@ class Engine:
                      own dependencies; the default `dev` group is never synced.
     doctor:          engine-specific checks; called with the validated spec (or
                      None) and the requested device.
+    disk_needs:      optional; the disk space a run of the validated spec
+                     will use (`DiskNeed` records), measured by `tt doctor`.
     min_examples:    fewest spec examples a real run needs.
     host_api:        the HOST_API_VERSION this plugin was written for.
     """
@@ -102,6 +138,7 @@ class Engine:
     sync_groups: tuple[str, ...] = ()
     runtime_lock: Optional[Path] = None
     doctor: Optional[Callable[[Optional[BehaviorSpec], str], Iterable[Check]]] = None
+    disk_needs: Optional[Callable[[BehaviorSpec], Iterable[DiskNeed]]] = None
     min_examples: int = 2
     host_api: str = "1.0"
     # Filled in by the loader, not by plugins.

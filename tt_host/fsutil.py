@@ -6,6 +6,7 @@ import fcntl
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,17 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 def write_text_atomic(path: Path, text: str) -> None:
     write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def remove_tree(path: Path) -> None:
+    """Delete a folder the run made: renamed to a hidden name first, so a crash midway never leaves a
+    half-deleted folder under its real name."""
+    path = Path(path)
+    if not path.exists():
+        return
+    trash = path.with_name(f".{path.name}.removing-{os.getpid()}")
+    os.rename(path, trash)
+    shutil.rmtree(trash)
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:

@@ -148,6 +148,10 @@ def _check_record(record: object, plugin: str, owners: dict[str, str]) -> str | 
             f"engine {record.name!r} needs host API {record.host_api}, this tt offers {HOST_API_VERSION}; "
             "upgrade the plugin or tt"
         )
+    from tt_host.runs.fingerprint import needs_error
+
+    if problem := needs_error(record.stages):
+        return f"engine {record.name!r}: {problem}; fix Stage.needs in the plugin"
     if record.name in owners:
         return (
             f"engine {record.name!r} is claimed by plugins {owners[record.name]!r} and {plugin!r}; "

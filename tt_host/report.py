@@ -19,7 +19,10 @@ COMPARE = (("baseline", "candidate"),)
 
 
 def build_report(state: dict[str, Any], metrics: dict[str, Any], series: dict[str, list], notes: list[str],
-                 models: list[dict[str, Any]]) -> dict[str, Any]:
+                 models: list[dict[str, Any]], actions: dict[str, str] | None = None) -> dict[str, Any]:
+    """`actions`: what this invocation did with each stage ("ran", "resumed", "ran again", "reused",
+    "skipped"); a stage it did not reach has none."""
+    actions = actions or {}
     return {
         "engine": state["engine"],
         "status": state["status"],
@@ -27,7 +30,8 @@ def build_report(state: dict[str, Any], metrics: dict[str, Any], series: dict[st
         "spec_name": state.get("spec_name"),
         "system_message_sha256": state.get("system_message_sha256"),
         "stages": {
-            name: {k: s.get(k) for k in ("state", "seconds", "exit_code", "error") if s.get(k) is not None}
+            name: {**{k: s.get(k) for k in ("state", "seconds", "exit_code", "error") if s.get(k) is not None},
+                   **({"this_run": actions[name]} if name in actions else {})}
             for name, s in state["stages"].items()
         },
         "metrics": dict(sorted(metrics.items())),
@@ -88,10 +92,11 @@ def render_markdown(report: dict[str, Any], charts: list[tuple[str, str]]) -> st
         lines += ["## Metrics", "", "| metric | value |", "|---|---|"]
         lines += [f"| {name} | {_fmt(value)} |" for name, value in metrics.items()]
         lines.append("")
-    lines += ["## Stages", "", "| stage | state | seconds |", "|---|---|---|"]
+    lines += ["## Stages", "", "| stage | state | this run | seconds |", "|---|---|---|---|"]
     for name, stage in report["stages"].items():
         seconds = stage.get("seconds")
-        lines.append(f"| {name} | {stage.get('state')} | {'' if seconds is None else f'{seconds:.1f}'} |")
+        lines.append(f"| {name} | {stage.get('state')} | {stage.get('this_run', '')} | "
+                     f"{'' if seconds is None else f'{seconds:.1f}'} |")
     lines.append("")
     if report.get("general_regression"):
         from tt_host.gate import markdown

@@ -89,7 +89,34 @@ def validate(spec: Path = SpecArgument, json_mode: bool = JsonOption) -> None:
     console.print(f"sha256 {compiled.system_message_sha256}")
 
 
-def _run(spec: Path, resume: Optional[Path], device: Optional[str], json_mode: bool) -> None:
+def _dry_run(loaded, resume: Optional[Path], json_mode: bool) -> None:
+    """Print what `tt run` would do with each stage; create nothing. Exit 2 when it would refuse."""
+    from tt_host.runs.pipeline import RunRefused, preview
+
+    try:
+        run_dir, exists, decisions = preview(loaded, resume.absolute() if resume else None)
+    except RunRefused as exc:
+        fail(str(exc), code=2, json_mode=json_mode)
+    refused = any(d.action == "refuse" for d in decisions)
+    if json_mode:
+        emit_json({"dry_run": True, "ok": not refused, "run_dir": str(run_dir), "exists": exists,
+                   "stages": [d.as_dict() for d in decisions]})
+    else:
+        from rich.table import Table
+
+        console.print(f"{'resume' if exists else 'new run'}: {run_dir} (dry run: nothing was created)")
+        table = Table("stage", "would", "why")
+        styles = {"refuse": "red", "reuse": "green", "skip": "dim", "rerun": "yellow"}
+        for d in decisions:
+            style = styles.get(d.action, "cyan")
+            table.add_row(d.stage, f"[{style}]{d.action}[/]", escape(d.reason))
+        console.print(table)
+        if refused:
+            err.print("[red]tt run would refuse:[/] use a new run directory, or undo the changes named above")
+    raise typer.Exit(2 if refused else 0)
+
+
+def _run(spec: Path, resume: Optional[Path], device: Optional[str], json_mode: bool, dry_run: bool = False) -> None:
     from tt_host.console import reporter
     from tt_host.runs.pipeline import RunRefused, execute
     from tt_host.runs.store import RunInUseError
@@ -103,6 +130,8 @@ def _run(spec: Path, resume: Optional[Path], device: Optional[str], json_mode: b
     if not loaded.valid:
         _print_errors(loaded, json_mode)
         raise typer.Exit(2)
+    if dry_run:
+        _dry_run(loaded, resume, json_mode)
     try:
         outcome = execute(loaded, plugins, run_dir=resume.absolute() if resume else None, device=device,
                           reporter=reporter(json_mode))
@@ -130,10 +159,12 @@ def run(
     spec: Path = SpecArgument,
     resume: Optional[Path] = typer.Option(None, "--resume", help="Run directory to start or continue."),
     device: Optional[str] = typer.Option(None, "--device", help="auto, cpu, cuda or mps (overrides the spec)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print, per stage, whether it would run, be reused or be "
+                                 "refused and why; create nothing (exit 2 when it would refuse)."),
     json_mode: bool = JsonOption,
 ) -> None:
     """Train, evaluate and report a spec with its engine."""
-    _run(spec, resume, device, json_mode)
+    _run(spec, resume, device, json_mode, dry_run)
 
 
 @pipeline_app.command("run")
@@ -152,6 +183,8 @@ def doctor(
     spec: Optional[Path] = typer.Argument(None, help="Spec to check with its engine (default: ./tunedtensor.json "
                                           "when it exists)."),
     device: Optional[str] = typer.Option(None, "--device", help="Device to check for."),
+    resume: Optional[Path] = typer.Option(None, "--resume", help="Run directory the run will use (default: the "
+                                          "spec's .tuned-tensor/runs); free space is measured there."),
     json_mode: bool = JsonOption,
 ) -> None:
     """Check python, uv, disk, writable folders, plugins, and a spec's engine prerequisites."""
@@ -159,7 +192,7 @@ def doctor(
 
     if spec is None and SPEC_DEFAULT.is_file():
         spec = SPEC_DEFAULT
-    checks = run_checks(spec, device, load_plugins())
+    checks = run_checks(spec, device, load_plugins(), resume)
     failed = any(c.status == "fail" for c in checks)
     if json_mode:
         emit_json({"ok": not failed, "checks": [c.__dict__ for c in checks]})
@@ -181,7 +214,7 @@ def init(
     json_mode: bool = JsonOption,
 ) -> None:
     """Write a starter tunedtensor.json with placeholders (`tt doctor` flags them)."""
-    from tt_host.doctor import starter_spec
+    from tt_host.spec.placeholders import starter_spec
     from tt_host.fsutil import write_text_atomic
 
     plugins = load_plugins()

@@ -1,21 +1,27 @@
-"""Per-stage fingerprints: a hash of every input a stage depends on, chained through the pipeline.
+"""Per-stage fingerprints: a hash of every input a stage reads, and of the stages it reads from.
 
-fingerprint(stage i) = sha256(engine, stage name, module, the stage's declared
-inputs, the compiled system message and rows, fingerprint(stage i-1)). A change
-upstream therefore changes every later fingerprint too. The declared inputs are
-kept in run.json so a refusal can name what changed.
+fingerprint(stage) = sha256(engine, stage name, module, the stage's declared
+inputs, plus the compiled system message and rows when the stage reads them,
+and the fingerprints of the stages it needs: by default the stage just before
+it, so the fingerprints form a chain; an engine that declares `Stage.needs`
+gets a graph instead, and a change reaches only the stages that read it). The
+declared inputs are kept in run.json so a refusal can name what changed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import Any, Sequence
 
 from tt_host.engine import Engine, Stage
 from tt_host.gate import side
 from tt_host.spec.compiler import CompiledSpec
 from tt_host.spec.schema import BehaviorSpec
+
+# Host-added inputs, and how messages name them.
+SPEC_TEXT_NAMES = {"system_message_sha256": "the instruction (system_prompt, guidelines, constraints)",
+                   "rows_sha256": "examples"}
 
 
 def canonical(data: Any) -> str:
@@ -28,8 +34,9 @@ def rows_digest(compiled: CompiledSpec) -> str:
 
 def stage_inputs(stage: Stage, spec: BehaviorSpec, compiled: CompiledSpec) -> dict[str, Any]:
     inputs = dict(stage.inputs(spec))
-    inputs["_system_message_sha256"] = compiled.system_message_sha256
-    inputs["_rows_sha256"] = rows_digest(compiled)
+    if stage.reads_spec_text(spec):
+        inputs["_system_message_sha256"] = compiled.system_message_sha256
+        inputs["_rows_sha256"] = rows_digest(compiled)
     return json.loads(canonical(inputs))
 
 
@@ -43,24 +50,46 @@ def general_inputs(spec: BehaviorSpec) -> Any:
     return policy.data_inputs() if policy else None
 
 
+def needs(stages: Sequence[Stage], index: int) -> tuple[str, ...]:
+    """Names of the stages whose outputs stage `index` reads."""
+    stage = stages[index]
+    if stage.needs is None:
+        return (stages[index - 1].name,) if index else ()
+    return tuple(stage.needs)
+
+
+def needs_error(stages: Sequence[Stage]) -> str | None:
+    """Why an engine's `needs` declarations are unusable (None when they are fine)."""
+    seen: set[str] = set()
+    for stage in stages:
+        for name in stage.needs or ():
+            if name not in seen:
+                return f"stage {stage.name!r} needs {name!r}, which is not a stage before it"
+        seen.add(stage.name)
+    return None
+
+
 def chain(engine: Engine, spec: BehaviorSpec, compiled: CompiledSpec) -> list[tuple[Stage, dict[str, Any], str]]:
     """(stage, inputs, fingerprint) for every stage of the engine, in order.
 
     The stages answering the general-regression set (tt_host.gate.side) also
     hash its inputs, outside the chain: a new general set re-runs both evaluations and
     nothing else (training does not depend on it)."""
-    previous = ""
+    prints: dict[str, str] = {}  # the chained part of each fingerprint, which later stages hash
     out = []
     general = general_inputs(spec)
-    for stage in engine.stages:
+    for index, stage in enumerate(engine.stages):
         inputs = stage_inputs(stage, spec, compiled)
+        if stage.needs is None:  # the chained form (its payload is unchanged since fingerprints began)
+            previous: Any = prints[engine.stages[index - 1].name] if index else ""
+        else:
+            previous = {name: prints[name] for name in stage.needs}
         payload = canonical({"engine": engine.name, "stage": stage.name, "module": stage.module,
                              "inputs": inputs, "previous": previous})
-        previous = hashlib.sha256(payload.encode()).hexdigest()
-        fingerprint = previous
+        prints[stage.name] = fingerprint = hashlib.sha256(payload.encode()).hexdigest()
         if general is not None and side(stage) is not None:
             inputs[GENERAL_KEY] = general
-            fingerprint = hashlib.sha256(canonical({"chain": previous, GENERAL_KEY: general}).encode()).hexdigest()
+            fingerprint = hashlib.sha256(canonical({"chain": fingerprint, GENERAL_KEY: general}).encode()).hexdigest()
         out.append((stage, inputs, fingerprint))
     return out
 
@@ -77,4 +106,4 @@ def changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
             keys.append(prefix or "(inputs)")
 
     walk(old, new, "")
-    return [k.lstrip("_") for k in keys]
+    return [SPEC_TEXT_NAMES.get(k.lstrip("_"), k.lstrip("_")) for k in keys]

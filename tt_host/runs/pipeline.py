@@ -2,20 +2,18 @@
 
 Order of work, so that invalid input never creates anything:
 1. the spec is already validated and compiled (tt_host.spec.loading);
-2. an existing run directory is locked and checked: a finished (or partly
-   done) stage whose inputs changed is refused, naming what changed, before any
-   file is written;
+2. an existing run directory is locked and checked (tt_host.runs.decide): a
+   finished (or partly done) stage that may not be replaced whose inputs
+   changed is refused, naming what changed, before any file is written;
 3. the engine environment is made ready;
 4. stages run in order; a verified completed stage with the same fingerprint
-   is skipped; results are scored, artifacts registered at once;
+   is reused; a replaceable one whose inputs changed runs again; results are scored, artifacts registered at once;
 5. report.json / report.md are written whatever the outcome.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import signal
 import time
 from dataclasses import dataclass, field
@@ -25,12 +23,13 @@ from typing import Any, Optional
 from tt_host import __version__
 from tt_host import envs, gate
 from tt_host.console import QuietReporter
-from tt_host.fsutil import make_private_dir, write_json_atomic
+from tt_host.fsutil import make_private_dir, remove_tree, write_json_atomic
 from tt_host.models import VerifyError, register
 from tt_host.plugins import Plugins, call_hookimpl
 from tt_host.report import build_report, write_report
 from tt_host.runner import EXIT_INTERRUPTED, run_stage
-from tt_host.runs.fingerprint import GENERAL_KEY, canonical, chain, changed_keys
+from tt_host.runs.decide import Decision, decide, refusal
+from tt_host.runs.fingerprint import canonical, chain
 from tt_host.runs.store import RunDir, now
 from tt_host.scoring import read_predictions, score
 from tt_host.spec.loading import LoadedSpec
@@ -78,24 +77,36 @@ class _TermAsInterrupt:
         signal.signal(signal.SIGTERM, self.previous)
 
 
-def _check_resume(state: dict[str, Any], loaded: LoadedSpec, plan: list) -> None:
+def _same_engine(state: dict[str, Any], loaded: LoadedSpec) -> None:
     if state.get("engine") != loaded.engine.name:
         raise RunRefused(
             f"run directory was made by engine {state.get('engine')!r}, the spec asks for {loaded.engine.name!r}; "
             "use a new run directory"
         )
-    for stage, inputs, fingerprint in plan:
-        old = state["stages"].get(stage.name, {})
-        if old.get("state") in (None, "pending", "skipped", "failed") or old.get("fingerprint") == fingerprint:
-            continue
-        changed = changed_keys(old.get("inputs", {}), inputs)
-        if changed and all(key.startswith(GENERAL_KEY.lstrip("_")) for key in changed):
-            continue  # only the general-regression set changed: the evaluation runs again
-        what = ", ".join(changed) or "an earlier stage's inputs"
-        raise RunRefused(
-            f"stage {stage.name!r} is {old['state']} with different inputs (changed: {what}); resuming would "
-            "invalidate finished work. Use a new run directory (drop --resume, or pass a new DIR)."
-        )
+
+
+def _check_resume(state: dict[str, Any], loaded: LoadedSpec, run: RunDir, plan: list) -> list[Decision]:
+    _same_engine(state, loaded)
+    decisions = decide(plan, state, run, loaded.spec)
+    if message := refusal(decisions):
+        raise RunRefused(message)
+    return decisions
+
+
+def preview(loaded: LoadedSpec, run_dir: Optional[Path]) -> tuple[Path, bool, list[Decision]]:
+    """What `execute` would do, without locking or writing anything: (run dir, exists, decisions).
+    Raises RunRefused for a folder that is not a run directory or one made by another engine."""
+    plan = chain(loaded.engine, loaded.spec, loaded.compiled)
+    if run_dir is None:
+        return default_run_dir(loaded.path, new_run_id(spec_digest(loaded))), False, decide(plan, None, None, loaded.spec)
+    run = RunDir(run_dir)
+    if not run.exists():
+        if run.path.exists() and (not run.path.is_dir() or any(run.path.iterdir())):
+            raise RunRefused(f"{run.path} exists and is not a tt run directory; pass an empty or new folder")
+        return run.path, False, decide(plan, None, None, loaded.spec)
+    state = run.load()
+    _same_engine(state, loaded)
+    return run.path, True, decide(plan, state, run, loaded.spec)
 
 
 def execute(
@@ -116,21 +127,22 @@ def execute(
     if run.path.exists() and not run.exists() and any(run.path.iterdir()):
         raise RunRefused(f"{run.path} exists and is not a tt run directory; pass an empty or new folder")
     existed = run.exists()
+    decisions = decide(plan, None, None, spec)
     if existed:
         run.lock()  # refuses at once when another process holds it
         try:
             state = run.load()
-            _check_resume(state, loaded, plan)
+            decisions = _check_resume(state, loaded, run, plan)
         except BaseException:
             run.unlock()
             raise
     try:
-        return _drive(loaded, plugins, run, plan, digest, device, reporter, existed)
+        return _drive(loaded, plugins, run, plan, decisions, digest, device, reporter, existed)
     finally:
         run.unlock()
 
 
-def _drive(loaded, plugins, run: RunDir, plan, digest, device, reporter, existed) -> RunOutcome:
+def _drive(loaded, plugins, run: RunDir, plan, decisions, digest, device, reporter, existed) -> RunOutcome:
     engine, spec, compiled = loaded.engine, loaded.spec, loaded.compiled
     with _TermAsInterrupt():
         try:
@@ -176,22 +188,27 @@ def _drive(loaded, plugins, run: RunDir, plan, digest, device, reporter, existed
     general = policy.load() if policy else None
     general_answers: dict[str, dict[str, str]] = {}
 
-    for stage, inputs, fingerprint in plan:
+    actions: dict[str, str] = {}
+    for (stage, inputs, fingerprint), decision in zip(plan, decisions):
         record = state["stages"][stage.name]
-        if not stage.enabled(spec):
+        if decision.action == "skip":
             record.update(state="skipped", fingerprint=fingerprint, inputs=inputs)
+            actions[stage.name] = "skipped"
             run.save(state)
             continue
-        if (record.get("state") == "completed" and record.get("fingerprint") == fingerprint
-                and record.get("result_sha256") == run.result_digest(stage.name)):
+        if decision.action == "reuse":
             result = run.read_result(stage.name) or {}
-            reporter.message(f"{stage.name}: completed earlier, verified, skipped", "dim")
+            actions[stage.name] = "reused"
+            reporter.message(f"{stage.name}: completed earlier with the same inputs, verified, reused", "dim")
         else:
-            resume = record.get("state") in ("running", "interrupted", "failed", "completed")
+            if decision.action == "rerun":
+                reporter.message(f"{stage.name}: {decision.reason}", "yellow")
+                remove_tree(run.stage_dir(stage.name))
+            actions[stage.name] = {"rerun": "ran again", "resume": "resumed"}.get(decision.action, "ran")
             record.update(state="running", fingerprint=fingerprint, inputs=inputs, started_at=now(),
                           exit_code=None, error=None)
             run.save(state)
-            result, code, err = _run_one(loaded, plugins, run, env, stage, fingerprint, resume, device,
+            result, code, err = _run_one(loaded, plugins, run, env, stage, fingerprint, decision.resume, device,
                                          completed, reporter, general)
             record.update(finished_at=now(), exit_code=code, seconds=round(result.pop("_seconds", 0.0), 3))
             if code == EXIT_OK:
@@ -232,7 +249,7 @@ def _drive(loaded, plugins, run: RunDir, plan, digest, device, reporter, existed
     if error:
         state["error"] = error
     run.save(state)
-    report = build_report(state, metrics, series, notes, models)
+    report = build_report(state, metrics, series, notes, models, actions)
     if policy is not None:
         report["general_regression"] = gate.evaluate(policy, general, general_answers)
     if error:

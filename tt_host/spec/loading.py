@@ -2,7 +2,8 @@
 
 Errors are collected, never raised one at a time: each has a dotted `loc`
 (`foundation.depth`, `examples.3.input`) and a message, so `tt validate --json`
-can show them all. Nothing here writes to disk.
+can show them all; a field still holding a `tt init` placeholder is one.
+Nothing here writes to disk.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pydantic import ValidationError
 from tt_host.engine import Engine
 from tt_host.plugins import Plugins, UnknownEngineError
 from tt_host.spec.compiler import CompiledSpec, DuplicatePromptError, compile_spec
+from tt_host.spec.placeholders import find_placeholders
 from tt_host.spec.schema import BehaviorSpec
 
 
@@ -87,14 +89,20 @@ def load_spec(path: Path, plugins: Plugins, require_examples: bool = True) -> Lo
     data, loaded.warnings, loaded.errors = migrate(loaded.raw, set(loaded.engine.spec_model.model_fields))
     if loaded.errors:
         return loaded
+    placeholders = dict(find_placeholders(data))
+    for loc, text in placeholders.items():
+        loaded.errors.append(SpecError(loc, f"still holds the `tt init` placeholder {text!r}; replace it with your own value"))
     try:
         loaded.spec = loaded.engine.spec_model.model_validate(data, context={"spec_dir": str(path.parent)})
     except ValidationError as exc:
         for error in exc.errors():
+            loc = _dotted(error["loc"])
+            if any(loc == p or loc.startswith(p + ".") for p in placeholders):
+                continue  # the placeholder error already names this field
             message = error["msg"]
             if error["type"] == "extra_forbidden":
                 message = "unknown field (misspelled?); remove it or check the spelling"
-            loaded.errors.append(SpecError(_dotted(error["loc"]), message))
+            loaded.errors.append(SpecError(loc, message))
         return loaded
     if require_examples and len(loaded.spec.examples) < loaded.engine.min_examples:
         loaded.errors.append(

@@ -1,0 +1,109 @@
+"""What a run (or a resume) would do with each stage, decided from run.json alone, writing nothing.
+
+For every stage of the plan one `Decision`:
+
+- `run`: not run yet (or skipped, pending, or failed with other inputs);
+- `resume`: started earlier with the same inputs (interrupted, left running or
+  failed): it continues from its own saved state;
+- `reuse`: completed with the same inputs and its result file intact: skipped;
+- `rerun`: a replaceable stage that finished or started with other inputs: its
+  folder is deleted and it runs again from scratch;
+- `skip`: the spec turns the stage off;
+- `refuse`: a stage that may not be replaced (pretraining) finished or started
+  with other inputs: the run needs a new run directory.
+
+`tt run` acts on these decisions (refusing before anything is written) and
+`tt run --dry-run` prints them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from tt_host.runs.fingerprint import GENERAL_KEY, changed_keys, needs
+from tt_host.runs.store import RunDir
+
+STARTED = ("completed", "interrupted", "running")
+
+
+@dataclass(frozen=True)
+class Decision:
+    stage: str
+    action: str  # run | resume | reuse | rerun | skip | refuse
+    reason: str
+    resume: bool = False  # the stage is told to continue from its own saved state
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"stage": self.stage, "action": self.action, "reason": self.reason}
+
+
+def _why(index: int, plan: list, old: dict[str, Any], cache: dict[int, list[str]]) -> list[str]:
+    """What changed for stage `index`: its own inputs, else (recursively) those of the stages it reads."""
+    if index in cache:
+        return cache[index]
+    stage, inputs, fingerprint = plan[index]
+    record = old.get(stage.name) or {}
+    found = changed_keys(record.get("inputs") or {}, inputs) if record.get("inputs") is not None else []
+    if not found:
+        stages = [s for s, _, _ in plan]
+        for name in needs(stages, index):
+            up = next(i for i, s in enumerate(stages) if s.name == name)
+            if (old.get(name) or {}).get("fingerprint") != plan[up][2]:
+                found += [f"{key} (via stage {name!r})" if "(via" not in key else key
+                          for key in _why(up, plan, old, cache)]
+    cache[index] = list(dict.fromkeys(found))
+    return cache[index]
+
+
+def _general_only(record: dict[str, Any], inputs: dict[str, Any]) -> bool:
+    changed = changed_keys(record.get("inputs") or {}, inputs) if record.get("inputs") is not None else []
+    return bool(changed) and all(key.startswith(GENERAL_KEY.lstrip("_")) for key in changed)
+
+
+def decide(plan: list, state: Optional[dict[str, Any]], run: Optional[RunDir], spec) -> list[Decision]:
+    """One Decision per stage. `state` is the run's run.json (None for a new run)."""
+    old = (state or {}).get("stages") or {}
+    cache: dict[int, list[str]] = {}
+    out = []
+    for index, (stage, inputs, fingerprint) in enumerate(plan):
+        record = old.get(stage.name) or {}
+        was = record.get("state") or "pending"
+        same = record.get("fingerprint") == fingerprint
+        what = ", ".join(_why(index, plan, old, cache)) or "an earlier stage's inputs"
+        if not stage.enabled(spec):
+            if was in STARTED and not stage.replaceable and not same:
+                out.append(Decision(stage.name, "refuse", f"{was} in this run directory, but this spec skips it "
+                                    f"(changed: {what}); use a new run directory"))
+            else:
+                out.append(Decision(stage.name, "skip", "this spec turns it off"))
+            continue
+        if was in ("pending", "skipped"):
+            out.append(Decision(stage.name, "run", "not run yet in this run directory"))
+        elif same and was == "completed":
+            if run is not None and record.get("result_sha256") == run.result_digest(stage.name):
+                out.append(Decision(stage.name, "reuse", "completed earlier with the same inputs"))
+            else:
+                out.append(Decision(stage.name, "resume", "completed earlier, but its result.json changed", True))
+        elif same:
+            out.append(Decision(stage.name, "resume", f"{was} earlier with the same inputs; continues", True))
+        elif _general_only(record, inputs):  # only the general-regression set changed: answer it again
+            out.append(Decision(stage.name, "run", "the general-regression set changed; answers it again", True))
+        elif stage.replaceable:
+            out.append(Decision(stage.name, "rerun", f"{was} earlier with other inputs (changed: {what}); "
+                                "runs again from scratch"))
+        elif was == "failed":  # nothing finished is lost: e.g. a corpus fixed after a bad line
+            out.append(Decision(stage.name, "run", f"failed earlier; inputs changed ({what})", True))
+        else:
+            out.append(Decision(stage.name, "refuse", f"{was} with different inputs (changed: {what}); resuming "
+                                "would invalidate finished work. Use a new run directory (drop --resume, or pass a "
+                                "new DIR)."))
+    return out
+
+
+def refusal(decisions: list[Decision]) -> Optional[str]:
+    """The message of the first refused stage (None when the run may go ahead)."""
+    for decision in decisions:
+        if decision.action == "refuse":
+            return f"stage {decision.stage!r} is {decision.reason}"
+    return None
