@@ -30,6 +30,8 @@ def _edit(spec, **foundation):
         ("uneven_split", "foundation.nproc_per_node", "cannot be split evenly"),
         ("no_endpoint", "foundation.rdzv_endpoint", "is not set"),
         ("typo", "foundation.detph", "unknown field"),
+        ("warmup", "foundation.warmup_steps", "must be smaller than pretrain_steps"),
+        ("no_init_model", "foundation.init_model", "no registered model"),
     ],
 )
 def test_bad_inputs_are_refused_before_anything_is_created(tmp_path, case, loc, words):
@@ -59,6 +61,11 @@ def test_bad_inputs_are_refused_before_anything_is_created(tmp_path, case, loc, 
         _edit(spec, nnodes=2)
     elif case == "typo":
         _edit(spec, detph=3)
+    elif case == "warmup":
+        _edit(spec, warmup_steps=200, pretrain_steps=100)
+    elif case == "no_init_model":
+        _edit(spec, init_model="no-such-model", corpus_path=None, validation_path=None)
+
     before = sorted(p.name for p in folder.iterdir())
     validated = tt(tmp_path, "validate", spec)
     assert validated.returncode == 2, validated.stdout + validated.stderr

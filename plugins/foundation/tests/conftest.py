@@ -28,7 +28,7 @@ def tiny_config(**overrides: Any) -> dict[str, Any]:
         gradient_accumulation_steps=2, learning_rate=None, weight_decay=0.1, warmup_steps=3, min_lr_ratio=0.1,
         gradient_clip=1.0, bf16=True, checkpoint_interval_steps=6, checkpoint_interval_seconds=0,
         keep_checkpoints=3, log_interval_steps=1, seed=11, finetune_steps=4, rl_steps=0, nproc_per_node=1,
-        device="cpu", compile=False,
+        device="cpu", compile=False, bpb_max_chars=4_000_000, init_model=None,
     )
     cfg.update(overrides)
     return cfg

@@ -36,6 +36,31 @@ def test_max_chars_is_a_deterministic_bound(tmp_path):
     assert first == ["x" * 10 + "0", "x" * 10 + "1", "xxx"]
 
 
+def test_upper_case_suffixes_are_shards(tmp_path):
+    root = tmp_path / "corpus"
+    root.mkdir()
+    (root / "A.TXT").write_text("upper text\n")
+    (root / "b.JSONL").write_text(json.dumps({"text": "upper json"}) + "\n")
+    (root / "c.Md").write_text("not a shard")
+    assert [p.name for p in list_shards(root)] == ["A.TXT", "b.JSONL"]
+    assert _texts(root) == ["upper text", "upper json"]
+    assert [p.name for p in list_shards(root / "A.TXT")] == ["A.TXT"]
+
+
+def test_a_cut_is_reported_with_the_first_document_left_out(tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text("".join(json.dumps({"text": "x" * 10}) + "\n" for _ in range(3)))
+    cuts = []
+    assert sum(len(d.text) for d in iter_documents(list_shards(path), 25, cuts.append)) == 25
+    assert [(c.source, c.line) for c in cuts] == [(str(path), 3)]  # the third row was cut
+    cuts.clear()
+    assert len(list(iter_documents(list_shards(path), 20, cuts.append))) == 2
+    assert [c.line for c in cuts] == [3]  # two whole rows fit exactly; the third was left out
+    cuts.clear()
+    list(iter_documents(list_shards(path), 30, cuts.append))
+    assert cuts == []  # everything fits: nothing to report
+
+
 @pytest.mark.parametrize(
     "content, message",
     [

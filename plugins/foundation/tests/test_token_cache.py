@@ -46,6 +46,18 @@ def test_stage_reuses_verified_cache_and_detects_corruption(tmp_path, corpus):
     assert broken.code == 1 and "sha256" in broken.logs("error")[-1]
 
 
+def test_a_cut_corpus_is_logged_and_noted(tmp_path, corpus):
+    run = tmp_path / "run"
+    cfg = tiny_config(corpus_path=str(corpus), max_chars=2_000, tokenizer_max_chars=1_000)
+    assert run_stage(run, "tokenizer", cfg).code == 0
+    out = run_stage(run, "token_cache", cfg)
+    assert out.code == 0
+    assert any("foundation.max_chars = 2000" in m for m in out.logs("warning")), out.text
+    result = json.loads((run / "token_cache" / "result.json").read_text())
+    assert result["metrics"]["token_cache.cut"] is True and result["metrics"]["token_cache.chars"] == 2_000
+    assert any(f"{corpus}:" in n and "max_chars" in n for n in result["notes"])
+
+
 def test_bad_row_fails_the_stage_naming_file_and_line(tmp_path, corpus):
     run = tmp_path / "run"
     cfg = tiny_config(corpus_path=str(corpus), tokenizer_max_chars=1000)

@@ -19,7 +19,7 @@ from tt_host.spec.schema import BehaviorSpec, StrictModel, resolve_path
 from tt_stagekit.launcher import endpoint_error, nodes_error
 from tt_stagekit.promptfit import length_message, words
 
-from .runtime.corpus import SHARD_SUFFIXES
+from .runtime.corpus import SHARD_SUFFIXES, is_shard
 
 ROW_SPECIAL_TOKENS = 7  # BOS, system/user/assistant start and end markers (the answer's end included)
 MIN_VOCAB = 264  # 256 byte symbols + 8 chat special tokens
@@ -32,7 +32,7 @@ def _check_corpus_path(path: Path, what: str) -> None:
     if not path.exists():
         raise ValueError(f"{path} does not exist")
     if path.is_file():
-        if path.suffix not in SHARD_SUFFIXES:
+        if not is_shard(path):
             raise ValueError(f"{path} is not a {', '.join(SHARD_SUFFIXES)} file")
         return
     if not path.is_dir():
@@ -45,11 +45,38 @@ def _check_corpus_path(path: Path, what: str) -> None:
                 continue
             if full.is_symlink():
                 raise ValueError(f"{full} is a symbolic link inside the {what} folder; symbolic links are refused")
-            if full.suffix in SHARD_SUFFIXES and full.is_file():
+            if is_shard(full) and full.is_file():
                 found = True
         dirs[:] = [d for d in dirs if not d.startswith(".")]
     if not found:
         raise ValueError(f"{path} holds no shards ({', '.join(SHARD_SUFFIXES)} files, searched recursively)")
+
+
+FOUNDATION_KINDS = ("foundation-base", "foundation-sft", "foundation-rl")
+
+
+def resolve_init_model(value: str, info: ValidationInfo) -> str:
+    """A registered model id, a foundation model folder or a run directory (its pretrained base), as the
+    absolute path of a verified foundation model folder."""
+    from tt_host import modelref
+
+    text = value.strip()
+    local = resolve_path(text, info)
+    if local is not None and (local / "run.json").is_file():
+        local = local / "pretrain" / "model"
+        if not local.is_dir():
+            raise ValueError(f"run directory {local.parent.parent} has no pretrained model (pretrain/model)")
+    try:
+        if local is not None and local.exists():
+            resolved = modelref.from_folder(local)
+        else:
+            resolved = modelref.resolve_registered(text)
+    except modelref.ModelRefError as exc:
+        raise ValueError(str(exc)) from None
+    if resolved.form != "foundation" or resolved.kind not in FOUNDATION_KINDS:
+        raise ValueError(f"{resolved.path} is a {resolved.kind!r} model, not a foundation model folder "
+                         "(pretrain/model, sft/model or rl/model of a foundation run, or its registered id)")
+    return str(resolved.path)
 
 
 class FoundationConfig(StrictModel):
@@ -62,6 +89,8 @@ class FoundationConfig(StrictModel):
     vocab_size: int = Field(8192, ge=MIN_VOCAB, le=262_144, description="BPE vocabulary size including the 8 special tokens.")
     tokenizer_max_chars: int = Field(10_000_000, ge=1_000, le=100_000_000_000, description="Corpus characters the tokenizer trains on.")
     max_chars: int = Field(1_000_000_000, ge=1_000, le=10_000_000_000_000, description="Upper bound of corpus characters in the token cache (first over the sorted shards).")
+    bpb_max_chars: int = Field(4_000_000, ge=1_000, le=10_000_000_000_000, description="Characters of held-out text the bpb stage measures (first over the sorted shards); a cut is reported.")
+    init_model: Optional[str] = Field(None, description="Start SFT (and RL) from this existing foundation model: a registered model id, a model folder, or a run directory (its pretrained base). No tokenizer, token cache, pretraining or BPB stage runs.")
     pretrain_steps: int = Field(1000, ge=1, le=100_000_000)
     sequence_length: int = Field(512, ge=16, le=32_768)
     batch_size: int = Field(8, ge=1, le=4_096, description="Sequences per micro-batch.")
@@ -129,12 +158,30 @@ class FoundationConfig(StrictModel):
                 raise ValueError(f"{value} exists and is not a folder")
         return value
 
+    @field_validator("init_model")
+    @classmethod
+    def _init_model(cls, value: Optional[str], info: ValidationInfo) -> Optional[str]:
+        if value is None:
+            return None
+        if not value.strip():
+            raise ValueError("must be a registered model id or a model folder, not blank")
+        return resolve_init_model(value, info)
+
     @field_validator("rdzv_endpoint")
     @classmethod
     def _endpoint(cls, value: Optional[str]) -> Optional[str]:
         if value is not None and (error := endpoint_error(value)):
             raise ValueError(error)
         return value.strip() if value is not None else None
+
+    @model_validator(mode="after")
+    def _init_alone(self) -> "FoundationConfig":
+        if self.init_model is not None:
+            for name in ("corpus_path", "validation_path"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"foundation.{name} is not used when foundation.init_model is set (SFT starts "
+                                     "from that model: nothing is pretrained or measured here); remove one of them")
+        return self
 
     @model_validator(mode="after")
     def _world(self) -> "FoundationConfig":

@@ -12,7 +12,11 @@ from tt_stagekit.devices import pick_device
 
 @dataclass(frozen=True)
 class Layout:
+    """Where a run's files live. With `init_model` (SFT/RL from an existing foundation model) the
+    tokenizer and the base model are that model folder's, and nothing is pretrained in the run."""
+
     run_dir: Path
+    init_model: Optional[Path] = None
 
     @property
     def tokenizer_dir(self) -> Path:
@@ -20,7 +24,14 @@ class Layout:
 
     @property
     def tokenizer_json(self) -> Path:
+        if self.init_model is not None:
+            return self.init_model / "tokenizer.json"
         return self.tokenizer_dir / "tokenizer.json"
+
+    @property
+    def base_model(self) -> Path:
+        """The model SFT starts from: this run's pretrained model, or `init_model`."""
+        return self.init_model if self.init_model is not None else self.model_dir("pretrain")
 
     @property
     def recovery(self) -> Path:
@@ -51,7 +62,8 @@ class Layout:
 
 
 def layout(request: Mapping[str, Any]) -> Layout:
-    return Layout(Path(request["run_dir"]))
+    init = fconfig(request).get("init_model")
+    return Layout(Path(request["run_dir"]), Path(init) if init else None)
 
 
 def fconfig(request: Mapping[str, Any]) -> dict[str, Any]:
@@ -89,11 +101,16 @@ def stage_output(request: Mapping[str, Any], stage: str, key: str) -> Optional[s
     return ((entry.get("result") or {}).get("outputs") or {}).get(key)
 
 
-def learning_rate(cfg: Mapping[str, Any]) -> float:
-    from .model import derived_learning_rate
+def learning_rate(cfg: Mapping[str, Any], model=None) -> float:
+    """The spec's learning_rate, else derived from the width: of `model` when given (SFT and RL, whose
+    model may come from `init_model`), else of `depth`."""
+    from .model import ASPECT_RATIO, derived_learning_rate
 
     value = cfg.get("learning_rate")
-    return float(value) if value is not None else derived_learning_rate(int(cfg["depth"]))
+    if value is not None:
+        return float(value)
+    depth = model.cfg.hidden_size // ASPECT_RATIO if model is not None else int(cfg["depth"])
+    return derived_learning_rate(depth)
 
 
 def corpus_names(request: Mapping[str, Any]) -> dict[str, Any]:
@@ -124,13 +141,14 @@ def corpus_source(request: Mapping[str, Any]):
     return None, docs, {"kind": "smoke", "sha256": smoke_digest(docs), "documents": len(docs)}
 
 
-def iter_corpus(request: Mapping[str, Any], max_chars: Optional[int]):
+def iter_corpus(request: Mapping[str, Any], max_chars: Optional[int], on_cut=None):
+    """The corpus (or smoke corpus) documents, cut at max_chars; `on_cut(doc)` hears of a cut."""
     from .corpus import iter_documents, truncate
 
     shards, smoke, _ = corpus_source(request)
     if shards is not None:
-        return iter_documents(shards, max_chars)
-    return truncate(smoke, max_chars)
+        return iter_documents(shards, max_chars, on_cut)
+    return truncate(smoke, max_chars, on_cut)
 
 
 def checkpoints_exist(lay: Layout) -> bool:

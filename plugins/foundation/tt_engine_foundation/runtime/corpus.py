@@ -1,8 +1,10 @@
 """Corpus reading: .txt, .jsonl (string `text`), .parquet (`text` column) and folders of them.
 
-Shards are found sorted and recursively; symbolic links are refused. Documents
-stream one at a time (bounded memory) and `max_chars` is a deterministic upper
-bound over the sorted shards: the document that crosses the bound is cut.
+Shards are found sorted and recursively (suffixes matched case-insensitively:
+`.TXT` is a text shard); symbolic links are refused. Documents stream one at a
+time (bounded memory) and `max_chars` is a deterministic upper bound over the
+sorted shards: the document that crosses the bound is cut, and the caller hears
+of the cut (`on_cut`) so it can say so.
 Bad data raises `StageError` naming the file and line (or parquet row).
 
 A `.txt` shard yields one document per paragraph (blank-line separated); a
@@ -16,7 +18,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 from tt_stagekit.protocol import InvalidInput, StageError, file_sha256
 
@@ -32,6 +34,10 @@ class Document:
     line: int  # 1-based line (txt/jsonl) or row (parquet) where the document starts
 
 
+def is_shard(path: Path) -> bool:
+    return path.suffix.lower() in SHARD_SUFFIXES
+
+
 def list_shards(path: str | Path) -> list[Path]:
     """The corpus files under path (a file or a folder), sorted; refuses links and empty folders."""
     path = Path(path)
@@ -40,7 +46,7 @@ def list_shards(path: str | Path) -> list[Path]:
     if not path.exists():
         raise InvalidInput(f"{path}: no such file or folder")
     if path.is_file():
-        if path.suffix not in SHARD_SUFFIXES:
+        if not is_shard(path):
             raise InvalidInput(f"{path}: unsupported corpus file type (use {', '.join(SHARD_SUFFIXES)})")
         return [path]
     shards: list[Path] = []
@@ -53,7 +59,7 @@ def list_shards(path: str | Path) -> list[Path]:
             if name.startswith("."):
                 continue
             full = Path(root) / name
-            if full.suffix not in SHARD_SUFFIXES:
+            if not is_shard(full):
                 continue
             if full.is_symlink():
                 raise InvalidInput(f"{full}: symbolic links are refused inside a corpus folder")
@@ -145,29 +151,42 @@ def _iter_parquet(path: Path) -> Iterator[Document]:
 
 
 def iter_shard(path: Path) -> Iterator[Document]:
-    if path.suffix == ".txt":
+    suffix = path.suffix.lower()
+    if suffix == ".txt":
         return _iter_txt(path)
-    if path.suffix == ".jsonl":
+    if suffix == ".jsonl":
         return _iter_jsonl(path)
     return _iter_parquet(path)
 
 
-def truncate(docs: Iterable[Document], max_chars: Optional[int]) -> Iterator[Document]:
-    """The documents in order, cut deterministically once `max_chars` characters have been given."""
+OnCut = Callable[[Document], None]
+
+
+def truncate(docs: Iterable[Document], max_chars: Optional[int], on_cut: Optional[OnCut] = None) -> Iterator[Document]:
+    """The documents in order, cut deterministically once `max_chars` characters have been given.
+
+    When text is left out, `on_cut(doc)` is called once with the first document not given in full.
+    """
     total = 0
+    docs = iter(docs)
     for doc in docs:
         if max_chars is not None and total + len(doc.text) >= max_chars:
             rest = max_chars - total
             if rest > 0:
                 yield Document(doc.text[:rest], doc.source, doc.line)
+            if on_cut is not None:
+                left = doc if rest < len(doc.text) else next(docs, None)
+                if left is not None:
+                    on_cut(left)
             return
         total += len(doc.text)
         yield doc
 
 
-def iter_documents(shards: Iterable[Path], max_chars: Optional[int] = None) -> Iterator[Document]:
+def iter_documents(shards: Iterable[Path], max_chars: Optional[int] = None,
+                   on_cut: Optional[OnCut] = None) -> Iterator[Document]:
     """Documents across sorted shards, cut deterministically at max_chars in total."""
-    return truncate((doc for shard in shards for doc in iter_shard(shard)), max_chars)
+    return truncate((doc for shard in shards for doc in iter_shard(shard)), max_chars, on_cut)
 
 
 def smoke_documents(system_message: str, train_rows: Sequence[Mapping[str, Any]]) -> list[Document]:

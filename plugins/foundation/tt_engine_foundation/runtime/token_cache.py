@@ -84,6 +84,7 @@ def write_manifest(path: Path, inputs: Mapping[str, Any], built: Mapping[str, An
             "file": {"size": built["bytes"], "sha256": built["sha256"]},
             "documents": built["documents"],
             "chars": built["chars"],
+            "cut_at": built.get("cut_at"),  # file:line of the first text max_chars left out (None: nothing)
         },
     )
 

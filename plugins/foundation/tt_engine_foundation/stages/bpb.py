@@ -6,9 +6,6 @@ from typing import Any, Mapping
 
 from tt_stagekit import protocol as P
 
-BPB_MAX_CHARS = 4_000_000  # evaluation text is capped for time; see docs/foundation.md
-
-
 def run(request: Mapping[str, Any]) -> dict[str, Any]:
     import numpy as np
     import torch
@@ -27,12 +24,21 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
     device = request_device(request)
     tok = load_tokenizer(request)
     validation = cfg.get("validation_path")
+    cap = int(cfg["bpb_max_chars"])
+    cut: list[str] = []
+
+    def on_cut(doc) -> None:
+        cut.append(f"bits per byte measured on the first foundation.bpb_max_chars = {cap} characters of the "
+                   f"{'validation' if validation else 'smoke'} text (from {doc.source}:{doc.line} on, text was left "
+                   "out); raise bpb_max_chars to measure all of it")
+        P.log(cut[-1], "warning")
+
     if validation:
-        docs = iter_documents(list_shards(validation), BPB_MAX_CHARS)
+        docs = iter_documents(list_shards(validation), cap, on_cut)
         source = "validation"
     else:
         docs = truncate(
-            smoke_documents(request.get("system_message", ""), request.get("train_rows") or []), BPB_MAX_CHARS
+            smoke_documents(request.get("system_message", ""), request.get("train_rows") or []), cap, on_cut
         )
         source = "smoke"
     bos = T.special_id(tok, T.BOS)
@@ -47,7 +53,7 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
     out = evaluate_bpb(model, np.asarray(ids, dtype=np.int64), int(cfg["sequence_length"]), int(cfg["batch_size"]),
                        table, device, autocast_dtype(request, device))
     P.log(f"bits per byte on the {source} text: {out['bpb']:.4f} over {out['bytes']} bytes")
-    notes = []
+    notes = list(cut)
     if source == "smoke":
         notes.append("BPB measured on the smoke corpus (training text, not held out): it proves the wiring, not capability")
     return {

@@ -34,10 +34,11 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
     tok = load_tokenizer(request)
     baseline = request["stage"] == "general_baseline"
     if baseline:
-        source = "pretrain"
+        source, folder = "pretrained", lay.base_model  # this run's pretrain/model, or foundation.init_model
     else:
         source = "rl" if "rl" in (request.get("stages") or {}) and lay.model_dir("rl").is_dir() else "sft"
-    model = load_model_dir(lay.model_dir(source), device)
+        folder = lay.model_dir(source)
+    model = load_model_dir(folder, device)
     seq = int(cfg["sequence_length"])
     budget = max_new_tokens(tok, request.get("train_rows") or [], seq)
     stop_id, pad_id = T.special_id(tok, T.ASSISTANT_END), T.special_id(tok, T.PAD)
@@ -59,7 +60,7 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
         P.atomic_write_bytes(target, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8"))
         return len(rows)
 
-    result: dict[str, Any] = {"outputs": {"model": str(lay.model_dir(source)), "max_new_tokens": budget},
+    result: dict[str, Any] = {"outputs": {"model": str(folder), "max_new_tokens": budget},
                               "metrics": {}}
     answered = 0
     if not baseline:

@@ -58,8 +58,9 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
     if P.speaks():
         save_model_dir(
             model_dir, model, lay.tokenizer_json, "foundation-base",
-            {"stage": "pretrain", "config_fingerprint": fingerprint,
-             "system_message_sha256": request.get("system_message_sha256", "")},
+            # A base model is not tuned to any instruction: it carries no system message (so editing the
+            # spec's instruction later leaves it valid for `tt serve` and for foundation.init_model).
+            {"stage": "pretrain", "config_fingerprint": fingerprint, "system_message_sha256": ""},
         )
     params = model.num_params()
     metrics = {

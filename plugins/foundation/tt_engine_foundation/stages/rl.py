@@ -28,8 +28,8 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
 
     P.log(f"RL on {len(rows)} training prompts for {cfg['rl_steps']} steps")
     stats: dict = {}
-    rewards = run_rl(model, tok, rows, cfg, learning_rate(cfg), device, autocast_dtype(request, device), on_step,
-                     stats)
+    rewards = run_rl(model, tok, rows, cfg, learning_rate(cfg, model), device, autocast_dtype(request, device),
+                     on_step, stats)
     model_dir = save_model_dir(
         lay.model_dir("rl"), model, lay.tokenizer_json, "foundation-rl",
         {"stage": "rl", "system_message_sha256": request.get("system_message_sha256", "")},

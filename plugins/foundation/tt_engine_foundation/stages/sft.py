@@ -1,4 +1,4 @@
-"""Stage `sft`: chat fine-tuning of the pretrained model on the training rows (assistant tokens only).
+"""Stage `sft`: chat fine-tuning of the pretrained model (or `init_model`) on the training rows (assistant tokens only).
 
 With world size > 1 the plugin starts it under torchrun (DistributedDataParallel);
 the first rank of each node writes the model and the result.
@@ -26,7 +26,7 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
     device = D.init(request_device(request))
     tok = load_tokenizer(request)
     rows = request.get("train_rows") or []
-    model = load_model_dir(lay.model_dir("pretrain"), device)
+    model = load_model_dir(lay.base_model, device)
     every = max(1, int(cfg["log_interval_steps"]))
 
     def on_step(step: int, total: int, loss: float, lr: float) -> None:
@@ -34,14 +34,14 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
             P.progress(step, total, "step", {"loss": loss, "lr": lr})
 
     P.log(f"SFT on {len(rows)} training rows for {cfg['finetune_steps']} steps")
-    input_model = lay.model_dir("pretrain")
+    input_model = lay.base_model
     checkpoints = SftCheckpoints(
-        directory=lay.sft_checkpoints, config=sft_config(cfg, learning_rate(cfg), rows, input_model),
+        directory=lay.sft_checkpoints, config=sft_config(cfg, learning_rate(cfg, model), rows, input_model),
         every_steps=int(cfg["checkpoint_interval_steps"]), keep=int(cfg["keep_checkpoints"]),
     )
     stats: dict = {}
-    losses = run_sft(model, tok, rows, cfg, learning_rate(cfg), device, autocast_dtype(request, device), on_step,
-                     checkpoints, stats)
+    losses = run_sft(model, tok, rows, cfg, learning_rate(cfg, model), device, autocast_dtype(request, device),
+                     on_step, checkpoints, stats)
     model_dir = lay.model_dir("sft")
     if P.speaks():
         save_model_dir(
@@ -55,6 +55,9 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
                           int(cfg["sequence_length"]))] if stats["trimmed_rows"] else []
     for note in notes:
         P.log(note, "warning")
+    if lay.init_model is not None:
+        notes.append(f"SFT started from the foundation model {lay.init_model} (foundation.init_model): this run has "
+                     "no tokenizer, token cache, pretraining or BPB stage of its own")
     return {
         "metrics": metrics,
         "notes": notes,

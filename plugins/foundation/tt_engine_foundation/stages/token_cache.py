@@ -50,24 +50,37 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
             last[0] = now
             P.progress(chars, cfg["max_chars"], "chars", {"tokens": tokens, "documents": documents})
 
+    cut: dict[str, Any] = {}
+
+    def on_cut(doc) -> None:
+        cut["at"] = f"{doc.source}:{doc.line}"
+        P.log(cut_note(cfg["max_chars"], cut["at"]), "warning")
+
     built = TC.build(
-        iter_corpus(request, int(cfg["max_chars"])), tok, T.special_id(tok, T.BOS), lay.tokens_bin, dtype,
+        iter_corpus(request, int(cfg["max_chars"]), on_cut), tok, T.special_id(tok, T.BOS), lay.tokens_bin, dtype,
         on_progress=on_progress,
     )
     seconds = time.monotonic() - started
-    TC.write_manifest(lay.tokens_manifest, inputs, built, dtype)
+    TC.write_manifest(lay.tokens_manifest, inputs, {**built, "cut_at": cut.get("at")}, dtype)
     manifest = TC.read_manifest(lay.tokens_manifest)
     TC.verify(lay.tokens_bin, manifest)
     P.log(f"token cache: {built['tokens']} tokens from {built['documents']} documents in {seconds:.1f}s")
     return _result(lay, manifest, seconds)
 
 
+def cut_note(max_chars: int, where: str) -> str:
+    return (f"the corpus was cut at foundation.max_chars = {max_chars} characters (from {where} on, text was left "
+            "out of the token cache); raise max_chars to pretrain on all of it")
+
+
 def _result(lay, manifest: Mapping[str, Any], seconds: float) -> dict[str, Any]:
     metrics = {"token_cache.tokens": manifest["token_count"], "token_cache.documents": manifest["documents"],
-               "token_cache.chars": manifest["chars"]}
+               "token_cache.chars": manifest["chars"], "token_cache.cut": bool(manifest.get("cut_at"))}
     if seconds > 0:
         metrics["token_cache.mb_per_second"] = manifest["chars"] / 1e6 / seconds
+    notes = [cut_note(manifest["inputs"]["max_chars"], manifest["cut_at"])] if manifest.get("cut_at") else []
     return {
+        "notes": notes,
         "metrics": metrics,
         "outputs": {"tokens": str(lay.tokens_bin), "manifest": str(lay.tokens_manifest),
                     "sha256": manifest["file"]["sha256"], "token_count": manifest["token_count"]},

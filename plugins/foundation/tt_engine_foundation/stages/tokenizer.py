@@ -1,4 +1,7 @@
-"""Stage `tokenizer`: train the byte-level BPE on the corpus head plus the compiled instruction.
+"""Stage `tokenizer`: train the byte-level BPE on the corpus head (the smoke corpus when corpus_path is unset).
+
+It reads no example or instruction when a corpus is given, so editing the
+examples never invalidates a tokenizer (nor the pretraining built on it).
 
 Writes `<run>/tokenizer/tokenizer.json` and `tokenizer-inputs.json`. An
 existing tokenizer made from the same inputs is reused; one made from other
@@ -26,7 +29,6 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
         "vocab_size": cfg["vocab_size"],
         "tokenizer_max_chars": cfg["tokenizer_max_chars"],
         "corpus": source,
-        "system_message_sha256": request.get("system_message_sha256", ""),
         "special_tokens": T.SPECIAL_TOKENS,
     }
     inputs_path = lay.tokenizer_dir / "tokenizer-inputs.json"
@@ -40,16 +42,14 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
                 "the tokenizer inputs (vocab_size, tokenizer_max_chars or corpus) changed since this run "
                 "directory's pretraining checkpoints were made; use a new run directory (nothing was changed)"
             )
-    extra = [request.get("system_message", "")]
-    for row in request.get("train_rows") or []:
-        extra += [m["content"] for m in row.get("messages", []) if m.get("role") != "system"]
     counted = {"chars": 0}
 
+    def cut(doc) -> None:
+        P.log(f"the tokenizer trains on the first {cfg['tokenizer_max_chars']} corpus characters "
+              f"(tokenizer_max_chars); it stopped in {doc.source}:{doc.line}")
+
     def texts():
-        for text in extra:
-            counted["chars"] += len(text)
-            yield text
-        for doc in iter_corpus(request, int(cfg["tokenizer_max_chars"])):
+        for doc in iter_corpus(request, int(cfg["tokenizer_max_chars"]), on_cut=cut):
             counted["chars"] += len(doc.text)
             yield doc.text
 

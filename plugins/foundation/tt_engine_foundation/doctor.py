@@ -1,0 +1,178 @@
+"""The foundation engine's preflight (`tt doctor SPEC`): paths, the device as torch in the engine's
+environment sees it, the world size against the devices, and an estimate of the disk a run will use.
+
+Host side: pydantic, tt_host and the stdlib only (torch is asked through
+`tt_host.preflight.torch_device_check`, a subprocess of the engine environment).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Iterable, Iterator, Optional
+
+from tt_host.engine import Check, DiskNeed
+from tt_host.preflight import torch_device_check
+
+from .runtime.corpus import list_shards
+from .spec import FoundationSpec
+
+
+def _path_checks(name: str, path: Optional[Path]) -> Iterable[Check]:
+    if path is None:
+        return
+    if path.is_symlink():
+        yield Check(name, "fail", f"{path} is a symbolic link", "point at the real file or folder")
+    elif not path.exists():
+        yield Check(name, "fail", f"{path} does not exist", "fix the path in tunedtensor.json")
+    else:
+        yield Check(name, "ok", str(path))
+
+
+def _device_check(device: str) -> Check:
+    has_nvidia = Path("/dev/nvidia0").exists() or shutil.which("nvidia-smi") is not None
+    has_mps = platform.system() == "Darwin" and platform.machine() == "arm64"
+    if device == "cuda":
+        if has_nvidia:
+            return Check("foundation.device", "ok", "an NVIDIA device is present")
+        return Check("foundation.device", "fail", "device 'cuda' asked for but no NVIDIA device was found",
+                     "use --device cpu or run on a machine with a CUDA GPU")
+    if device == "mps":
+        if has_mps:
+            return Check("foundation.device", "ok", "Apple silicon (MPS) is present")
+        return Check("foundation.device", "fail", "device 'mps' asked for but this is not an Apple silicon Mac",
+                     "use --device cpu")
+    if device == "auto":
+        found = "cuda" if has_nvidia else ("mps" if has_mps else "cpu")
+        return Check("foundation.device", "ok", f"auto picks {found}")
+    return Check("foundation.device", "ok", "cpu")
+
+
+def cuda_device_count() -> Optional[int]:
+    """GPUs that `nvidia-smi -L` lists (None when nvidia-smi is missing or fails); never imports torch."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    count = sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+    if visible is not None:
+        count = min(count, len([v for v in visible.split(",") if v.strip() and v.strip() != "-1"]))
+    return count
+
+
+def world_check(name: str, nproc: int, nnodes: int, device: str) -> Check:
+    """The requested world size against the devices present (CUDA: one GPU per process)."""
+    world = nproc * nnodes
+    where = f"{nproc} process(es) per node × {nnodes} node(s) = world size {world}"
+    count = cuda_device_count() if device in ("cuda", "auto") else None
+    if device == "cuda" or (device == "auto" and count):
+        if count is None:
+            return Check(name, "fail" if device == "cuda" else "warn", f"{where}; nvidia-smi -L lists no GPU",
+                         "install the NVIDIA driver or use device cpu (gloo)")
+        if nproc > count:
+            return Check(name, "fail", f"{where}, but this node has {count} CUDA device(s) (nvidia-smi -L)",
+                         f"set nproc_per_node to at most {count}")
+        return Check(name, "ok", f"{where}; NCCL on {nproc} of {count} CUDA device(s)")
+    if world == 1:
+        return Check(name, "ok", "one process")
+    if device == "mps":
+        return Check(name, "fail", f"{where}: distributed training runs on cuda or cpu, not mps", "use device cpu")
+    cores = os.cpu_count() or 1
+    if nproc > cores:
+        return Check(name, "warn", f"{where} with gloo on CPU, more processes than the {cores} CPU cores",
+                     f"use at most {cores} processes per node")
+    return Check(name, "ok", f"{where}; gloo on CPU ({cores} cores)")
+
+
+def _presence_or_torch(device: str) -> Check:
+    """torch's own answer when the environment is prepared; else what the machine shows, and how to prepare."""
+    from .plugin import ENGINE
+
+    check = torch_device_check(ENGINE, device, "foundation.device")
+    if check.data is not None or check.status == "fail":
+        return check
+    seen = _device_check(device)
+    return Check("foundation.device", "fail" if seen.status == "fail" else "warn", f"{seen.detail}; {check.detail}",
+                 "; ".join(h for h in (seen.hint, check.hint) if h))
+
+
+def _bf16_check(spec: FoundationSpec, device: Check) -> Iterator[Check]:
+    info = device.data or {}
+    if spec.foundation.bf16 and info.get("device") == "cuda" and info.get("bf16") is False:
+        yield Check("foundation.bf16", "warn", f"{info.get('gpu')} has no bf16 support; training would run in fp32",
+                    "set foundation.bf16 to false to say so, or use a GPU with bf16 (compute capability 8.0+)")
+
+
+def parameters(depth: int, vocab_size: int) -> int:
+    """Parameters of the model at `depth` (runtime/model.py's layout: width 64·depth, SwiGLU, untied head)."""
+    width = depth * 64
+    mlp = (8 * width // 3 + 63) // 64 * 64
+    return vocab_size * width * 2 + depth * (4 * width * width + 3 * width * mlp)
+
+
+def corpus_bytes(path: Optional[Path]) -> int:
+    """Text bytes of the corpus shards (parquet counted at 3× its compressed size)."""
+    if path is None or not path.exists() or path.is_symlink():
+        return 0
+    try:
+        shards = list_shards(path)
+    except Exception:
+        return 0
+    return sum(s.stat().st_size * (3 if s.suffix.lower() == ".parquet" else 1) for s in shards)
+
+
+def disk_needs(spec: FoundationSpec) -> Iterator[DiskNeed]:
+    """What a run of this spec writes: token cache, checkpoints (keep_checkpoints + 1 exist while the newest
+    is written: fp32 weights + AdamW's two moments, 12 bytes a parameter), model folders, the backup."""
+    f = spec.foundation
+    if f.init_model is not None:
+        weights = Path(f.init_model) / "model.safetensors"
+        params = weights.stat().st_size // 4 if weights.is_file() else 0
+    else:
+        params = parameters(f.depth, f.vocab_size)
+    checkpoint = params * 12
+    keep = f.keep_checkpoints + 1
+    if f.init_model is None:
+        text = min(corpus_bytes(f.corpus_path), f.max_chars * 4)
+        per_token = 2 if f.vocab_size <= 1 << 16 else 4
+        tokens = text // 3 if f.vocab_size >= 8192 else text  # a small vocabulary merges little: ~1 token a byte
+        yield DiskNeed("token cache", tokens * per_token, f"token cache ({text / 1e9:.2f} GB of text)")
+        yield DiskNeed("pretraining checkpoints", checkpoint * keep, f"{keep} pretraining checkpoints")
+        if f.checkpoint_backup_dir is not None:
+            yield DiskNeed("foundation.checkpoint_backup_dir", checkpoint * keep, f"{keep} backed-up checkpoints",
+                           folder=f.checkpoint_backup_dir, separate_disk=True)
+    if f.finetune_steps > 0 and f.checkpoint_interval_steps > 0:
+        yield DiskNeed("SFT checkpoints", checkpoint * keep, f"{keep} SFT checkpoints")
+    folders = (1 if f.init_model is None else 0) + 1 + (1 if f.rl_steps > 0 else 0)
+    yield DiskNeed("model folders", params * 4 * folders, f"{folders} model folders")
+
+
+def doctor(spec: Optional[FoundationSpec], device: str) -> Iterable[Check]:
+    if spec is None:
+        yield _presence_or_torch(device or "auto")
+        return
+    f = spec.foundation
+    yield from _path_checks("foundation.corpus_path", f.corpus_path)
+    yield from _path_checks("foundation.validation_path", f.validation_path)
+    if f.corpus_path is not None and f.validation_path is not None:
+        same = os.path.realpath(f.corpus_path) == os.path.realpath(f.validation_path)
+        yield Check("foundation.validation_distinct", "fail" if same else "ok",
+                    "validation_path is the training corpus" if same else "validation and training differ",
+                    "use held-out text for validation_path" if same else "")
+    if f.corpus_path is None and f.init_model is None:
+        yield Check("foundation.corpus_path", "warn", "no corpus: the smoke corpus proves the wiring, not capability",
+                    "set foundation.corpus_path to real text")
+    chosen = device if device and device != "auto" else f.device
+    found = _presence_or_torch(chosen)
+    yield found
+    yield from _bf16_check(spec, found)
+    yield world_check("foundation.nproc_per_node", f.nproc_per_node, f.nnodes, chosen)
