@@ -19,6 +19,7 @@ from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_v
 
 from tt_host.engine import Check, Engine, Stage
 from tt_host.hookspecs import hookimpl
+from tt_host.preflight import torch_device_check
 from tt_host.spec.schema import BehaviorSpec, StrictModel, resolve_path
 
 from tt_engine_adapter import fingerprint, lengthcheck, rows
@@ -362,6 +363,7 @@ def doctor(spec: Optional[BehaviorSpec], device: str) -> Iterable[Check]:
             device = spec.device
     yield from _device_checks(device or "auto")
     if isinstance(spec, AdapterSpec):
+        yield torch_device_check(ENGINE, device or "auto", "torch device")  # torch's own view, in the environment
         yield _world_check(spec.hyperparameters, device or "auto")
 
 
