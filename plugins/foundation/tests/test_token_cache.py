@@ -48,7 +48,7 @@ def test_stage_reuses_verified_cache_and_detects_corruption(tmp_path, corpus):
 
 def test_a_cut_corpus_is_logged_and_noted(tmp_path, corpus):
     run = tmp_path / "run"
-    cfg = tiny_config(corpus_path=str(corpus), max_chars=2_000, tokenizer_max_chars=1_000)
+    cfg = tiny_config(corpus_path=str(corpus), max_chars=2_000)
     assert run_stage(run, "tokenizer", cfg).code == 0
     out = run_stage(run, "token_cache", cfg)
     assert out.code == 0
@@ -60,7 +60,7 @@ def test_a_cut_corpus_is_logged_and_noted(tmp_path, corpus):
 
 def test_bad_row_fails_the_stage_naming_file_and_line(tmp_path, corpus):
     run = tmp_path / "run"
-    cfg = tiny_config(corpus_path=str(corpus), tokenizer_max_chars=1000)
+    cfg = tiny_config(corpus_path=str(corpus), tokenizer_max_chars=1000, sequence_length=64)  # fits the instruction
     assert run_stage(run, "tokenizer", cfg).code == 0
     with open(corpus, "a") as handle:
         handle.write('{"text": "fine"}\n{"text": oops}\n')
