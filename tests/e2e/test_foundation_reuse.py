@@ -68,7 +68,7 @@ def test_more_examples_and_sft_steps_rerun_sft_onward_and_reuse_pretraining(done
     assert code == 0, plan
     actions = {s["stage"]: s["action"] for s in plan["stages"]}
     assert actions == {"tokenizer": "reuse", "token_cache": "reuse", "pretrain": "reuse", "bpb": "reuse",
-                       "sft": "rerun", "rl": "skip", "chat_eval": "rerun"}, plan
+                       "sft": "rerun", "rl": "skip", "chat_eval": "rerun", "general_baseline": "skip"}, plan
     sft_reason = next(s["reason"] for s in plan["stages"] if s["stage"] == "sft")
     assert "foundation.finetune_steps" in sft_reason and "examples" in sft_reason
     assert snapshot(original) == before_dry  # the dry run wrote nothing
@@ -120,8 +120,9 @@ def test_cuts_are_warned_in_the_logs_and_noted_in_the_report(done):
 def test_sft_and_rl_from_an_existing_foundation_model_skip_pretraining(done, tmp_path):
     base, spec, source = done
     base_id = next(m["id"] for m in report(source)["models"] if m["kind"] == "foundation-base")
+    # depth and vocab_size are the model's own; a longer sequence than pretraining leaves RL room to answer
     tuned = tiny_spec(tmp_path / "tuned", corpus_path=None, validation_path=None, init_model=base_id,
-                      finetune_steps=3, rl_steps=2, depth=7, vocab_size=999)  # depth/vocab: the model's own rule
+                      finetune_steps=3, rl_steps=2, depth=7, vocab_size=999, sequence_length=128)
     run_dir = tmp_path / "run"
     proc = tt(base, "run", tuned, "--resume", run_dir, "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
