@@ -1,4 +1,4 @@
-"""The instruction compiler matches DESIGN §3 byte for byte; the split is deterministic and keyed on the spec."""
+"""The instruction compiler matches the documented format (docs/host.md, Specs) byte for byte; the split is deterministic and keyed on the spec."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""The run directory (DESIGN §6): run.json, the frozen spec, stage folders, logs, the run lock.
+"""The run directory (docs/host.md, Runs): run.json, the frozen spec, stage folders, logs, the run lock.
 
 Layout:
 

@@ -1,6 +1,6 @@
 """The instruction compiler: one canonical system message, chat rows and a deterministic split.
 
-The system message is built exactly as DESIGN §3 shows; every engine and every
+The system message is built exactly as docs/host.md (Specs) shows; every engine and every
 stage uses it unchanged. The train / held-out split is keyed on the spec's
 content (not the run), so the same spec always holds out the same prompts.
 """
@@ -20,7 +20,7 @@ HELD_OUT_FRACTION = 0.2
 
 
 def compile_system_message(spec: BehaviorSpec) -> str:
-    """The canonical system message for a spec (DESIGN §3)."""
+    """The canonical system message for a spec (format: docs/host.md, Specs)."""
     blocks: list[str] = []
     prompt = spec.system_prompt.strip()
     if prompt:

@@ -31,7 +31,7 @@ def normalize_prompt(text: str) -> str:
 
 
 def compile_system_message(system_prompt: str, guidelines: Iterable[str], constraints: Iterable[str]) -> str:
-    """The canonical system message of DESIGN.md §3 (the host's compiler is authoritative at run time)."""
+    """The canonical system message (docs/host.md, Specs; the host's compiler is authoritative at run time)."""
     blocks = []
     if system_prompt.strip():
         blocks.append(system_prompt.strip())

@@ -80,7 +80,7 @@ def resolve_init_model(value: str, info: ValidationInfo) -> str:
 
 
 class FoundationConfig(StrictModel):
-    """Every knob of the foundation engine (DESIGN §4), with bounds and defaults."""
+    """Every knob of the foundation engine (docs/foundation.md), with bounds and defaults."""
 
     corpus_path: Optional[Path] = Field(None, description="Pretraining text: .txt, .jsonl (text), .parquet (text) or a folder of them. Unset: the smoke corpus from the spec.")
     validation_path: Optional[Path] = Field(None, description="Held-out text for BPB, same formats; must differ from corpus_path.")
