@@ -148,9 +148,10 @@ def test_tokenizer_and_chat_template_match_tt(exported):
                     {"role": "assistant", "content": "52"}, {"role": "user", "content": "And 1 plus 1?"},
                     {"role": "assistant", "content": "2"}]
     expected, _ = render(tok, conversation)
-    assert list(hf.apply_chat_template(conversation, tokenize=True)) == expected
+    assert list(hf.apply_chat_template(conversation, tokenize=True, return_dict=False)) == expected
     prompt = render_prompt(tok, conversation[:2], 96)
-    assert list(hf.apply_chat_template(conversation[:2], tokenize=True, add_generation_prompt=True)) == prompt
+    assert list(hf.apply_chat_template(conversation[:2], tokenize=True, add_generation_prompt=True,
+                                      return_dict=False)) == prompt
     with pytest.raises(Exception, match="unknown chat role"):
         hf.apply_chat_template([{"role": "tool", "content": "x"}], tokenize=False)
 

@@ -91,7 +91,7 @@ def test_matches_transformers_llama_when_available(tmp_path):
     import json
 
     (tmp_path / "config.json").write_text(json.dumps(hf_config(model.cfg)))
-    hf = transformers.LlamaForCausalLM.from_pretrained(str(tmp_path), torch_dtype=torch.float32).eval()
+    hf = transformers.LlamaForCausalLM.from_pretrained(str(tmp_path), dtype=torch.float32).eval()
     x = torch.randint(0, 97, (2, 20))
     with torch.no_grad():
         ours, theirs = model(x), hf(x).logits

@@ -3,7 +3,8 @@
     python -m tt_engine_adapter.testing.tiny_model OUTDIR [--arch llama|qwen3]
 
 The tokenizer is a byte-level BPE trained with `tokenizers` on a small
-deterministic corpus, wrapped as `PreTrainedTokenizerFast` with a chat
+deterministic corpus, wrapped as `PreTrainedTokenizerFast` (transformers 5
+saves it as `TokenizersBackend`, 4.x as `PreTrainedTokenizerFast`) with a chat
 template and a dedicated pad token (never EOS). `llama` uses a Llama-3 style
 template (`<|eot_id|>` ends a turn); `qwen3` uses a ChatML template with a
 Qwen3-style empty thinking block switched by `enable_thinking`. The model is a
@@ -113,7 +114,8 @@ def build_tokenizer(arch: str, vocab_size: int = 512):
     return fast
 
 
-def build(outdir: str | Path, arch: str = "llama", hidden: int = 64, layers: int = 2, seed: int = 0) -> Path:
+def build(outdir: str | Path, arch: str = "llama", hidden: int = 64, layers: int = 2, seed: int = 0,
+          vocab_size: int = 512) -> Path:
     """Write a tiny model folder (config, safetensors weights, tokenizer, chat template) to `outdir`."""
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig, Qwen3Config
@@ -122,7 +124,7 @@ def build(outdir: str | Path, arch: str = "llama", hidden: int = 64, layers: int
         raise ValueError(f"arch must be one of {sorted(SPECIALS)}")
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer(arch)
+    tokenizer = build_tokenizer(arch, vocab_size)
     info = SPECIALS[arch]
     common = dict(
         vocab_size=len(tokenizer),
@@ -137,7 +139,7 @@ def build(outdir: str | Path, arch: str = "llama", hidden: int = 64, layers: int
         bos_token_id=tokenizer.convert_tokens_to_ids(info["bos"]) if info["bos"] else None,
         tie_word_embeddings=False,
         initializer_range=0.25,  # wide enough that LoRA alone can move the logits of a random tiny model
-        torch_dtype="float32",
+        dtype="float32",
     )
     if arch == "llama":
         config = LlamaConfig(**common)
