@@ -31,6 +31,7 @@ def tt_env(home: Path) -> dict[str, str]:
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.setdefault("TT_NUM_THREADS", "2")
     env["HF_HUB_OFFLINE"] = "1"
+    env["HF_HUB_CACHE"] = str(home / "hf-hub")  # a Hugging Face cache of the test's own (see hub_cache)
     return env
 
 
@@ -55,6 +56,19 @@ def engine_run(python: str, home: Path, *args: str, timeout: float = 600) -> sub
 def build_tiny_model(python: str, home: Path, outdir: Path, arch: str = "llama") -> Path:
     engine_run(python, home, "-m", "tt_engine_adapter.testing.tiny_model", str(outdir), "--arch", arch)
     return outdir
+
+
+def hub_cache(home: Path, model: Path, repo: str, commit: str, ref: str = "main") -> Path:
+    """Put `model` into the test's Hugging Face cache as `repo` at `commit`, with refs/<ref> naming it.
+
+    The cache layout huggingface_hub reads offline: models--org--name/{refs/<ref>, snapshots/<commit>/}.
+    """
+    folder = home / "hf-hub" / ("models--" + repo.replace("/", "--"))
+    snapshot = folder / "snapshots" / commit
+    shutil.copytree(model, snapshot)
+    (folder / "refs").mkdir(parents=True, exist_ok=True)
+    (folder / "refs" / ref).write_text(commit)
+    return snapshot
 
 
 def sentiment_examples() -> list[dict[str, str]]:

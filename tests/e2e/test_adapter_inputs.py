@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from adapter_support import sentiment_examples, tt
+from adapter_support import hub_cache, sentiment_examples, tt
+
+TF4_BASE = Path(__file__).resolve().parents[2] / "plugins" / "adapter" / "tests" / "fixtures" / "tiny-llama-transformers4"
 
 
 def _files(root: Path) -> set[str]:
@@ -49,8 +51,9 @@ def _overlap(folder: Path) -> dict:
 
 CASES = {
     "unknown hyperparameter": (lambda f: {"hyperparameters": {"n_epoch": 3}}, "hyperparameters.n_epoch", None),
-    "revision not 40 hex": (lambda f: {"base_model": "org/some-model", "base_model_revision": "main"},
-                            "base_model_revision", "40-hex"),
+    "revision neither commit nor branch": (lambda f: {"base_model": "org/some-model",
+                                                      "base_model_revision": "main branch"},
+                                           "base_model_revision", "branch or tag"),
     "row with two user messages": (_two_users, "datasets.train", "train.jsonl:2"),
     "train/validation overlap": (_overlap, "datasets", "validation.jsonl:2"),
     "missing local model folder": (lambda f: {"base_model": "./no-such-model"}, "base_model", "no-such-model"),
@@ -83,3 +86,17 @@ def test_valid_prebuilt_datasets_pass_validation(tmp_path):
     spec = _spec(folder, datasets={"train": train, "test": test})
     proc = tt(tmp_path, "validate", spec)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_doctor_finds_a_branch_through_the_cache_refs(tmp_path):
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    snapshot = hub_cache(tmp_path, TF4_BASE, "tt-test/tiny", commit, ref="main")
+    folder = tmp_path / "spec"
+    spec = _spec(folder, base_model="tt-test/tiny", base_model_revision="main")
+    proc = tt(tmp_path, "doctor", spec, "--json")
+    checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
+    assert checks["base model"]["status"] == "ok" and str(snapshot) in checks["base model"]["detail"]
+    assert commit in checks["base model revision"]["detail"]
+    other = _spec(folder, base_model="tt-test/tiny", base_model_revision="v2")
+    checks = {c["name"]: c for c in json.loads(tt(tmp_path, "doctor", other, "--json").stdout)["checks"]}
+    assert checks["base model"]["status"] == "warn" and "tt-test/tiny@v2 is not in the cache" in checks["base model"]["detail"]

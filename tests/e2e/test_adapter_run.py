@@ -1,7 +1,13 @@
 """Adapter engine end to end through `tt run` on CPU with a tiny locally built base model.
 
+The shared run's base model is built by the engine environment's transformers 5
+(tokenizer class `TokenizersBackend`) and given as hub id `tt-test/tiny` at
+revision `main`, found in a Hugging Face cache of the test's own with
+HF_HUB_OFFLINE=1: prefetch resolves `main` through the cache's refs/main to its
+commit and the run and the adapter's manifest record that commit.
 Item 1: the candidate beats the baseline on held-out sentiment rows, and the
-adapter loads with plain `PeftModel.from_pretrained` giving tt's outputs.
+adapter loads with plain `PeftModel.from_pretrained` (transformers 5, in the
+engine's environment, separate from the host's) giving tt's outputs.
 Item 3: an interrupted training resumed with `--resume` ends with the same
 adapter weights and step count. Item 4: one changed byte makes `tt models
 verify` fail and name the file.
@@ -17,8 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from adapter_support import (COMPARE, PEFT_CHECK, TT_BIN, build_tiny_model, engine_python, engine_run,
+from adapter_support import (COMPARE, PEFT_CHECK, TT_BIN, build_tiny_model, engine_python, engine_run, hub_cache,
                              only_run_dir, tt, tt_env, write_spec)
+
+HUB_ID, COMMIT = "tt-test/tiny", "c0ffee0123456789abcdef0123456789abcdef01"
 
 
 @pytest.fixture(scope="module")
@@ -37,11 +45,32 @@ def model(home, python) -> Path:
 
 
 @pytest.fixture(scope="module")
-def finished(home, model) -> Path:
-    spec = write_spec(home / "straight", str(model))
+def snapshot(home, model) -> Path:
+    return hub_cache(home, model, HUB_ID, COMMIT, ref="main")
+
+
+@pytest.fixture(scope="module")
+def finished(home, snapshot) -> Path:
+    spec = write_spec(home / "straight", HUB_ID, base_model_revision="main")
     proc = tt(home, "run", spec)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     return only_run_dir(home / "straight")
+
+
+def test_base_saved_by_transformers_5(model):
+    config = json.loads((model / "config.json").read_text())
+    assert int(config["transformers_version"].split(".")[0]) >= 5
+    assert json.loads((model / "tokenizer_config.json").read_text())["tokenizer_class"] == "TokenizersBackend"
+
+
+def test_main_resolves_offline_to_the_cached_commit_recorded_in_run_and_manifest(finished, snapshot):
+    prefetch = json.loads((finished / "prefetch" / "result.json").read_text())
+    base = prefetch["outputs"]["base_model"]
+    assert base == {"path": str(snapshot), "name": HUB_ID, "revision": COMMIT, "requested_revision": "main",
+                    "fingerprint": None}
+    recorded = json.loads((finished / "train" / "adapter" / "artifact-manifest.json").read_text())["base_model"]
+    assert recorded["revision"] == COMMIT and recorded["requested_revision"] == "main"
+    assert json.loads((finished / "train" / "adapter" / "tt-adapter.json").read_text())["base_model"]["revision"] == COMMIT
 
 
 def test_candidate_beats_baseline_and_report(finished):
@@ -57,10 +86,12 @@ def test_candidate_beats_baseline_and_report(finished):
     assert "baseline" in markdown and "candidate" in markdown and ".svg" in markdown
 
 
-def test_plain_peft_reproduces_tt_evaluation(finished, model, home, python):
+def test_plain_peft_reproduces_tt_evaluation(finished, snapshot, home, python):
     adapter = finished / "train" / "adapter"
     assert (adapter / "adapter_config.json").is_file() and (adapter / "adapter_model.safetensors").is_file()
-    out = engine_run(python, home, "-c", PEFT_CHECK, str(model), str(adapter),
+    version_check = "import transformers; assert int(transformers.__version__.split('.')[0]) >= 5\n"
+    out = engine_run(python, home, "-c", version_check + PEFT_CHECK,
+                     str(snapshot), str(adapter),
                      str(finished / "candidate" / "request.json"), "6")
     peft_answers = json.loads(out.stdout.strip().splitlines()[-1])
     tt_answers = {}
@@ -92,6 +123,7 @@ def test_models_verify_names_the_changed_file(finished, home):
 
 
 def test_interrupted_training_resumes_to_the_same_adapter(finished, home, model, python):
+    """The interrupted run names the same base as a local folder: same weights, same adapter."""
     spec = write_spec(home / "interrupted", str(model))
     run_dir = home / "interrupted-run"
     proc = subprocess.Popen([TT_BIN, "run", str(spec), "--resume", str(run_dir)], env=tt_env(home), cwd=home,

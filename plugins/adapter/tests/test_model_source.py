@@ -1,4 +1,5 @@
-"""Base model resolution: local folders are fingerprinted; a pinned hub id resolves from the HF cache offline."""
+"""Base model resolution: local folders are fingerprinted; a hub id at a commit, branch or tag resolves to the
+commit in the HF cache offline."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from tt_engine_adapter import fingerprint
 from tt_engine_adapter.runtime import model_source
-from tt_stagekit.protocol import InvalidInput
+from tt_stagekit.protocol import InvalidInput, StageError
 
 REV = "0123456789abcdef0123456789abcdef01234567"
 
@@ -44,12 +45,36 @@ def test_incomplete_local_folder_is_refused(tmp_path):
         model_source.fetch({"base_model": str(tmp_path / "m")})
 
 
-def test_pinned_hub_id_resolves_from_the_cache_without_network(tmp_path, tiny_llama, monkeypatch):
+def _offline_cache(tmp_path, monkeypatch, tiny_llama, refs: dict[str, str]):
+    """A Hugging Face cache holding tt-test/tiny at REV, with refs/<name> files pointing at commits."""
     from huggingface_hub import constants
 
-    snapshot = tmp_path / "hub" / "models--tt-test--tiny" / "snapshots" / REV
+    repo = tmp_path / "hub" / "models--tt-test--tiny"
+    snapshot = repo / "snapshots" / REV
     shutil.copytree(tiny_llama, snapshot)
+    for name, commit in refs.items():
+        (repo / "refs" / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / "refs" / name).write_text(commit)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    return snapshot
+
+
+def test_pinned_hub_id_resolves_from_the_cache_without_network(tmp_path, tiny_llama, monkeypatch):
+    snapshot = _offline_cache(tmp_path, monkeypatch, tiny_llama, {})
     found = model_source.fetch({"base_model": "tt-test/tiny", "base_model_revision": REV})
     assert found["path"] == str(snapshot) and found["revision"] == REV and found["name"] == "tt-test/tiny"
+
+
+@pytest.mark.parametrize("ref", ["main", "v1.0"])
+def test_branch_or_tag_resolves_offline_to_the_commit_in_the_cache_refs(tmp_path, tiny_llama, monkeypatch, ref):
+    snapshot = _offline_cache(tmp_path, monkeypatch, tiny_llama, {ref: REV})
+    found = model_source.fetch({"base_model": "tt-test/tiny", "base_model_revision": ref})
+    assert found == {"path": str(snapshot), "name": "tt-test/tiny", "revision": REV, "requested_revision": ref,
+                     "fingerprint": None}
+
+
+def test_branch_missing_from_the_offline_cache_names_what_to_do(tmp_path, tiny_llama, monkeypatch):
+    _offline_cache(tmp_path, monkeypatch, tiny_llama, {"main": REV})
+    with pytest.raises(StageError, match="tt-test/tiny@dev is not in the Hugging Face cache.*HF_HUB_OFFLINE"):
+        model_source.fetch({"base_model": "tt-test/tiny", "base_model_revision": "dev"})

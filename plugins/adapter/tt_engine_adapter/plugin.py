@@ -26,6 +26,8 @@ from tt_engine_adapter import fingerprint, lengthcheck, rows
 from tt_stagekit.launcher import endpoint_error, nodes_error, stage_arguments
 
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
+# A branch or tag name as the hub takes it (git's ref rules, simplified): `main`, `v1.0`, `refs/pr/3`.
+REF_NAME = re.compile(r"^(?!.*\.\.)(?!.*//)(?!.*\.lock$)[A-Za-z0-9][A-Za-z0-9._/-]{0,254}(?<![/.])$")
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 MODULE_NAME = re.compile(r"^[A-Za-z0-9_.]+$")
 
@@ -127,7 +129,9 @@ class AdapterSpec(BehaviorSpec):
     engine: Literal["adapter"] = "adapter"
     base_model: str = Field(min_length=1, description="Local Hugging Face model folder (beside the spec) or hub id.")
     base_model_revision: Optional[str] = Field(
-        None, validate_default=True, description="40-hex commit; required for a hub id."
+        None, validate_default=True,
+        description="Commit (40 hex), branch or tag of a hub id; required for a hub id. Prefetch resolves a "
+                    "branch or tag to its commit and every later stage uses that commit.",
     )
     hyperparameters: Hyperparameters = Field(default_factory=Hyperparameters)
     datasets: Optional[Datasets] = None
@@ -160,9 +164,11 @@ class AdapterSpec(BehaviorSpec):
                 raise ValueError("applies only to a hub id; base_model is a local folder")
             return None
         if value is None:
-            raise ValueError(f"required for hub id {base!r}: a 40-hex commit (no local folder of that name exists)")
-        if not HEX40.match(value):
-            raise ValueError(f"{value!r} is not a 40-hex commit id")
+            raise ValueError(f"required for hub id {base!r}: a 40-hex commit, a branch such as \"main\" or a tag "
+                             "(no local folder of that name exists)")
+        value = value.strip()
+        if not (HEX40.match(value) or REF_NAME.match(value)):
+            raise ValueError(f"{value!r} is neither a 40-hex commit id nor a branch or tag name")
         return value
 
     @field_validator("hyperparameters")
@@ -302,13 +308,23 @@ def _base_model_checks(spec: AdapterSpec) -> Iterable[Check]:
             yield Check("base model", "ok", f"local folder {spec.base_model} is complete")
         yield Check("base model revision", "ok", "local folder: pinned by its content fingerprint")
         return
-    yield Check("base model revision", "ok", f"{spec.base_model} pinned at {spec.base_model_revision}")
-    org_name = spec.base_model.replace("/", "--")
-    snapshot = _hf_cache_dir() / f"models--{org_name}" / "snapshots" / str(spec.base_model_revision)
-    if snapshot.is_dir() and not fingerprint.model_folder_problems(snapshot):
+    revision = str(spec.base_model_revision)
+    repo = _hf_cache_dir() / f"models--{spec.base_model.replace('/', '--')}"
+    if HEX40.match(revision):
+        yield Check("base model revision", "ok", f"{spec.base_model} pinned at {revision}")
+        commit = revision
+    else:
+        ref = repo / "refs" / revision
+        commit = ref.read_text(encoding="utf-8").strip() if ref.is_file() else ""
+        commit = commit if HEX40.match(commit) else ""
+        yield Check("base model revision", "ok",
+                    f"{spec.base_model}@{revision} (branch or tag): prefetch resolves it to a commit, recorded in the "
+                    f"run and the adapter's manifest" + (f"; the cache has it at {commit}" if commit else ""))
+    snapshot = repo / "snapshots" / commit if commit else None
+    if snapshot is not None and snapshot.is_dir() and not fingerprint.model_folder_problems(snapshot):
         yield Check("base model", "ok", f"cached at {snapshot}")
     else:
-        yield Check("base model", "warn", f"{spec.base_model}@{spec.base_model_revision} is not in the cache",
+        yield Check("base model", "warn", f"{spec.base_model}@{revision} is not in the cache",
                     "the prefetch stage downloads it once (network needed then)")
 
 

@@ -31,7 +31,8 @@ def write_manifest(
         "system_message_sha256": system_message_sha256,
         "base_model": {
             "name": base_model.get("name"),
-            "revision": base_model.get("revision"),
+            "revision": base_model.get("revision"),  # the commit, for a hub id
+            "requested_revision": base_model.get("requested_revision"),  # the spec's commit, branch or tag
             "fingerprint": base_model.get("fingerprint"),
         },
         "created": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),

@@ -1,21 +1,27 @@
 """Resolve, fingerprint and load the base model and its tokenizer.
 
 A local folder is used in place and fingerprinted (file sizes and sha256).
-A hub id is downloaded once by the prefetch stage with `huggingface_hub` at
-its pinned 40-hex revision into the Hugging Face cache; every later stage
-loads it with `local_files_only=True` (and HF_HUB_OFFLINE=1), so nothing but
-prefetch touches the network.
+A hub id is fetched once by the prefetch stage with `huggingface_hub` into
+the Hugging Face cache. Its revision may be a 40-hex commit (found in the
+cache first, downloaded only when missing) or a branch or tag: that one is
+resolved by asking the hub for its current commit, or, with HF_HUB_OFFLINE=1,
+from the cache's `refs/<name>` file. The record names the commit; every later
+stage loads that snapshot with `local_files_only=True` (and HF_HUB_OFFLINE=1),
+so nothing but prefetch touches the network.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Mapping
 
 from tt_engine_adapter import fingerprint
 from tt_stagekit import devices
 from tt_stagekit.protocol import InvalidInput, StageError, log
+
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 
 def go_offline() -> None:
@@ -30,7 +36,10 @@ def is_local(spec: Mapping[str, Any]) -> bool:
 
 
 def fetch(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """Make the base model available locally; returns {path, name, revision, fingerprint}."""
+    """Make the base model available locally; returns {path, name, revision, fingerprint}.
+
+    For a hub id, `revision` is the commit and `requested_revision` what the spec said.
+    """
     name = spec["base_model"]
     if is_local(spec):
         path = Path(name)
@@ -43,21 +52,44 @@ def fetch(spec: Mapping[str, Any]) -> dict[str, Any]:
     revision = spec.get("base_model_revision")
     if not revision:
         raise InvalidInput("base_model_revision: required for a hub id")
-    from huggingface_hub import snapshot_download
-
-    try:
-        path = Path(snapshot_download(repo_id=name, revision=revision, local_files_only=True))
-        log(f"{name}@{revision} found in the Hugging Face cache")
-    except Exception:  # not cached yet: download once
-        log(f"downloading {name}@{revision} into the Hugging Face cache")
-        try:
-            path = Path(snapshot_download(repo_id=name, revision=revision))
-        except Exception as exc:
-            raise StageError(f"base_model: cannot download {name}@{revision}: {type(exc).__name__}: {exc}") from None
+    path = _hub_snapshot(name, revision)
+    commit = path.name
+    if not COMMIT.match(commit):
+        raise StageError(f"base_model: {name}@{revision} resolved to {path}, which is not a snapshot folder named "
+                         "by its commit; clear that entry from the Hugging Face cache and run again")
+    if commit != revision:
+        log(f"{name}@{revision} is commit {commit}; the rest of this run uses that commit")
     problems = fingerprint.model_folder_problems(path)
     if problems:
-        raise StageError(f"base_model: {name}@{revision} is incomplete: " + "; ".join(problems))
-    return {"path": str(path), "name": name, "revision": revision, "fingerprint": None}
+        raise StageError(f"base_model: {name}@{commit} is incomplete: " + "; ".join(problems))
+    return {"path": str(path), "name": name, "revision": commit, "requested_revision": revision, "fingerprint": None}
+
+
+def _hub_snapshot(name: str, revision: str) -> Path:
+    """The cached snapshot folder of `name` at `revision` (a commit, branch or tag), downloading it if needed.
+
+    A commit is looked up in the cache first. A branch or tag moves, so it is
+    resolved by the hub unless HF_HUB_OFFLINE=1, when the cache's refs decide.
+    """
+    from huggingface_hub import constants, snapshot_download
+
+    offline = bool(constants.HF_HUB_OFFLINE)
+    if COMMIT.match(revision) or offline:
+        try:
+            path = Path(snapshot_download(repo_id=name, revision=revision, local_files_only=True))
+            log(f"{name}@{revision} found in the Hugging Face cache ({constants.HF_HUB_CACHE})")
+            return path
+        except Exception as exc:
+            if offline:
+                raise StageError(
+                    f"base_model: {name}@{revision} is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and "
+                    f"HF_HUB_OFFLINE=1 forbids downloading it ({type(exc).__name__}); unset HF_HUB_OFFLINE, or "
+                    f"fetch it first with `hf download {name} --revision {revision}`") from None
+    log(f"fetching {name}@{revision} into the Hugging Face cache")
+    try:
+        return Path(snapshot_download(repo_id=name, revision=revision))
+    except Exception as exc:
+        raise StageError(f"base_model: cannot download {name}@{revision}: {type(exc).__name__}: {exc}") from None
 
 
 def resolved(request: Mapping[str, Any]) -> dict[str, Any]:
