@@ -23,7 +23,7 @@ from tt_engine_adapter.testing.harness import sentiment_run
 
 FIXTURE = Path(__file__).parent / "fixtures" / "tiny-llama-transformers4"
 HP = {"n_epochs": 1, "max_steps": 4, "learning_rate": 5e-3, "batch_size": 4, "lora_rank": 4, "lora_dropout": 0.0,
-      "max_seq_length": 96, "max_new_tokens": 4, "seed": 3}
+      "max_seq_length": 256, "max_new_tokens": 4, "seed": 3}  # long enough that no prompt is trimmed
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +47,7 @@ def test_trains_and_evaluates(finished):
     run, _ = finished
     assert run.done["train"]["result"]["metrics"]["train.steps"] == 4
     assert len(run.predictions("candidate")) == 4
+    assert run.done["candidate"]["result"]["metrics"]["candidate.trimmed_prompts"] == 0  # the server trims nothing either
     assert run.done["prefetch"]["result"]["outputs"]["end_of_turn_token"] == "<|eot_id|>"
 
 
@@ -62,7 +63,7 @@ def test_exports_merged_and_serves_the_candidates_answers(finished, tmp_path):
     prompts = run.eval_prompts
     answers = generate.generate(model_source.load_model(str(merged), "cpu", torch.float32),
                                 model_source.load_tokenizer(str(merged)), prompts, max_new_tokens=4, batch_size=4,
-                                max_seq_length=96, device="cpu")
+                                max_seq_length=256, device="cpu")
     assert {a["id"]: a["prediction"] for a in answers} == run.predictions("candidate")
 
     with serving.start(tmp_path / "srv", base, adapter_path=adapter, model_name="tf4",
