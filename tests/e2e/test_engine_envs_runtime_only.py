@@ -1,6 +1,8 @@
 """Users' engine environments hold runtime packages only: `uv pip list` in the prepared foundation and
 adapter environments (built from the source projects in this clone, as `tt run` builds them) shows no
-pytest, httpx or openai (the engines' `dev` groups; transformers is only a foundation test tool).
+pytest, httpx or openai (the engines' `dev` groups; transformers is only a foundation test tool). One
+exception: huggingface_hub 1.x (the adapter's hub client) makes httpx its own HTTP library, so httpx may
+be present exactly when the environment's huggingface_hub requires it.
 The environments built from shipped locks are checked in test_install_from_wheels.py.
 
 Duration: about a second per engine when scripts/test prepared the environments already, else one
@@ -19,6 +21,16 @@ from foundation_support import tt
 from tt_host.envs import uv_binary
 
 DEV_ONLY = {"foundation": {"pytest", "transformers"}, "adapter": {"pytest", "httpx", "openai"}}
+HUB_REQUIRES = ("import importlib.metadata as m\n"
+                "try: print('\\n'.join(m.requires('huggingface_hub') or []))\n"
+                "except m.PackageNotFoundError: pass")
+
+
+def runtime_requirement_of_the_hub(python: str) -> set[str]:
+    """The test tools that the environment's huggingface_hub itself requires (httpx since 1.0)."""
+    lines = subprocess.run([python, "-c", HUB_REQUIRES], capture_output=True, text=True, check=True).stdout
+    required = {line.split(";")[0].strip() for line in lines.splitlines() if "extra ==" not in line}
+    return {name for name in ("httpx",) if any(r.lower().startswith(name) for r in required)}
 
 
 @pytest.mark.parametrize("engine", sorted(DEV_ONLY))
@@ -30,4 +42,5 @@ def test_prepared_environment_has_runtime_packages_only(tmp_path, engine):
                              capture_output=True, text=True, check=True).stdout
     names = {row["name"].lower() for row in json.loads(listing)}
     assert {"torch", f"tt-engine-{engine}", "tt-stagekit"} <= names, sorted(names)
-    assert not (DEV_ONLY[engine] | {"httpx", "openai"}) & names, sorted(names)
+    allowed = runtime_requirement_of_the_hub(python)
+    assert not (DEV_ONLY[engine] | {"httpx", "openai"}) - allowed & names, sorted(names)
