@@ -7,11 +7,21 @@ listed by `tt engines list`) instead of breaking `tt`. Switches, all optional:
 - `TT_DISABLE_PLUGINS=a,b`  skip these entry points
 - `TT_PLUGINS_STRICT=1`     a plugin that fails to load is fatal (for plugin authors' tests)
 - `TT_TRACE_HOOKS=1`        print every hook call and result to stderr (see `call_hookimpl`)
+
+Containment: a plugin's code runs only through `_contained` (import) and
+`call_hookimpl` (hooks). There, `SystemExit` and `KeyboardInterrupt` raised by
+the plugin (a stray `sys.exit`, an observer raising Ctrl-C) become a
+`PluginError`, reported like any other exception; whatever it prints goes to
+stderr, so `--json` output stays JSON. A hook result that is not an `Engine`,
+or an engine whose name is not a safe identifier (`ENGINE_NAME`), is a listed
+problem, never a crash.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import sys
 import traceback
 from dataclasses import dataclass, field, replace
@@ -25,6 +35,8 @@ from tt_host import HOST_API_VERSION, hookspecs
 from tt_host.engine import Engine
 
 GROUP = "tt"
+# Engine names become folder names (environments) and parts of model ids: lower-case letters, digits, `_`, `-`.
+ENGINE_NAME = re.compile(r"[a-z][a-z0-9_-]{0,39}")
 
 
 @dataclass
@@ -63,6 +75,22 @@ class UnknownEngineError(LookupError):
 
 class PluginLoadError(RuntimeError):
     pass
+
+
+class PluginError(RuntimeError):
+    """A plugin's code tried to end the process (SystemExit, KeyboardInterrupt); contained like any error."""
+
+
+@contextlib.contextmanager
+def _contained(plugin: str):
+    """Run plugin code: its prints go to stderr, its SystemExit/KeyboardInterrupt become a PluginError."""
+    sys.stdout.flush()
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    except (SystemExit, KeyboardInterrupt) as exc:
+        kind = f"SystemExit({exc.code!r})" if isinstance(exc, SystemExit) else "KeyboardInterrupt"
+        raise PluginError(f"plugin {plugin!r} raised {kind}") from None
 
 
 def _names(variable: str) -> set[str] | None:
@@ -109,7 +137,8 @@ def load_plugins() -> Plugins:
         dist_name, dist_version = _distribution(ep)
         module = None
         try:
-            module = ep.load()
+            with _contained(ep.name):
+                module = ep.load()
             manager.register(module, name=ep.name)
             impls = [i for i in manager.hook.tt_engines.get_hookimpls() if i.plugin_name == ep.name]
             records = [record for impl in impls for record in (call_hookimpl(impl, "tt_engines") or [])]
@@ -122,13 +151,16 @@ def load_plugins() -> Plugins:
                 manager.unregister(module)
             continue
         for record in records:
-            record = replace(record, distribution=dist_name, distribution_version=dist_version)
             problem = _check_record(record, ep.name, owners)
+            if problem is None:
+                record = replace(record, distribution=dist_name, distribution_version=dist_version)
             if problem:
                 if strict:
                     raise PluginLoadError(problem)
                 plugins.problems.append(
-                    PluginProblem(ep.name, dist_name, dist_version, problem, engine=getattr(record, "name", None))
+                    PluginProblem(ep.name, dist_name, dist_version, problem,
+                                  engine=record.name if isinstance(record, Engine) and isinstance(record.name, str)
+                                  else None)
                 )
                 continue
             owners[record.name] = ep.name
@@ -143,6 +175,9 @@ def load_plugins() -> Plugins:
 def _check_record(record: object, plugin: str, owners: dict[str, str]) -> str | None:
     if not isinstance(record, Engine):
         return f"plugin {plugin!r} yielded {type(record).__name__}, not tt_host.engine.Engine"
+    if not isinstance(record.name, str) or not ENGINE_NAME.fullmatch(record.name):
+        return (f"plugin {plugin!r} names an engine {str(record.name)[:60]!r}: an engine name is 1-40 lower-case "
+                "letters, digits, `_` or `-`, starting with a letter; rename it in the plugin")
     if not _api_compatible(record.host_api):
         return (
             f"engine {record.name!r} needs host API {record.host_api}, this tt offers {HOST_API_VERSION}; "
@@ -172,9 +207,10 @@ def call_hookimpl(impl: pluggy.HookImpl, hook: str, **kwargs: object) -> object:
         shown = ", ".join(f"{k}={str(v)[:120]}" for k, v in kwargs.items())
         sys.stderr.write(f"tt hook: {hook}({shown}) -> plugin {impl.plugin_name!r}\n")
     try:
-        result = impl.function(**kwargs)
-        if isinstance(result, Iterator):
-            result = list(result)
+        with _contained(impl.plugin_name):
+            result = impl.function(**kwargs)
+            if isinstance(result, Iterator):
+                result = list(result)
     except Exception as exc:
         if tracing:
             sys.stderr.write(f"tt hook: {hook} in plugin {impl.plugin_name!r} raised {exc!r}\n")
