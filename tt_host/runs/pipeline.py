@@ -2,7 +2,8 @@
 
 Order of work, so that invalid input never creates anything:
 1. the spec is already validated and compiled (tt_host.spec.loading);
-2. an existing run directory is locked and checked (tt_host.runs.decide): a
+2. the run directory is locked (before anything else is decided, so two `tt run --resume R` never both
+   start R) and, when it exists, checked (tt_host.runs.decide): a
    finished (or partly done) stage that may not be replaced whose inputs
    changed is refused, naming what changed, before any file is written;
 3. the engine environment is made ready;
@@ -101,7 +102,7 @@ def preview(loaded: LoadedSpec, run_dir: Optional[Path]) -> tuple[Path, bool, li
         return default_run_dir(loaded.path, new_run_id(spec_digest(loaded))), False, decide(plan, None, None, loaded.spec)
     run = RunDir(run_dir)
     if not run.exists():
-        if run.path.exists() and (not run.path.is_dir() or any(run.path.iterdir())):
+        if run.path.exists() and not _fresh(run.path):
             raise RunRefused(f"{run.path} exists and is not a tt run directory; pass an empty or new folder")
         return run.path, False, decide(plan, None, None, loaded.spec)
     state = run.load()
@@ -124,22 +125,34 @@ def execute(
     if run_dir is None:
         run_dir = default_run_dir(loaded.path, new_run_id(digest))
     run = RunDir(run_dir)
-    if run.path.exists() and not run.exists() and any(run.path.iterdir()):
+    if run.path.exists() and not run.exists() and not _fresh(run.path):
         raise RunRefused(f"{run.path} exists and is not a tt run directory; pass an empty or new folder")
-    existed = run.exists()
-    decisions = decide(plan, None, None, spec)
-    if existed:
-        run.lock()  # refuses at once when another process holds it
-        try:
+    made = not run.path.exists()
+    # The lock comes first: whether the run exists is decided under it, so a second `tt run --resume R`
+    # started meanwhile is refused at once instead of re-creating R once this one has finished.
+    run.lock()  # refuses at once when another process holds it
+    try:
+        existed = run.exists()
+        decisions = decide(plan, None, None, spec)
+        if existed:
             state = run.load()
             decisions = _check_resume(state, loaded, run, plan)
-        except BaseException:
-            run.unlock()
-            raise
-    try:
+        elif not _fresh(run.path):
+            raise RunRefused(f"{run.path} exists and is not a tt run directory; pass an empty or new folder")
         return _drive(loaded, plugins, run, plan, decisions, digest, device, reporter, existed)
     finally:
         run.unlock()
+        if made and not run.exists():  # nothing was run: leave no folder behind
+            (run.path / ".tt-run.lock").unlink(missing_ok=True)
+            try:
+                run.path.rmdir()
+            except OSError:
+                pass
+
+
+def _fresh(path: Path) -> bool:
+    """An empty folder, or one holding only a run lock (a run being started right now)."""
+    return path.is_dir() and all(entry.name == ".tt-run.lock" for entry in path.iterdir())
 
 
 def _drive(loaded, plugins, run: RunDir, plan, decisions, digest, device, reporter, existed) -> RunOutcome:
@@ -156,7 +169,6 @@ def _drive(loaded, plugins, run: RunDir, plan, decisions, digest, device, report
             return RunOutcome(EXIT_FAILED, run.path, "failed", error=str(exc))
 
     if not existed:
-        run.lock()
         state = {
             "format": 1, "id": run.path.name, "engine": engine.name,
             "engine_distribution": engine.distribution, "engine_version": engine.distribution_version,
