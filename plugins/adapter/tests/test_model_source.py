@@ -26,7 +26,7 @@ def test_local_folder_fingerprint_notices_a_changed_byte(tmp_path, tiny_llama, m
     assert not (tmp_path / "cache" / "tt" / "adapter-sha256-cache.json").exists()
     for path in copy.iterdir():
         os.utime(path, ns=(time.time_ns() - 10**10, time.time_ns() - 10**10))
-    first = model_source.fetch({"base_model": str(copy)})
+    first = model_source.fetch(str(copy))
     assert first["path"] == str(copy) and first["revision"] is None and first["fingerprint"] == first_fresh
     assert (tmp_path / "cache" / "tt" / "adapter-sha256-cache.json").is_file()
     assert fingerprint.folder_fingerprint(copy) == first["fingerprint"]  # from the hash cache
@@ -42,7 +42,7 @@ def test_incomplete_local_folder_is_refused(tmp_path):
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text("{}")
     with pytest.raises(InvalidInput, match="no weights"):
-        model_source.fetch({"base_model": str(tmp_path / "m")})
+        model_source.fetch(str(tmp_path / "m"))
 
 
 def _offline_cache(tmp_path, monkeypatch, tiny_llama, refs: dict[str, str]):
@@ -62,14 +62,14 @@ def _offline_cache(tmp_path, monkeypatch, tiny_llama, refs: dict[str, str]):
 
 def test_pinned_hub_id_resolves_from_the_cache_without_network(tmp_path, tiny_llama, monkeypatch):
     snapshot = _offline_cache(tmp_path, monkeypatch, tiny_llama, {})
-    found = model_source.fetch({"base_model": "tt-test/tiny", "base_model_revision": REV})
+    found = model_source.fetch("tt-test/tiny", REV)
     assert found["path"] == str(snapshot) and found["revision"] == REV and found["name"] == "tt-test/tiny"
 
 
 @pytest.mark.parametrize("ref", ["main", "v1.0"])
 def test_branch_or_tag_resolves_offline_to_the_commit_in_the_cache_refs(tmp_path, tiny_llama, monkeypatch, ref):
     snapshot = _offline_cache(tmp_path, monkeypatch, tiny_llama, {ref: REV})
-    found = model_source.fetch({"base_model": "tt-test/tiny", "base_model_revision": ref})
+    found = model_source.fetch("tt-test/tiny", ref)
     assert found == {"path": str(snapshot), "name": "tt-test/tiny", "revision": REV, "requested_revision": ref,
                      "fingerprint": None}
 
@@ -77,4 +77,4 @@ def test_branch_or_tag_resolves_offline_to_the_commit_in_the_cache_refs(tmp_path
 def test_branch_missing_from_the_offline_cache_names_what_to_do(tmp_path, tiny_llama, monkeypatch):
     _offline_cache(tmp_path, monkeypatch, tiny_llama, {"main": REV})
     with pytest.raises(StageError, match="tt-test/tiny@dev is not in the Hugging Face cache.*HF_HUB_OFFLINE"):
-        model_source.fetch({"base_model": "tt-test/tiny", "base_model_revision": "dev"})
+        model_source.fetch("tt-test/tiny", "dev")

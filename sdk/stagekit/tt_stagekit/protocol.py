@@ -266,13 +266,23 @@ def write_result(request: Mapping[str, Any], result: Mapping[str, Any]) -> None:
     atomic_write_json(request["result_path"], body)
 
 
-def run_stage(body: Callable[[dict[str, Any]], Mapping[str, Any]], argv: Optional[Sequence[str]] = None) -> None:
-    """Run a stage body: read the request, call `body`, write its result, exit with the protocol's code."""
+def run_stage(body: Callable[[Any], Mapping[str, Any]], argv: Optional[Sequence[str]] = None,
+              request_type: Optional[type] = None) -> None:
+    """Run a stage body: read the request, call `body`, write its result, exit with the protocol's code.
+
+    With `request_type` (a `tt_stagekit.stageconfig.StageRequest` dataclass) `body` receives the request
+    parsed into it once, here; a wrong value exits 2 naming the field, before the stage does any work.
+    """
     STOP.install()
     code = EXIT_OK
     try:
         request = read_request(argv)
-        write_result(request, body(request))
+        if request_type is not None:
+            from .stageconfig import parse_request
+
+            write_result(request, body(parse_request(request_type, request)))
+        else:
+            write_result(request, body(request))
         _leave_process_group()  # only after success: a failed NCCL group may not shut down cleanly
     except Interrupted as exc:
         log(str(exc) or "interrupted; state saved", "warning")

@@ -4,23 +4,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from tt_engine_adapter import rows as rowlib
 from tt_engine_adapter.runtime import chat
-from tt_stagekit.protocol import InvalidInput, StageError
+from tt_engine_adapter.runtime.config import AdapterSpec
+from tt_stagekit.protocol import InvalidInput
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
     with open(path, encoding="utf-8") as handle:
         return [json.loads(line) for line in handle if line.strip()]
-
-
-def prepared(request: Mapping[str, Any]) -> dict[str, Any]:
-    try:
-        return request["stages"]["prepare"]["result"]["outputs"]
-    except KeyError:
-        raise StageError("the prepare stage has not completed in this run") from None
 
 
 def with_system(system_message: str, messages: list[dict]) -> list[dict]:
@@ -29,13 +23,12 @@ def with_system(system_message: str, messages: list[dict]) -> list[dict]:
     return [{"role": "system", "content": system_message}] + body
 
 
-def load_prebuilt(spec: Mapping[str, Any], system_message: str) -> dict[str, list[dict]]:
+def load_prebuilt(spec: AdapterSpec, system_message: str) -> dict[str, list[dict]]:
     """The spec's prebuilt datasets, re-checked against the run's compiled system message."""
-    block = spec.get("datasets") or {}
-    paths = {split: Path(block[split]) for split in rowlib.SPLITS if block.get(split)}
+    paths = spec.datasets.paths() if spec.datasets else {}
     if not paths:
         return {}
-    examples = [e["input"] for e in spec.get("examples", [])]
+    examples = [e.input for e in spec.examples]
     try:
         return rowlib.check_datasets(paths, system_message, examples)
     except rowlib.RowError as exc:

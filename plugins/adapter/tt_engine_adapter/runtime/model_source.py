@@ -15,9 +15,10 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Optional
 
 from tt_engine_adapter import fingerprint
+from tt_engine_adapter.runtime.config import AdapterRequest
 from tt_stagekit import devices
 from tt_stagekit.protocol import InvalidInput, StageError, log
 
@@ -31,17 +32,13 @@ def go_offline() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def is_local(spec: Mapping[str, Any]) -> bool:
-    return Path(spec["base_model"]).is_absolute()
-
-
-def fetch(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """Make the base model available locally; returns {path, name, revision, fingerprint}.
+def fetch(name: str, revision: Optional[str] = None) -> dict[str, Any]:
+    """Make the base model `name` (an absolute local folder or a hub id at `revision`) available locally;
+    returns {path, name, revision, fingerprint}.
 
     For a hub id, `revision` is the commit and `requested_revision` what the spec said.
     """
-    name = spec["base_model"]
-    if is_local(spec):
+    if Path(name).is_absolute():
         path = Path(name)
         if not path.is_dir():
             raise InvalidInput(f"base_model: local model folder {path} does not exist")
@@ -49,7 +46,6 @@ def fetch(spec: Mapping[str, Any]) -> dict[str, Any]:
         if problems:
             raise InvalidInput(f"base_model: {path}: " + "; ".join(problems))
         return {"path": str(path), "name": name, "revision": None, "fingerprint": fingerprint.folder_fingerprint(path)}
-    revision = spec.get("base_model_revision")
     if not revision:
         raise InvalidInput("base_model_revision: required for a hub id")
     path = _hub_snapshot(name, revision)
@@ -92,15 +88,15 @@ def _hub_snapshot(name: str, revision: str) -> Path:
         raise StageError(f"base_model: cannot download {name}@{revision}: {type(exc).__name__}: {exc}") from None
 
 
-def resolved(request: Mapping[str, Any]) -> dict[str, Any]:
+def resolved(request: AdapterRequest) -> dict[str, Any]:
     """The prefetch stage's record of the base model (later stages never resolve it again)."""
-    try:
-        return dict(request["stages"]["prefetch"]["result"]["outputs"]["base_model"])
-    except KeyError:
-        raise StageError("the prefetch stage has not completed in this run") from None
+    base = request.output("prefetch", "base_model")
+    if base is None:
+        raise StageError("the prefetch stage has not completed in this run")
+    return dict(base)
 
 
-def pick_device(request: Mapping[str, Any]) -> str:
+def pick_device(request: AdapterRequest) -> str:
     """The device for this stage: the request's, else the spec's `device`, else the best available.
 
     Also applies TT_NUM_THREADS (torch CPU threads) when set.
@@ -110,9 +106,7 @@ def pick_device(request: Mapping[str, Any]) -> str:
     threads = os.environ.get("TT_NUM_THREADS", "")
     if threads.isdigit() and int(threads) > 0:
         torch.set_num_threads(int(threads))
-    wanted = request.get("device") or "auto"
-    if wanted == "auto":
-        wanted = request["spec"].get("device", "auto")
+    wanted = request.device if request.device != "auto" else request.spec.device
     return devices.pick_device(wanted)
 
 

@@ -25,6 +25,7 @@ from typing import Any, Callable, Optional, Sequence
 from tt_engine_adapter.runtime import checkpoint
 from tt_stagekit import distributed as D
 from tt_engine_adapter.runtime.chat import IGNORE_INDEX, Encoded
+from tt_engine_adapter.runtime.config import Hyperparameters
 from tt_stagekit.protocol import STOP, InvalidInput, Interrupted, log
 
 
@@ -86,14 +87,14 @@ class TrainState:
             self.losses = []
 
 
-def wrap_lora(model: Any, hp: dict):
+def wrap_lora(model: Any, hp: Hyperparameters):
     from peft import LoraConfig, get_peft_model
 
     config = LoraConfig(
-        r=hp["lora_rank"],
-        lora_alpha=hp["lora_alpha"],
-        lora_dropout=hp["lora_dropout"],
-        target_modules=hp["lora_target_modules"],
+        r=hp.lora_rank,
+        lora_alpha=hp.lora_alpha,
+        lora_dropout=hp.lora_dropout,
+        target_modules=hp.target_modules,
         bias="none",
         task_type="CAUSAL_LM",
     )
@@ -103,7 +104,7 @@ def wrap_lora(model: Any, hp: dict):
 def train(
     model: Any,
     rows: Sequence[Encoded],
-    hp: dict,
+    hp: Hyperparameters,
     *,
     pad_id: int,
     device: str,
@@ -116,17 +117,17 @@ def train(
     """Train the PEFT `model` in place; returns the final state. Raises Interrupted after a checkpoint on SIGTERM."""
     import torch
 
-    random.seed(hp["seed"])
-    torch.manual_seed(hp["seed"])
-    schedule = build_schedule(len(rows), hp["batch_size"], hp["gradient_accumulation_steps"], hp["n_epochs"],
-                              hp["seed"], hp.get("max_steps"))
+    random.seed(hp.seed)
+    torch.manual_seed(hp.seed)
+    schedule = build_schedule(len(rows), hp.batch_size, hp.gradient_accumulation_steps, hp.n_epochs,
+                              hp.seed, hp.max_steps)
     total = len(schedule)
     trainable = [p for p in model.parameters() if p.requires_grad]
     decay = [p for p in trainable if p.ndim >= 2]
     no_decay = [p for p in trainable if p.ndim < 2]
     optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": hp["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=hp["learning_rate"], betas=(0.9, 0.999), eps=1e-8,
+        [{"params": decay, "weight_decay": hp.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=hp.learning_rate, betas=(0.9, 0.999), eps=1e-8,
     )
     state = TrainState()
     ctx = D.context()
@@ -146,7 +147,7 @@ def train(
                 "losses": state.losses, "total_steps": total}
         rank_rng = D.gather_objects(checkpoint.rng_state(), "RNG gather for the checkpoint") if ctx.enabled else None
         if ctx.is_main:
-            checkpoint.save(checkpoint_dir, state.step, model, optimizer, meta, hp["keep_checkpoints"], rank_rng)
+            checkpoint.save(checkpoint_dir, state.step, model, optimizer, meta, hp.keep_checkpoints, rank_rng)
 
     model.train()
     use_autocast = autocast_dtype is not None
@@ -157,7 +158,7 @@ def train(
             raise Interrupted(f"{STOP.signal_name or 'SIGTERM'}: checkpoint saved at step {state.step}/{total}; "
                               "resume to continue")
         started = time.perf_counter()
-        lr = lr_at(state.step, total, hp["learning_rate"], hp["warmup_ratio"], hp["lr_scheduler"])
+        lr = lr_at(state.step, total, hp.learning_rate, hp.warmup_ratio, hp.lr_scheduler)
         for group in optimizer.param_groups:
             group["lr"] = lr
         micro_batches = [[rows[i] for i in micro] for micro in schedule[state.step]]
@@ -180,8 +181,8 @@ def train(
             stats = torch.stack([step_loss, torch.tensor(float(STOP.requested), device=device)])
             step_loss, stops = D.all_reduce_sum(stats, "loss and stop-flag all-reduce").unbind()
             stopping = bool(stops > 0)
-        if hp.get("max_grad_norm"):
-            torch.nn.utils.clip_grad_norm_(trainable, hp["max_grad_norm"])
+        if hp.max_grad_norm:
+            torch.nn.utils.clip_grad_norm_(trainable, hp.max_grad_norm)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         step_loss = float(step_loss)
@@ -193,7 +194,7 @@ def train(
         state.losses.append([state.step, round(step_loss, 6)])
         if on_step:
             on_step(state.step, total, step_loss, lr, state.tokens / max(state.seconds, 1e-9))
-        if state.step % hp["checkpoint_interval_steps"] == 0 and state.step < total:
+        if state.step % hp.checkpoint_interval_steps == 0 and state.step < total:
             save_checkpoint()
     return state
 

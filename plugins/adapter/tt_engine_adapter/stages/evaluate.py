@@ -13,47 +13,46 @@ the host scores them and applies the gate.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from tt_engine_adapter.runtime import model_source
+from tt_engine_adapter.runtime.config import AdapterRequest
 from tt_stagekit.protocol import atomic_write_jsonl, log, progress, run_stage, StageError
 
 model_source.go_offline()
 
 
-def main(request: dict) -> dict:
+def main(request: AdapterRequest) -> dict:
     from tt_stagekit.scoring import score_pairs
-    from tt_engine_adapter.runtime.data import prepared, read_jsonl, with_system
+    from tt_engine_adapter.runtime.data import read_jsonl, with_system
     from tt_engine_adapter.runtime.generate import generate
     from tt_stagekit.promptfit import trimmed_note
 
-    hp = request["spec"]["hyperparameters"]
-    prefix = "candidate" if request["stage"] == "candidate" else "baseline"
-    stage_dir = Path(request["stage_dir"])
+    hp = request.hp
+    prefix = "candidate" if request.stage == "candidate" else "baseline"
+    stage_dir = request.stage_dir
     base = model_source.resolved(request)
     device = model_source.pick_device(request)
-    dtype = model_source.pick_dtype(device, hp["precision"])
+    dtype = model_source.pick_dtype(device, hp.precision)
     tokenizer = model_source.load_tokenizer(base["path"])
-    system = request["system_message"]
-    prompts = [{"id": p["id"], "messages": with_system(system, p["messages"])} for p in request["eval_prompts"]]
-    if hp.get("max_eval_examples"):
-        prompts = prompts[: hp["max_eval_examples"]]
-    test_rows = read_jsonl(prepared(request)["test"]) if prepared(request).get("test") else []
-    general = request.get("general_prompts") or []
+    system = request.system_message
+    prompts = [{"id": p["id"], "messages": with_system(system, p["messages"])} for p in request.eval_prompts]
+    if hp.max_eval_examples:
+        prompts = prompts[: hp.max_eval_examples]
+    test_rows = read_jsonl(request.prepared["test"]) if request.prepared.get("test") else []
+    general = list(request.general_prompts)
 
     model = model_source.load_model(base["path"], device, dtype)
     if prefix == "candidate":
         from peft import PeftModel
 
-        try:
-            adapter = request["stages"]["train"]["result"]["outputs"]["adapter"]
-        except KeyError:
-            raise StageError("the train stage has not completed in this run") from None
+        adapter = request.output("train", "adapter")
+        if adapter is None:
+            raise StageError("the train stage has not completed in this run")
         model = PeftModel.from_pretrained(model, adapter, is_trainable=False)
         log(f"loaded adapter {adapter}")
 
-    settings = dict(max_new_tokens=hp["max_new_tokens"], batch_size=hp["eval_batch_size"],
-                    max_seq_length=hp["max_seq_length"], device=device)
+    settings = dict(max_new_tokens=hp.max_new_tokens, batch_size=hp.eval_batch_size,
+                    max_seq_length=hp.max_seq_length, device=device)
     total = len(prompts) + len(test_rows) + len(general)
 
     def on_batch(offset: int):
@@ -85,7 +84,7 @@ def main(request: dict) -> dict:
     metrics[f"{prefix}.trimmed_prompts"] = trimmed
     if trimmed:
         result["notes"] = [trimmed_note(trimmed, total, f"{prefix} evaluation prompts",
-                                        "hyperparameters.max_seq_length", hp["max_seq_length"])]
+                                        "hyperparameters.max_seq_length", hp.max_seq_length)]
     log(f"{prefix}: {len(predictions)} held-out prompts answered" +
         (f", {len(test_rows)} prebuilt test prompts" if test_rows else "") +
         (f", {len(general)} general-regression prompts" if general else ""))
@@ -93,4 +92,4 @@ def main(request: dict) -> dict:
 
 
 if __name__ == "__main__":
-    run_stage(main)
+    run_stage(main, request_type=AdapterRequest)

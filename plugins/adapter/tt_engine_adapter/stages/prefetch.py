@@ -13,29 +13,30 @@ lose user text to fit are counted (`data.trimmed_rows`, a report note).
 from __future__ import annotations
 
 from tt_engine_adapter.runtime import model_source
+from tt_engine_adapter.runtime.config import AdapterRequest
 from tt_stagekit.promptfit import trimmed_note
 from tt_stagekit.protocol import log, run_stage
 
 
-def main(request: dict) -> dict:
-    spec = request["spec"]
-    if model_source.is_local(spec):
+def main(request: AdapterRequest) -> dict:
+    spec = request.spec
+    if spec.is_local:
         model_source.go_offline()
-    base = model_source.fetch(spec)
+    base = model_source.fetch(spec.base_model, spec.base_model_revision)
     model_source.go_offline()
     from transformers import AutoConfig
 
     from tt_engine_adapter.runtime import chat
-    from tt_engine_adapter.runtime.data import encode_rows, prepared, read_jsonl
+    from tt_engine_adapter.runtime.data import encode_rows, read_jsonl
 
     AutoConfig.from_pretrained(base["path"], local_files_only=True)
     tokenizer = model_source.load_tokenizer(base["path"])
-    hp = spec["hyperparameters"]
-    rows = read_jsonl(prepared(request)["train"])
-    encoded = encode_rows(tokenizer, rows, hp["max_seq_length"])
+    hp = request.hp
+    rows = read_jsonl(request.prepared["train"])
+    encoded = encode_rows(tokenizer, rows, hp.max_seq_length)
     trimmed = sum(1 for e in encoded if e.trimmed)
     notes = [trimmed_note(trimmed, len(encoded), "training rows", "hyperparameters.max_seq_length",
-                          hp["max_seq_length"])] if trimmed else []
+                          hp.max_seq_length)] if trimmed else []
     for note in notes:
         log(note, "warning")
     eot = chat.end_of_turn_id(tokenizer)
@@ -58,4 +59,4 @@ def main(request: dict) -> dict:
 
 
 if __name__ == "__main__":
-    run_stage(main)
+    run_stage(main, request_type=AdapterRequest)

@@ -9,9 +9,9 @@ the engine, see docs/adapter.md).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
+from tt_engine_adapter.runtime.config import AdapterRequest
 from tt_engine_adapter.runtime.data import load_prebuilt, with_system
 from tt_stagekit.protocol import InvalidInput, atomic_write_jsonl, log, run_stage
 
@@ -22,14 +22,14 @@ def _check_host_row(row: Any, index: int) -> None:
         raise InvalidInput(f"train_rows[{index}]: expected {{id, messages: [system?, user, assistant]}}")
 
 
-def main(request: dict) -> dict:
-    system = request["system_message"]
-    stage_dir = Path(request["stage_dir"])
+def main(request: AdapterRequest) -> dict:
+    system = request.system_message
+    stage_dir = request.stage_dir
     train = []
-    for index, row in enumerate(request["train_rows"]):
+    for index, row in enumerate(request.train_rows):
         _check_host_row(row, index)
         train.append({"id": row["id"], "messages": with_system(system, row["messages"])})
-    prebuilt = load_prebuilt(request["spec"], system)
+    prebuilt = load_prebuilt(request.spec, system)
     for row in prebuilt.get("train", []):
         train.append({"id": row["id"], "messages": with_system(system, row["messages"])})
     if not train:
@@ -48,4 +48,4 @@ def main(request: dict) -> dict:
 
 
 if __name__ == "__main__":
-    run_stage(main)
+    run_stage(main, request_type=AdapterRequest)

@@ -14,54 +14,54 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 from tt_engine_adapter.runtime import model_source
+from tt_engine_adapter.runtime.config import AdapterRequest
 from tt_stagekit.protocol import artifact, fsync_dir, log, progress, run_stage, speaks
 
 model_source.go_offline()
 
 
-def main(request: dict) -> dict:
+def main(request: AdapterRequest) -> dict:
     from tt_engine_adapter.runtime import chat, manifest
     from tt_stagekit import distributed as D
     from tt_engine_adapter.runtime import train as loop
-    from tt_engine_adapter.runtime.data import encode_rows, prepared, read_jsonl
+    from tt_engine_adapter.runtime.data import encode_rows, read_jsonl
 
-    hp = request["spec"]["hyperparameters"]
-    stage_dir = Path(request["stage_dir"])
+    hp = request.hp
+    stage_dir = request.stage_dir
     base = model_source.resolved(request)
     device = D.init(model_source.pick_device(request))
-    dtype = model_source.pick_dtype(device, hp["precision"])
+    dtype = model_source.pick_dtype(device, hp.precision)
     tokenizer = model_source.load_tokenizer(base["path"])
-    outputs = prepared(request)
-    rows = encode_rows(tokenizer, read_jsonl(outputs["train"]), hp["max_seq_length"])
-    validation = encode_rows(tokenizer, read_jsonl(outputs["validation"]), hp["max_seq_length"]) \
+    outputs = request.prepared
+    rows = encode_rows(tokenizer, read_jsonl(outputs["train"]), hp.max_seq_length)
+    validation = encode_rows(tokenizer, read_jsonl(outputs["validation"]), hp.max_seq_length) \
         if outputs.get("validation") else []
     pad = chat.pad_token_id(tokenizer)
 
     import torch
 
-    torch.manual_seed(hp["seed"])
+    torch.manual_seed(hp.seed)
     model = model_source.load_model(base["path"], device, dtype)
     model.config.use_cache = False
     model = loop.wrap_lora(model, hp)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    log(f"LoRA r={hp['lora_rank']} on {hp['lora_target_modules']}: {trainable} trainable parameters; "
+    log(f"LoRA r={hp.lora_rank} on {hp.target_modules}: {trainable} trainable parameters; "
         f"{len(rows)} rows on {device} ({str(dtype).replace('torch.', '')})"
         + (f" with {D.context().world_size} processes ({D.context().backend})" if D.context().enabled else ""))
     checkpoints = stage_dir / "checkpoints"
-    if not request["resume"] and D.context().is_main:
+    if not request.resume and D.context().is_main:
         shutil.rmtree(checkpoints, ignore_errors=True)
 
     def on_step(step: int, total: int, loss: float, lr: float, tps: float) -> None:
-        if step % hp["log_interval_steps"] == 0 or step == total:
+        if step % hp.log_interval_steps == 0 or step == total:
             progress(step, total, "step", {"loss": round(loss, 6), "lr": lr, "tokens_per_second": round(tps, 1)})
 
     autocast = dtype if dtype != torch.float32 else None
     state = loop.train(model, rows, hp, pad_id=pad, device=device, autocast_dtype=autocast,
-                       checkpoint_dir=checkpoints, stage_fingerprint=request["fingerprint"],
-                       resume=request["resume"], on_step=on_step)
+                       checkpoint_dir=checkpoints, stage_fingerprint=request.fingerprint,
+                       resume=request.resume, on_step=on_step)
     metrics = {
         "train.final_loss": state.losses[-1][1] if state.losses else None,
         "train.steps": state.step,
@@ -75,7 +75,7 @@ def main(request: dict) -> dict:
         return {"metrics": metrics, "outputs": {"adapter": str(adapter_dir)}}
     if validation:
         metrics["train.validation_loss"] = round(
-            loop.mean_loss(model, validation, hp["batch_size"], pad, device, autocast), 6)
+            loop.mean_loss(model, validation, hp.batch_size, pad, device, autocast), 6)
     metrics = {k: v for k, v in metrics.items() if v is not None}
 
     tmp = stage_dir / ".adapter.tmp"
@@ -84,16 +84,16 @@ def main(request: dict) -> dict:
     info = {
         "format": 1,
         "base_model": base,
-        "system_message": request["system_message"],
-        "system_message_sha256": request["system_message_sha256"],
+        "system_message": request.system_message,
+        "system_message_sha256": request.system_message_sha256,
         "chat": {"enable_thinking": False, "add_special_tokens": False,
                  "end_of_turn_token": tokenizer.convert_ids_to_tokens(chat.end_of_turn_id(tokenizer)),
                  "pad_token": tokenizer.convert_ids_to_tokens(pad)},
-        "max_seq_length": hp["max_seq_length"],
-        "generation": {"do_sample": False, "max_new_tokens": hp["max_new_tokens"]},
+        "max_seq_length": hp.max_seq_length,
+        "generation": {"do_sample": False, "max_new_tokens": hp.max_new_tokens},
     }
     (tmp / "tt-adapter.json").write_text(json.dumps(info, indent=2) + "\n")
-    manifest.write_manifest(tmp, "adapter", base, request["system_message_sha256"],
+    manifest.write_manifest(tmp, "adapter", base, request.system_message_sha256,
                             extra={"metrics": metrics})
     fsync_dir(tmp)
     shutil.rmtree(adapter_dir, ignore_errors=True)
@@ -110,4 +110,4 @@ def main(request: dict) -> dict:
 
 
 if __name__ == "__main__":
-    run_stage(main)
+    run_stage(main, request_type=AdapterRequest)

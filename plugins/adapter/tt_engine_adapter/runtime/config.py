@@ -1,0 +1,113 @@
+"""The adapter's typed stage config: the request parsed once, at stage start, into frozen dataclasses.
+
+Field names are the spec's key names (`AdapterSpec`, `Hyperparameters` in
+plugin.py); defaults are the spec's defaults (a test in tests/ holds the two
+equal). The host's spec model owns bounds and cross-field rules; these classes
+carry the validated values across the process boundary with their types, and a
+wrong type is refused naming the field (`request.spec.hyperparameters.batch_size:
+expected an integer, got '4' (string)`, exit 2). Stdlib only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal, Mapping, Optional, Union
+
+from tt_stagekit.stageconfig import Example, StageRequest, parse_request
+
+SPLITS = ("train", "validation", "test")
+
+
+@dataclass(frozen=True)
+class Hyperparameters:
+    """`spec.hyperparameters`: LoRA and training knobs."""
+
+    n_epochs: int = 3
+    max_steps: Optional[int] = None
+    learning_rate: float = 2e-4
+    batch_size: int = 4
+    gradient_accumulation_steps: int = 1
+    lora_rank: int = 16
+    lora_alpha: float = 32.0
+    lora_dropout: float = 0.05
+    lora_target_modules: Union[Literal["all-linear"], tuple[str, ...]] = "all-linear"
+    max_seq_length: int = 1024
+    max_eval_examples: Optional[int] = None
+    max_new_tokens: int = 128
+    eval_batch_size: int = 16
+    warmup_ratio: float = 0.1
+    lr_scheduler: Literal["cosine", "linear", "constant"] = "cosine"
+    weight_decay: float = 0.0
+    max_grad_norm: Optional[float] = 1.0
+    precision: Literal["auto", "bf16", "fp32"] = "auto"
+    checkpoint_interval_steps: int = 50
+    keep_checkpoints: int = 2
+    log_interval_steps: int = 1
+    seed: int = 42
+    nproc_per_node: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: Optional[str] = None
+
+    @property
+    def target_modules(self) -> Union[str, list[str]]:
+        """`lora_target_modules` as PEFT takes it ("all-linear" or a list of names)."""
+        value = self.lora_target_modules
+        return value if isinstance(value, str) else list(value)
+
+
+@dataclass(frozen=True)
+class Datasets:
+    """`spec.datasets`: prebuilt chat JSONL files (absolute paths, checked by the host)."""
+
+    train: Optional[Path] = None
+    validation: Optional[Path] = None
+    test: Optional[Path] = None
+
+    def paths(self) -> dict[str, Path]:
+        return {split: getattr(self, split) for split in SPLITS if getattr(self, split) is not None}
+
+
+@dataclass(frozen=True)
+class AdapterSpec:
+    """The parts of the spec the adapter's stages read (the engine-neutral rest is the host's)."""
+
+    extra_keys: ClassVar[str] = "ignore"
+
+    base_model: str
+    base_model_revision: Optional[str] = None
+    hyperparameters: Hyperparameters = field(default_factory=Hyperparameters)
+    datasets: Optional[Datasets] = None
+    device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
+    examples: tuple[Example, ...] = ()
+
+    @property
+    def is_local(self) -> bool:
+        """A local model folder (an absolute path after validation), not a hub id."""
+        return Path(self.base_model).is_absolute()
+
+
+@dataclass(frozen=True)
+class AdapterRequest(StageRequest):
+    """A stage request of the adapter engine."""
+
+    spec: AdapterSpec
+
+    @property
+    def hp(self) -> Hyperparameters:
+        return self.spec.hyperparameters
+
+    @property
+    def prepared(self) -> Mapping[str, Any]:
+        """The prepare stage's outputs (train/validation/test JSONL paths and counts)."""
+        from tt_stagekit.protocol import StageError
+
+        earlier = self.stages.get("prepare")
+        if earlier is None:
+            raise StageError("the prepare stage has not completed in this run")
+        return earlier.result.get("outputs") or {}
+
+
+def parse(request: Mapping[str, Any]) -> AdapterRequest:
+    return parse_request(AdapterRequest, request)
