@@ -15,7 +15,9 @@ Order of work, so that invalid input never creates anything:
 from __future__ import annotations
 
 import hashlib
+import os
 import signal
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +36,7 @@ from tt_host.runs.fingerprint import canonical, chain
 from tt_host.runs.store import RunDir, now
 from tt_host.scoring import read_predictions, score
 from tt_host.spec.loading import LoadedSpec
+from tt_stagekit.userinput import os_reason, special_kind
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
 
@@ -94,10 +97,32 @@ def _check_resume(state: dict[str, Any], loaded: LoadedSpec, run: RunDir, plan: 
     return decisions
 
 
+def check_run_path(path: Path) -> None:
+    """Refuse at once a `--resume` that can never be a run directory (RunRefused, exit 2, nothing made):
+    a file, FIFO or device, a dangling symbolic link (following it would create its target), a parent
+    that is a file, a name the filesystem cannot hold."""
+    try:
+        mode = os.lstat(path).st_mode
+        if stat.S_ISLNK(mode):
+            if not os.path.exists(path):
+                raise RunRefused(f"--resume {path} is a symbolic link to {os.readlink(path)}, which does not "
+                                 "exist; pass a real folder (new or a run directory)")
+            mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise RunRefused(f"--resume {path}: {os_reason(exc)}") from None
+    if not stat.S_ISDIR(mode):
+        raise RunRefused(f"--resume {path} is {special_kind(mode)}, not a run directory; pass a new folder or "
+                         "an existing run directory")
+
+
 def preview(loaded: LoadedSpec, run_dir: Optional[Path]) -> tuple[Path, bool, list[Decision]]:
     """What `execute` would do, without locking or writing anything: (run dir, exists, decisions).
     Raises RunRefused for a folder that is not a run directory or one made by another engine."""
     plan = chain(loaded.engine, loaded.spec, loaded.compiled)
+    if run_dir is not None:
+        check_run_path(run_dir)
     if run_dir is None:
         return default_run_dir(loaded.path, new_run_id(spec_digest(loaded))), False, decide(plan, None, None, loaded.spec)
     run = RunDir(run_dir)
@@ -119,6 +144,8 @@ def execute(
 ) -> RunOutcome:
     """Run (or resume) a validated spec. Raises RunRefused (exit 2) before changing anything."""
     assert loaded.valid and loaded.engine and loaded.spec and loaded.compiled
+    if run_dir is not None:
+        check_run_path(run_dir)
     engine, spec, compiled = loaded.engine, loaded.spec, loaded.compiled
     digest = spec_digest(loaded)
     plan = chain(engine, spec, compiled)

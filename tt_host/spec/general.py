@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tt_host.spec.compiler import normalize_prompt
-from tt_stagekit.chatrows import check_row, parsed_lines
+from tt_stagekit.chatrows import check_row, parsed_lines, read_lines
 
 
 class GeneralSetError(ValueError):
@@ -53,14 +53,12 @@ def _messages(value: Any, where: str) -> tuple[Optional[str], list[dict[str, str
 def read_general_set(path: Path, system_prompt: Optional[str]) -> GeneralSet:
     """Read and check the dataset; rows with no system message get `system_prompt` (when given)."""
     path = Path(path)
-    if not path.is_file():
-        raise GeneralSetError(f"{path}: file not found")
-    data = path.read_bytes()
+    data, lines = read_lines(path, GeneralSetError)  # a FIFO, device or folder is refused, never opened
     rows: list[dict[str, Any]] = []
     seen_prompts: dict[str, int] = {}
     ids: set[str] = set()
     system: Optional[tuple[Optional[str], int]] = None
-    for line_no, where, value in parsed_lines(data.decode("utf-8", "replace").splitlines(), path, GeneralSetError):
+    for line_no, where, value in parsed_lines(lines, path, GeneralSetError):
         row_id, messages = _messages(value, where)
         embedded = messages[0]["content"] if messages[0]["role"] == "system" else None
         if system is None:

@@ -2,13 +2,15 @@
 
 Errors are collected, never raised one at a time: each has a dotted `loc`
 (`foundation.depth`, `examples.3.input`) and a message, so `tt validate --json`
-can show them all; a field still holding a `tt init` placeholder is one.
+can show them all; a field still holding a `tt init` placeholder is one. A
+duplicated key is an error at its dotted path; a value of the wrong type is
+refused, never converted (the models are strict: `"4"`, `4.0` and `true` are
+not integers, infinities and NaN are not numbers).
 Nothing here writes to disk.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -20,6 +22,7 @@ from tt_host.plugins import Plugins, UnknownEngineError
 from tt_host.spec.compiler import CompiledSpec, DuplicatePromptError, compile_spec
 from tt_host.spec.placeholders import find_placeholders
 from tt_host.spec.schema import BehaviorSpec
+from tt_stagekit.userinput import InputFileError, JSONInputError, loads, os_reason, read_regular
 
 
 @dataclass
@@ -52,16 +55,26 @@ def _dotted(loc: tuple[Any, ...]) -> str:
 
 
 def read_json(path: Path) -> tuple[Optional[dict[str, Any]], list[SpecError]]:
+    """The spec's JSON object. Refused, as one `(file)` error (or one naming the key): a missing file, a
+    folder, FIFO or device (never opened, so never a hang), text that is not UTF-8, invalid JSON, a
+    duplicated key, an integer thousands of digits long, nesting deeper than userinput.MAX_DEPTH."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None, [SpecError("(file)", f"{path}: no such file; create one with `tt init DIR`")]
-    except (OSError, UnicodeDecodeError) as exc:
-        return None, [SpecError("(file)", f"{path}: cannot read: {exc}")]
+        raw = read_regular(path)
+    except InputFileError as exc:
+        hint = "; create one with `tt init DIR`" if exc.missing else ""
+        return None, [SpecError("(file)", f"{exc}{hint}")]
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return None, [SpecError("(file)", f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}")]
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        return None, [SpecError("(file)", f"{path}:{line}: not UTF-8 (undecodable byte at offset {exc.start}); "
+                                          "save the spec as UTF-8")]
+    try:
+        data = loads(text)
+    except JSONInputError as exc:
+        if exc.line is not None:
+            return None, [SpecError("(file)", f"{path}:{exc.line}:{exc.col}: {exc}")]
+        return None, [SpecError(exc.loc or "(file)", f"{path}: {exc}")]
     if not isinstance(data, dict):
         return None, [SpecError("(file)", f"{path}: the spec must be a JSON object")]
     return data, []
@@ -103,6 +116,10 @@ def load_spec(path: Path, plugins: Plugins, require_examples: bool = True) -> Lo
             if error["type"] == "extra_forbidden":
                 message = "unknown field (misspelled?); remove it or check the spelling"
             loaded.errors.append(SpecError(loc, message))
+        return loaded
+    except OSError as exc:  # a check touched the disk and the OS refused; the net under the fields' own checks
+        loaded.errors.append(SpecError("(spec)", f"cannot read {exc.filename or 'a path the spec names'}: "
+                                                 f"{os_reason(exc)}"))
         return loaded
     if require_examples and len(loaded.spec.examples) < loaded.engine.min_examples:
         loaded.errors.append(

@@ -1,7 +1,8 @@
 """The neutral behavior spec, shared by every engine.
 
-Every model is strict (`extra="forbid"`): an unknown or misspelled key is an
-error naming its dotted path. Engines extend `BehaviorSpec` with their own
+Every model is strict (`extra="forbid"`, `strict=True`, finite numbers only):
+an unknown or misspelled key, or a value of the wrong type, is an error naming
+its dotted path. Engines extend `BehaviorSpec` with their own
 fields (see `tt_host.engine.Engine.spec_model`). Paths inside engine blocks are
 resolved beside the spec file with `resolve_path` and the validation context
 key `spec_dir`.
@@ -9,6 +10,7 @@ key `spec_dir`.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Optional
 
@@ -16,9 +18,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 
 class StrictModel(BaseModel):
-    """Base for every spec object: unknown keys are errors, values are not coerced silently."""
+    """Base for every spec object: unknown keys are errors, values are never converted.
 
-    model_config = ConfigDict(extra="forbid", strict=False, frozen=True)
+    Strict: `"4"`, `4.0` and `true` are not integers (an integer is still a valid float), a number is not
+    a string; `allow_inf_nan=False`: infinities and NaN (JSON `Infinity`, `NaN`, `1e999`) are not numbers.
+    Engines' spec blocks inherit both.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
 
 
 class Example(StrictModel):
@@ -83,20 +90,56 @@ class BehaviorSpec(StrictModel):
 
 
 def resolve_path(value: Optional[str | Path], info: ValidationInfo) -> Optional[Path]:
-    """Resolve a spec path beside the spec file (validation context `spec_dir`)."""
+    """Resolve a spec path beside the spec file (validation context `spec_dir`).
+
+    A name the filesystem cannot hold (a part over NAME_MAX, the whole over PATH_MAX) is a ValueError, so
+    the error names the field instead of an OSError escaping from the first check that touches the disk.
+    """
     if value is None:
         return None
     path = Path(value).expanduser()
     if not path.is_absolute():
-        context: dict[str, Any] = info.context or {}
-        base = Path(context.get("spec_dir", "."))
-        path = base / path
-    return Path(_normalize(path))
+        path = _spec_dir(info) / path
+    resolved = Path(_normalize(path))
+    _check_name_lengths(resolved)
+    return resolved
+
+
+def symlink_in(path: Path, info: ValidationInfo) -> Optional[Path]:
+    """The first symbolic link among a resolved spec path's folders and itself, or None.
+
+    Checked are the parts below the spec's folder when the path lies inside it
+    (`data/link/corpus.txt` beside the spec), otherwise every part from the
+    root: a link anywhere in the path the user wrote is found, not only at its end.
+    """
+    base = Path(_normalize(_spec_dir(info)))
+    start = len(base.parts) + 1 if path.is_relative_to(base) and path != base else 2
+    for end in range(start, len(path.parts) + 1):
+        part = Path(*path.parts[:end])
+        if os.path.islink(part):
+            return part
+    return None
+
+
+def _spec_dir(info: ValidationInfo) -> Path:
+    context: dict[str, Any] = info.context or {}
+    return Path(context.get("spec_dir", "."))
+
+
+def _check_name_lengths(path: Path) -> None:
+    try:
+        name_max = os.pathconf("/", "PC_NAME_MAX")
+    except (OSError, ValueError):
+        name_max = 255
+    for part in path.parts:
+        if len(os.fsencode(part)) > name_max:
+            raise ValueError(f"the name {part[:40]!r}... ({len(os.fsencode(part))} bytes) is too long for the "
+                             f"filesystem (at most {name_max}); shorten it")
+    if len(os.fsencode(str(path))) >= 4096:
+        raise ValueError("the path is too long for the filesystem (4096 bytes or more); shorten it")
 
 
 def _normalize(path: Path) -> str:
     # Normalise ".." without following symbolic links, so a link can still be
     # detected and refused by the engine.
-    import os
-
     return os.path.normpath(os.path.abspath(path))

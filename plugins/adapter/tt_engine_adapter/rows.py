@@ -15,7 +15,7 @@ import unicodedata
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from tt_stagekit.chatrows import check_row, parsed_lines
+from tt_stagekit.chatrows import check_row, parsed_lines, read_lines
 
 DEFAULT_SYSTEM_MESSAGE = "Follow the demonstrated behavior."
 SPLITS = ("train", "validation", "test")
@@ -63,18 +63,16 @@ def read_chat_jsonl(path: str | Path, split: str, system_message: Optional[str] 
     path = Path(path)
     if path.is_symlink():
         raise RowError(f"{path}: symbolic links are refused")
-    if not path.is_file():
-        raise RowError(f"{path}: file not found")
     rows: list[dict] = []
     ids: set[str] = set()
-    with path.open("r", encoding="utf-8") as handle:
-        for line_no, where, value in parsed_lines(handle, path, RowError):
-            row_id, messages = _check_row(value, where, system_message)
-            row_id = row_id or f"{split}-{line_no:06d}"
-            if row_id in ids:
-                raise RowError(f"{where}: duplicate id {row_id!r}")
-            ids.add(row_id)
-            rows.append({"id": row_id, "messages": messages, "line": line_no})
+    _, lines = read_lines(path, RowError)  # not UTF-8, a FIFO or a device: refused naming file (and line)
+    for line_no, where, value in parsed_lines(lines, path, RowError):
+        row_id, messages = _check_row(value, where, system_message)
+        row_id = row_id or f"{split}-{line_no:06d}"
+        if row_id in ids:
+            raise RowError(f"{where}: duplicate id {row_id!r}")
+        ids.add(row_id)
+        rows.append({"id": row_id, "messages": messages, "line": line_no})
     if not rows:
         raise RowError(f"{path}: no rows")
     return rows

@@ -8,16 +8,19 @@ with their dotted location before anything is created on disk.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Literal, Optional
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from tt_host.spec.schema import BehaviorSpec, StrictModel, resolve_path
+from tt_host.spec.schema import BehaviorSpec, StrictModel, resolve_path, symlink_in
 from tt_stagekit.launcher import endpoint_error, nodes_error
 from tt_stagekit.promptfit import length_message, words
+from tt_stagekit.userinput import os_reason, special_kind
 
 from .runtime.corpus import SHARD_SUFFIXES, is_shard
 
@@ -25,19 +28,27 @@ ROW_SPECIAL_TOKENS = 7  # BOS, system/user/assistant start and end markers (the 
 MIN_VOCAB = 264  # 256 byte symbols + 8 chat special tokens
 
 
-def _check_corpus_path(path: Path, what: str) -> None:
-    """Checks that need no reading of the data: exists, no links, supported type, shards present."""
-    if path.is_symlink():
-        raise ValueError(f"{path} is a symbolic link; symbolic links are refused, point at the real {what}")
-    if not path.exists():
-        raise ValueError(f"{path} does not exist")
-    if path.is_file():
+def _check_corpus_path(path: Path, what: str, info: ValidationInfo) -> None:
+    """Checks that read at most the start of each shard: exists, no link anywhere in the path or inside the
+    folder, regular files only (a FIFO or device would hang the reader), supported type, some text."""
+    link = symlink_in(path, info)
+    if link is not None:
+        where = "" if link == path else f" ({link} is one)"
+        raise ValueError(f"{path}: the path goes through a symbolic link{where}; symbolic links are refused, "
+                         f"point at the real {what}")
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        raise ValueError(f"{path}: {'does not exist' if exc.errno == errno.ENOENT else os_reason(exc)}") from None
+    if stat.S_ISREG(mode):
         if not is_shard(path):
             raise ValueError(f"{path} is not a {', '.join(SHARD_SUFFIXES)} file")
+        if not _has_text(path):
+            raise ValueError(f"{path} holds no text (the {what} is empty)")
         return
-    if not path.is_dir():
-        raise ValueError(f"{path} is neither a file nor a folder")
-    found = False
+    if not stat.S_ISDIR(mode):
+        raise ValueError(f"{path} is {special_kind(mode)}, neither a file nor a folder")
+    shards: list[Path] = []
     for root, dirs, files in os.walk(path, followlinks=False):
         for name in list(dirs) + list(files):
             full = Path(root) / name
@@ -45,11 +56,28 @@ def _check_corpus_path(path: Path, what: str) -> None:
                 continue
             if full.is_symlink():
                 raise ValueError(f"{full} is a symbolic link inside the {what} folder; symbolic links are refused")
-            if is_shard(full) and full.is_file():
-                found = True
+            if is_shard(full):
+                kind = special_kind(full.lstat().st_mode)
+                if kind is not None and kind != "a folder":
+                    raise ValueError(f"{full} is {kind}, not a regular file; remove it from the {what} folder")
+                if kind is None:
+                    shards.append(full)
         dirs[:] = [d for d in dirs if not d.startswith(".")]
-    if not found:
+    if not shards:
         raise ValueError(f"{path} holds no shards ({', '.join(SHARD_SUFFIXES)} files, searched recursively)")
+    if not any(_has_text(shard) for shard in shards):
+        raise ValueError(f"{path}: every shard is empty (the {what} holds no text)")
+
+
+def _has_text(shard: Path, chunk: int = 1 << 16) -> bool:
+    """Whether a shard holds something besides whitespace (parquet: any bytes); reads only until it does."""
+    if shard.suffix.lower() == ".parquet":
+        return shard.stat().st_size > 0
+    with open(shard, "rb") as handle:
+        while block := handle.read(chunk):
+            if block.strip():
+                return True
+    return False
 
 
 FOUNDATION_KINDS = ("foundation-base", "foundation-sft", "foundation-rl")
@@ -126,9 +154,9 @@ class FoundationConfig(StrictModel):
 
     @field_validator("corpus_path")
     @classmethod
-    def _corpus(cls, value: Optional[Path]) -> Optional[Path]:
+    def _corpus(cls, value: Optional[Path], info: ValidationInfo) -> Optional[Path]:
         if value is not None:
-            _check_corpus_path(value, "corpus")
+            _check_corpus_path(value, "corpus", info)
         return value
 
     @field_validator("validation_path")
@@ -136,7 +164,7 @@ class FoundationConfig(StrictModel):
     def _validation(cls, value: Optional[Path], info: ValidationInfo) -> Optional[Path]:
         if value is None:
             return None
-        _check_corpus_path(value, "validation")
+        _check_corpus_path(value, "validation", info)
         corpus = info.data.get("corpus_path")
         if corpus is not None:
             a, b = os.path.realpath(value), os.path.realpath(corpus)

@@ -4,26 +4,50 @@ A row is `{"messages": [{"role": "system"|"user"|"assistant", "content": str}, .
 What a row's turns must be (one user turn and one answer, or several turns)
 is the caller's rule; this module checks everything else and raises the
 caller's error class with a message starting `where:` (usually `file:line`).
+
+Lines are read as bytes where possible (`read_lines`): a line that is not
+UTF-8, JSON the parser refuses beyond syntax (an integer thousands of digits
+long, nesting deeper than `tt_stagekit.userinput.MAX_DEPTH`, a duplicated key)
+and a FIFO or device given as the file are all refused with `file:line`
+(or the file), never a traceback or a hang.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any, Iterable, Iterator, Optional
+
+from tt_stagekit.userinput import InputFileError, JSONInputError, loads, read_regular
 
 ROLES = ("system", "user", "assistant")
 
 
-def parsed_lines(lines: Iterable[str], path: Any, error: type[Exception]) -> Iterator[tuple[int, str, Any]]:
-    """(line number, `path:line`, parsed JSON) for each non-blank line; invalid JSON raises `error` naming it."""
+def read_lines(path: Any, error: type[Exception]) -> tuple[bytes, list[bytes]]:
+    """(the file's bytes, its lines); a missing file, a folder, a FIFO or a device raises `error` naming it."""
+    try:
+        data = read_regular(path)
+    except InputFileError as exc:
+        raise error(str(exc)) from None
+    return data, data.splitlines()
+
+
+def parsed_lines(lines: Iterable[str | bytes], path: Any, error: type[Exception]) -> Iterator[tuple[int, str, Any]]:
+    """(line number, `path:line`, parsed JSON) for each non-blank line; bad bytes or JSON raise `error` naming it."""
     for line_no, line in enumerate(lines, start=1):
+        where = f"{path}:{line_no}"
+        if isinstance(line, bytes):
+            try:
+                line = line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise error(f"{where}: not UTF-8 (undecodable byte at column {exc.start + 1}); save the file as "
+                            "UTF-8") from None
         if not line.strip():
             continue
-        where = f"{path}:{line_no}"
         try:
-            yield line_no, where, json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise error(f"{where}: invalid JSON: {exc.msg}") from None
+            value = loads(line)
+        except JSONInputError as exc:
+            column = f" at column {exc.col}" if exc.col else ""
+            raise error(f"{where}: {exc.located()}{column}") from None
+        yield line_no, where, value
 
 
 def check_row(value: Any, where: str, error: type[Exception]) -> tuple[Optional[str], list[dict[str, str]]]:

@@ -9,10 +9,11 @@ rather than silently ignored; a few purely informational ones (`user`,
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
+
+from tt_stagekit.userinput import JSONInputError, loads
 
 ROLES = ("system", "developer", "user", "assistant")
 MAX_STOP = 4
@@ -147,9 +148,9 @@ def _refuse_unsupported(body: dict[str, Any]) -> None:
 def parse_chat(raw: bytes, model_name: str, context_length: int) -> ChatParams:
     """Parse and check a request body; raises ApiError (4xx) for anything wrong."""
     try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _bad(f"the request body is not valid JSON: {exc}") from None
+        body = loads(raw)  # an integer thousands of digits long, deep nesting, a duplicated key: 400, not 500
+    except JSONInputError as exc:
+        raise _bad(f"the request body is not valid JSON: {exc.located()}", exc.loc or None) from None
     if not isinstance(body, dict):
         raise _bad("the request body must be a JSON object")
     _refuse_unsupported(body)

@@ -1,7 +1,7 @@
 """Corpus reading: .txt, .jsonl (string `text`), .parquet (`text` column) and folders of them.
 
 Shards are found sorted and recursively (suffixes matched case-insensitively:
-`.TXT` is a text shard); symbolic links are refused. Documents stream one at a
+`.TXT` is a text shard); symbolic links, FIFOs and devices are refused. Documents stream one at a
 time (bounded memory) and `max_chars` is a deterministic upper bound over the
 sorted shards: the document that crosses the bound is cut, and the caller hears
 of the cut (`on_cut`) so it can say so.
@@ -14,13 +14,13 @@ paragraph longer than `TXT_CHUNK_CHARS` is cut at line boundaries.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 from tt_stagekit.protocol import InvalidInput, StageError, file_sha256
+from tt_stagekit.userinput import JSONInputError, loads, special_kind
 
 SHARD_SUFFIXES = (".txt", ".jsonl", ".parquet")
 TXT_CHUNK_CHARS = 1 << 16
@@ -45,7 +45,10 @@ def list_shards(path: str | Path) -> list[Path]:
         raise InvalidInput(f"{path}: symbolic links are refused; point at the real file")
     if not path.exists():
         raise InvalidInput(f"{path}: no such file or folder")
-    if path.is_file():
+    if not path.is_dir():
+        kind = special_kind(path.stat().st_mode)
+        if kind is not None:
+            raise InvalidInput(f"{path} is {kind}, not a regular file or a folder")
         if not is_shard(path):
             raise InvalidInput(f"{path}: unsupported corpus file type (use {', '.join(SHARD_SUFFIXES)})")
         return [path]
@@ -63,6 +66,9 @@ def list_shards(path: str | Path) -> list[Path]:
                 continue
             if full.is_symlink():
                 raise InvalidInput(f"{full}: symbolic links are refused inside a corpus folder")
+            kind = special_kind(full.lstat().st_mode)
+            if kind is not None:  # a FIFO or device would block or never end when read
+                raise InvalidInput(f"{full} is {kind}, not a regular file; remove it from the corpus folder")
             shards.append(full)
     shards.sort(key=lambda p: p.relative_to(path).as_posix())
     if not shards:
@@ -118,9 +124,10 @@ def _iter_jsonl(path: Path) -> Iterator[Document]:
             if not text.strip():
                 continue
             try:
-                row = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise StageError(f"{path}:{number}: malformed JSON ({exc.msg} at column {exc.colno})") from None
+                row = loads(text)
+            except JSONInputError as exc:
+                column = f" at column {exc.col}" if exc.col else ""
+                raise StageError(f"{path}:{number}: malformed JSON ({exc.located()}{column})") from None
             if not isinstance(row, dict):
                 raise StageError(f"{path}:{number}: row is not a JSON object")
             value = row.get("text")
