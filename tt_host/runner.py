@@ -23,6 +23,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -53,6 +54,61 @@ def parse_event(line: str) -> dict[str, Any]:
         if isinstance(event, dict) and isinstance(event.get("type"), str):
             return event
     return {"type": "log", "level": "info", "message": line.rstrip("\n"), "raw": True}
+
+
+class OutputReader:
+    """Reads a child's output lines on its own thread and hands each to `handle`.
+
+    It survives its own errors (a log write failing on a full disk, an event handler
+    raising): the first is reported once on stderr and kept in `error`, and the
+    output is drained to its end either way, so the child never blocks on a full
+    pipe and the caller never hangs; the caller turns `error` into a clear failure.
+    """
+
+    def __init__(self, stream: Any, handle: Callable[[str], None], what: str):
+        self.stream, self.handle, self.what = stream, handle, what
+        self.error: Optional[str] = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> "OutputReader":
+        self.thread.start()
+        return self
+
+    def failed(self, message: str) -> None:
+        """Note a failure; only the first is reported and kept."""
+        if self.error is not None:
+            return
+        self.error = message
+        try:
+            sys.stderr.write(f"tt: {message} (still reading the {self.what}'s output)\n")
+            sys.stderr.flush()
+        except Exception:  # stderr itself is gone: the error is still kept for the caller
+            pass
+
+    def _run(self) -> None:
+        try:
+            for line in self.stream:
+                try:
+                    self.handle(line)
+                except BaseException as exc:  # noqa: B902 - nothing may end this thread early
+                    self.failed(f"handling the {self.what}'s output failed: {type(exc).__name__}: {exc}")
+        except BaseException as exc:  # reading itself failed: drain the raw bytes to the end
+            self.failed(f"reading the {self.what}'s output failed: {type(exc).__name__}: {exc}")
+            self._discard()
+
+    def _discard(self) -> None:
+        try:
+            fd = self.stream.fileno()
+        except (OSError, ValueError):
+            return
+        while True:
+            try:
+                if not os.read(fd, 1 << 16):
+                    return
+            except InterruptedError:
+                continue
+            except OSError:
+                return
 
 
 @dataclass
@@ -152,40 +208,56 @@ def run_stage(
     env.pop("VIRTUAL_ENV", None)
     env.pop("PYTHONPATH", None)  # the host's import path must not leak into the engine environment
     env.update(extra_env or {})
-    process = subprocess.Popen(
-        [str(python), *(["-m", arguments] if isinstance(arguments, str) else arguments), str(request_path)],
-        cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL, start_new_session=True, bufsize=1, text=True, errors="replace",
-        pass_fds=keep_fds,
-    )
+    # The log is opened before the stage starts; never through a symlink (it could point anywhere).
+    log = open(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600), "a",
+               encoding="utf-8")
+    os.fchmod(log.fileno(), 0o600)
+    try:
+        process = subprocess.Popen(
+            [str(python), *(["-m", arguments] if isinstance(arguments, str) else arguments), str(request_path)],
+            cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True, bufsize=1, text=True, errors="replace",
+            pass_fds=keep_fds,
+        )
+    except BaseException:
+        log.close()
+        raise
     if on_started is not None:
         on_started(process.pid)
     last_error: Optional[str] = None
     tail: list[str] = []
-    with SignalForwarder(process, grace_seconds() if grace is None else grace) as forwarder, open(
-        log_path, "a", encoding="utf-8"
-    ) as log:
-        os.chmod(log_path, 0o600)
+    with SignalForwarder(process, grace_seconds() if grace is None else grace) as forwarder:
+        log_ok = True
 
-        def pump() -> None:
-            nonlocal last_error
-            assert process.stdout is not None
-            for line in process.stdout:
-                log.write(line if line.endswith("\n") else line + "\n")
-                log.flush()
-                event = parse_event(line)
-                if event.get("raw") and line.strip():
-                    tail.append(line.rstrip())
-                    del tail[:-20]
-                if event.get("type") == "log" and event.get("level") == "error":
-                    last_error = str(event.get("message", ""))
-                on_event(event)
+        def handle(line: str) -> None:
+            nonlocal last_error, log_ok
+            if log_ok:
+                try:
+                    log.write(line if line.endswith("\n") else line + "\n")
+                    log.flush()
+                except Exception as exc:  # a full disk: keep reading, report once
+                    log_ok = False
+                    reader.failed(f"writing the stage log {log_path} failed: {exc}")
+            event = parse_event(line)
+            if event.get("raw") and line.strip():
+                tail.append(line.rstrip())
+                del tail[:-20]
+            if event.get("type") == "log" and event.get("level") == "error":
+                last_error = str(event.get("message", ""))
+            on_event(event)
 
-        reader = threading.Thread(target=pump, daemon=True)
-        reader.start()
-        forwarder.wait(reader)
-        reader.join(timeout=5)
+        assert process.stdout is not None
+        reader = OutputReader(process.stdout, handle, "stage").start()
+        forwarder.wait(reader.thread)
+        reader.thread.join(timeout=5)
+    try:
+        log.close()
+    except OSError:  # the last buffered lines could not be written: reported already
+        pass
     code = process.returncode
     if code < 0:  # killed by a signal
         code = EXIT_INTERRUPTED if forwarder.signalled.is_set() else 1
+    if reader.error is not None:  # the stage's output was not fully handled: never a silent success
+        code = code or 1
+        last_error = f"{reader.error}; the stage ran to its end (exit {process.returncode}): resume the run to retry"
     return StageOutcome(code, forwarder.signalled.is_set(), forwarder.killed, time.monotonic() - started, last_error, tail)

@@ -9,7 +9,8 @@ adapter engine's hashed environment (it has transformers and PEFT). The host:
    to a Hugging Face folder (`tt_host.export.serving_folder`, cached);
 3. writes the request JSON into a private temporary folder (the API key goes
    to the child through the environment, never into a file);
-4. runs the server in its own session with stdout parsed for JSON events and
+4. runs the server in its own session with stdout parsed for JSON events (by a
+   reader that survives its own errors, tt_host.runner.OutputReader) and
    stderr (uvicorn's log) passed through; Ctrl-C / SIGTERM are forwarded
    (the first asks for a graceful shutdown, a second Ctrl-C stops at once, and
    after the grace period the process group is killed).
@@ -21,7 +22,6 @@ import ipaddress
 import os
 import subprocess
 import tempfile
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -29,7 +29,7 @@ from typing import Any, Callable, Optional
 from tt_host.export import ExportError, engine_python, serving_folder
 from tt_host.fsutil import write_json_atomic
 from tt_host.modelref import ResolvedModel
-from tt_host.runner import EXIT_INTERRUPTED, SignalForwarder, parse_event
+from tt_host.runner import EXIT_INTERRUPTED, OutputReader, SignalForwarder, parse_event
 
 SERVE_MODULE = "tt_engine_adapter.serve"
 
@@ -117,20 +117,15 @@ def run_server(model: ResolvedModel, options: ServeOptions, on_event: Callable[[
                                    text=True, bufsize=1, errors="replace")
         # Forward the signal received (a second SIGINT makes uvicorn stop at once); kill after the grace.
         with SignalForwarder(process, KILL_AFTER_SECONDS, forward_as=None, second_kills=False) as forwarder:
-            reader = threading.Thread(target=_pump, args=(process, on_event), daemon=True)
-            reader.start()
-            code = forwarder.wait(reader)
-            reader.join(timeout=5)
+            reader = OutputReader(process.stdout, lambda line: on_event(parse_event(line)), "server").start()
+            code = forwarder.wait(reader.thread)
+            reader.thread.join(timeout=5)
     signalled = forwarder.signalled.is_set()
+    if reader.error is not None and code == 0:  # reported when it happened; never a silent success
+        return 1
     if code < 0 or (signalled and code in (0, EXIT_INTERRUPTED)):
         return EXIT_INTERRUPTED if signalled else 1
     return code
-
-
-def _pump(process: subprocess.Popen, on_event: Callable[[dict[str, Any]], None]) -> None:
-    assert process.stdout is not None
-    for line in process.stdout:
-        on_event(parse_event(line))
 
 
 def serve(reference: str, options: ServeOptions, on_event: Callable[[dict[str, Any]], None],

@@ -1,0 +1,86 @@
+"""The thread reading a stage's (or the server's) output survives its own errors: a stage log that cannot be
+written (a full disk, here a file-size limit) or an event handler that raises is reported once, the output is
+drained to its end (the stage never blocks on a full pipe), and the stage ends with a clear error, never a hang."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tt_host.runner import OutputReader
+
+LINES = 5000  # about 550 kB: far more than a pipe holds, so a dead reader would block the stage
+STAGE = f"for i in range({LINES}): print('line', i, 'x' * 100)\nprint('finished')\n"
+
+DRIVER = '''
+import json, resource, signal, sys
+from pathlib import Path
+from tt_host.runner import run_stage
+
+mode, folder = sys.argv[1], Path(sys.argv[2])
+seen = []
+
+def on_event(event):
+    seen.append(event)
+    if mode == "handler":
+        raise RuntimeError("event handler broke on purpose")
+
+if mode == "disk":  # every write past 4 kB fails with EFBIG, as a full disk fails with ENOSPC
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))
+outcome = run_stage(Path(sys.executable), ["-c", sys.argv[3]], folder / "request.json", folder,
+                    folder / "stage.log", on_event)
+print(json.dumps({"exit_code": outcome.exit_code, "error": outcome.last_error, "events": len(seen),
+                  "last": seen[-1].get("message")}))
+'''
+
+
+def _drive(mode: str, tmp_path) -> tuple[dict, str, str]:
+    proc = subprocess.run([sys.executable, "-c", DRIVER, mode, str(tmp_path), STAGE], capture_output=True,
+                          text=True, timeout=120)  # on a dead reader this hangs: the timeout fails the test
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout), proc.stderr, (tmp_path / "stage.log").read_text()
+
+
+@pytest.mark.parametrize("mode", ["handler", "disk"])
+def test_a_failing_reader_drains_the_stage_and_ends_with_a_clear_error(tmp_path, mode):
+    outcome, stderr, log = _drive(mode, tmp_path)
+    assert outcome["exit_code"] == 1, outcome
+    assert outcome["events"] == LINES + 1 and outcome["last"] == "finished"  # every line was read
+    assert stderr.count("tt: ") == 1, stderr  # reported once
+    if mode == "handler":
+        assert "event handler broke on purpose" in outcome["error"]
+        assert log.count("\n") == LINES + 1  # the log kept being written
+    else:
+        assert "writing the stage log" in outcome["error"] and "File too large" in outcome["error"]
+        assert 0 < len(log) <= 4096
+    assert "resume the run to retry" in outcome["error"]
+
+
+def test_a_stage_log_that_is_a_symlink_is_not_followed(tmp_path):
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("keep me\n")
+    target.chmod(0o644)
+    (tmp_path / "stage.log").symlink_to(target)
+    proc = subprocess.run([sys.executable, "-c", DRIVER, "plain", str(tmp_path), "print('hi')"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "Too many levels of symbolic links" in proc.stderr
+    assert target.read_text() == "keep me\n" and target.stat().st_mode & 0o777 == 0o644
+
+
+def test_the_server_reader_survives_a_raising_handler():
+    """`tt serve` reads the server's output with the same reader: a raising handler never stops the draining."""
+    source = subprocess.Popen([sys.executable, "-c", STAGE], stdout=subprocess.PIPE, text=True)
+    calls = []
+
+    def handle(line: str) -> None:
+        calls.append(line)
+        raise KeyboardInterrupt  # even this must not end the thread
+
+    reader = OutputReader(source.stdout, handle, "server").start()
+    reader.thread.join(timeout=120)
+    assert not reader.thread.is_alive() and source.wait(timeout=30) == 0
+    assert len(calls) == LINES + 1 and "KeyboardInterrupt" in reader.error
