@@ -67,7 +67,8 @@ class RichReporter(QuietReporter):
                 info=_metric_text(event.get("metrics") or {}),
             )
             if not self.console.is_terminal and event.get("metrics"):
-                self.console.print(f"{stage} {event.get('step')}/{event.get('total')} {_metric_text(event['metrics'])}")
+                self.console.print(f"{stage} {event.get('step')}/{event.get('total')} {_metric_text(event['metrics'])}",
+                                   markup=False)
         elif kind == "log":
             level = event.get("level", "info")
             if level in ("warning", "error"):

@@ -1,4 +1,11 @@
-"""Helpers shared by the CLI modules: JSON output, errors with exit codes, the --json option."""
+"""Helpers shared by the CLI modules: JSON output, errors with exit codes, the --json option, tables.
+
+Text a user controls (paths, spec and run names, dataset keys, error messages
+quoting them) is escaped before rich sees it (`escape`), so `[/x]` prints as
+itself; nothing printed is wrapped (`soft_wrap`), so a path piped to a file or
+`tee` stays on one line; tables are rich tables on a terminal and plain,
+never-folded columns otherwise (`show_table`).
+"""
 
 from __future__ import annotations
 
@@ -8,11 +15,37 @@ from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
 
 JsonOption = typer.Option(False, "--json", help="Print one JSON object for scripts instead of tables.")
 
-console = Console(highlight=False)
+console = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+__all__ = ["JsonOption", "console", "emit_json", "err", "escape", "fail", "load_plugins", "show_table"]
+
+
+def _plain(cell: Any) -> str:
+    if cell is None:
+        return ""
+    return cell.plain if isinstance(cell, Text) else str(cell)
+
+
+def show_table(headers: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
+    """Print rows: a rich table on a terminal (cells are literal text; a `Text` cell keeps its style), plain
+    left-aligned columns otherwise, each row on one line whatever its width."""
+    if console.is_terminal:
+        table = Table(*headers)
+        for row in rows:
+            table.add_row(*(cell if isinstance(cell, Text) else Text(_plain(cell)) for cell in row))
+        console.print(table)
+        return
+    lines = [tuple(headers)] + [tuple(_plain(c).replace("\n", " ") for c in row) for row in rows]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(headers))]
+    for line in lines:
+        typer.echo("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip())
 
 
 def emit_json(data: Any) -> None:
@@ -24,7 +57,7 @@ def fail(message: str, code: int = 2, json_mode: bool = False, **extra: Any) -> 
     if json_mode:
         emit_json({"ok": False, "error": message, **extra})
     else:
-        err.print(f"[red]error:[/] {message}")
+        err.print(f"[red]error:[/] {escape(message)}")
     raise typer.Exit(code)
 
 

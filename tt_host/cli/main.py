@@ -9,14 +9,14 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.markup import escape
+from rich.text import Text
 
 from tt_host import __version__
 from tt_host.cli import engines as engines_cli
 from tt_host.cli import models as models_cli
 from tt_host.cli import runs as runs_cli
 from tt_host.cli import serve as serve_cli
-from tt_host.cli.common import JsonOption, console, emit_json, err, fail, load_plugins
+from tt_host.cli.common import JsonOption, console, emit_json, err, escape, fail, load_plugins, show_table
 
 app = typer.Typer(
     name="tt", no_args_is_help=True, add_completion=False,
@@ -57,9 +57,9 @@ def _print_errors(loaded, json_mode: bool) -> None:
         emit_json({"valid": False, "engine": loaded.engine_name, "spec_path": str(loaded.path),
                    "errors": [e.as_dict() for e in loaded.errors], "warnings": [w.as_dict() for w in loaded.warnings]})
         return
-    err.print(f"[red]{loaded.path}: invalid spec[/]")
+    err.print(f"[red]{escape(str(loaded.path))}: invalid spec[/]")
     for error in loaded.errors:
-        err.print(f"  [bold]{error.loc}[/]: {error.msg}")
+        err.print(f"  [bold]{escape(error.loc)}[/]: {escape(error.msg)}")
     err.print("Fix the fields above, then `tt validate` again.")
 
 
@@ -82,7 +82,7 @@ def validate(spec: Path = SpecArgument, json_mode: bool = JsonOption) -> None:
             "train_count": len(compiled.train_rows), "eval_count": len(compiled.eval_rows),
         })
         return
-    console.print(f"[green]valid[/] {loaded.path} (engine {loaded.engine_name}): "
+    console.print(f"[green]valid[/] {escape(str(loaded.path))} (engine {loaded.engine_name}): "
                   f"{len(compiled.train_rows)} training and {len(compiled.eval_rows)} held-out examples")
     console.print("System message:")
     console.print(compiled.system_message, markup=False)
@@ -102,15 +102,10 @@ def _dry_run(loaded, resume: Optional[Path], json_mode: bool) -> None:
         emit_json({"dry_run": True, "ok": not refused, "run_dir": str(run_dir), "exists": exists,
                    "stages": [d.as_dict() for d in decisions]})
     else:
-        from rich.table import Table
-
-        console.print(f"{'resume' if exists else 'new run'}: {run_dir} (dry run: nothing was created)")
-        table = Table("stage", "would", "why")
+        console.print(f"{'resume' if exists else 'new run'}: {run_dir} (dry run: nothing was created)", markup=False)
         styles = {"refuse": "red", "reuse": "green", "skip": "dim", "rerun": "yellow"}
-        for d in decisions:
-            style = styles.get(d.action, "cyan")
-            table.add_row(d.stage, f"[{style}]{d.action}[/]", escape(d.reason))
-        console.print(table)
+        show_table(("stage", "would", "why"),
+                   [(d.stage, Text(d.action, style=styles.get(d.action, "cyan")), d.reason) for d in decisions])
         if refused:
             err.print("[red]tt run would refuse:[/] use a new run directory, or undo the changes named above")
     raise typer.Exit(2 if refused else 0)
@@ -144,13 +139,13 @@ def _run(spec: Path, resume: Optional[Path], device: Optional[str], json_mode: b
                    "error": outcome.error, "report": outcome.report})
     else:
         style = {"completed": "green", "interrupted": "yellow"}.get(outcome.status, "red")
-        console.print(f"[{style}]run {outcome.status}[/]: {outcome.run_dir}")
+        console.print(f"[{style}]run {outcome.status}[/]: {escape(str(outcome.run_dir))}")
         if outcome.error:
             err.print(f"[red]error:[/] {escape(outcome.error)}")
         if outcome.status == "interrupted":
-            console.print(f"resume with: tt run {loaded.path} --resume {outcome.run_dir}")
+            console.print(f"resume with: tt run {loaded.path} --resume {outcome.run_dir}", markup=False)
         elif outcome.report:
-            console.print(f"report: {outcome.run_dir / 'report.md'}")
+            console.print(f"report: {outcome.run_dir / 'report.md'}", markup=False)
     raise typer.Exit(outcome.exit_code)
 
 
@@ -197,13 +192,9 @@ def doctor(
     if json_mode:
         emit_json({"ok": not failed, "checks": [c.__dict__ for c in checks]})
     else:
-        from rich.table import Table
-
-        table = Table("check", "status", "detail", "next step")
-        for c in checks:
-            style = {"ok": "green", "warn": "yellow", "fail": "red"}[c.status]
-            table.add_row(c.name, f"[{style}]{c.status}[/]", c.detail, c.hint)
-        console.print(table)
+        styles = {"ok": "green", "warn": "yellow", "fail": "red"}
+        show_table(("check", "status", "detail", "next step"),
+                   [(c.name, Text(c.status, style=styles[c.status]), c.detail, c.hint) for c in checks])
     raise typer.Exit(1 if failed else 0)
 
 
@@ -231,7 +222,7 @@ def init(
     if json_mode:
         emit_json({"ok": True, "spec": str(target.absolute()), "engine": engine})
     else:
-        console.print(f"wrote {target}; replace the TODO placeholders, then `tt doctor {target}`")
+        console.print(f"wrote {target}; replace the TODO placeholders, then `tt doctor {target}`", markup=False)
 
 
 app.command("serve")(serve_cli.serve)

@@ -8,9 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.markup import escape
 
-from tt_host.cli.common import JsonOption, console, emit_json, err, fail
+from tt_host.cli.common import JsonOption, console, emit_json, err, escape, fail, show_table
 
 app = typer.Typer(no_args_is_help=True, help="Registered models (adapters, foundation models).")
 
@@ -24,12 +23,8 @@ def list_models(json_mode: bool = JsonOption) -> None:
     if json_mode:
         emit_json({"models": models})
         return
-    from rich.table import Table
-
-    table = Table("id", "kind", "engine", "path")
-    for model in models:
-        table.add_row(model["id"], model["kind"], model["engine"], model["path"])
-    console.print(table)
+    show_table(("id", "kind", "engine", "path"),
+               [(model["id"], model["kind"], model["engine"], model["path"]) for model in models])
 
 
 @app.command()
@@ -46,9 +41,9 @@ def verify(model_id: str = typer.Argument(..., help="Model id (see `tt models li
                    "problems": [{"file": p.file, "reason": p.reason} for p in problems]})
     elif problems:
         for problem in problems:
-            err.print(f"[red]{model_id}: {problem}[/]")
+            err.print(f"[red]{escape(model_id)}: {escape(str(problem))}[/]")
     else:
-        console.print(f"[green]{model_id}: verified[/] ({entry['path']})")
+        console.print(f"[green]{escape(model_id)}: verified[/] ({escape(str(entry['path']))})")
     raise typer.Exit(1 if problems else 0)
 
 
@@ -73,7 +68,8 @@ def export(
     if json_mode:
         emit_json(summary)
     else:
-        console.print(f"[green]exported[/] {summary['model']} ({summary['kind']}) to {summary['path']}")
+        console.print(f"[green]exported[/] {escape(str(summary['model']))} ({summary['kind']}) to "
+                      f"{escape(str(summary['path']))}")
 
 
 @app.command()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from tt_host.cli.common import JsonOption, console, emit_json, fail
+from tt_host.cli.common import JsonOption, console, emit_json, fail, show_table
 
 app = typer.Typer(no_args_is_help=True, help="Runs and their reports.")
 
@@ -32,12 +32,8 @@ def list_runs(
     if json_mode:
         emit_json({"runs": rows})
         return
-    from rich.table import Table
-
-    table = Table("run", "engine", "status", "spec", "updated")
-    for row in rows:
-        table.add_row(row["run_dir"], row["engine"], row["status"], row["spec"], row["updated_at"])
-    console.print(table)
+    show_table(("run", "engine", "status", "spec", "updated"),
+               [(row["run_dir"], row["engine"], row["status"], row["spec"], row["updated_at"]) for row in rows])
 
 
 @app.command()
@@ -48,6 +44,8 @@ def report(run: Path = typer.Argument(..., help="Run directory."), json_mode: bo
         fail(f"{path} not found; is {run} a run directory? (`tt runs list`)")
     if json_mode:
         emit_json(json.loads(path.read_text(encoding="utf-8")))
+    elif not console.is_terminal:
+        typer.echo(path.read_text(encoding="utf-8"), nl=False)  # the Markdown itself to a pipe: nothing folded
     else:
         from rich.markdown import Markdown
 
@@ -79,23 +77,16 @@ def get(run: str = typer.Argument(..., help="Run directory or run id (under ./.t
     if json_mode:
         emit_json(info)
         return
-    from rich.table import Table
-
     live = " (live)" if info["live"] else ""
     console.print(f"run {info['id']} engine {info['engine']}: {info['status']}{live}; spec {info['spec']}",
                   markup=False)
     console.print(f"  {info['run_dir']}", markup=False)
     if info.get("error"):
         console.print(f"  error: {info['error']}", markup=False)
-    stages = Table("stage", "state", "seconds")
-    for name, stage in info["stages"].items():
-        stages.add_row(name, str(stage.get("state")), _cell(stage.get("seconds")))
-    console.print(stages)
+    show_table(("stage", "state", "seconds"),
+               [(name, str(stage.get("state")), _cell(stage.get("seconds"))) for name, stage in info["stages"].items()])
     if info["metrics"]:
-        metrics = Table("metric", "value")
-        for name, value in info["metrics"].items():
-            metrics.add_row(name, _cell(value))
-        console.print(metrics)
+        show_table(("metric", "value"), [(name, _cell(value)) for name, value in info["metrics"].items()])
     for model in info["models"]:
         console.print(f"model {model['id']} ({model['kind']})", markup=False)
 

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import typer
 
-from tt_host.cli.common import JsonOption, console, err, fail
+from tt_host.cli.common import JsonOption, console, err, escape, fail
 
 
 def emit_line(event: dict[str, Any]) -> None:
@@ -52,7 +52,7 @@ def serve(
         if json_mode:
             emit_line(event)
         elif event.get("type") == "ready":
-            console.print(f"[green]serving[/] {event['model']} at {event['url']}/v1 "
+            console.print(f"[green]serving[/] {escape(str(event['model']))} at {event['url']}/v1 "
                           f"(context {event.get('context_length')} tokens, {event.get('device')}); Ctrl-C stops")
         elif event.get("type") == "log":
             style = {"error": "red", "warning": "yellow"}.get(str(event.get("level")), "")
