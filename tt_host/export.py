@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from tt_host import envs
+from tt_host import envs, ids
 from tt_host.fsutil import make_private_dir, sha256_file, write_json_atomic
 from tt_host.models import MANIFEST, tt_home, verify_artifact
 from tt_host.modelref import ModelRefError, ResolvedModel
@@ -150,15 +150,24 @@ def serving_folder(model: ResolvedModel, offline: Optional[bool], log: Callable[
     if model.form != "foundation":
         raise ModelRefError(f"{model.path} is not a foundation model")
     if model.run_dir is not None and os.access(model.run_dir, os.W_OK):
-        folder = model.run_dir / "export" / "hf"
+        owner = model.run_dir
+        folder = owner / "export" / "hf"
     else:
-        folder = tt_home() / "exports" / model.model_id
+        owner = tt_home() / "exports"
+        folder = owner / ids.folder_name(model.model_id)  # the id may come from an edited run.json
+    try:
+        ids.inside(folder, owner)
+    except ids.OutsideError as exc:
+        raise ExportError(f"{exc}; not exporting {model.model_id!r} there", exit_code=2) from None
     if folder.is_dir() and _export_is_current(folder, model):
         return folder
-    make_private_dir(folder.parent)
-    if folder.exists():
+    make_private_dir(folder.parent)  # <run>/export (proven inside the run above) or $TT_HOME/exports
+    if folder.exists() or folder.is_symlink():
         log(f"replacing the stale export {folder}")
-        shutil.rmtree(folder)
+        if folder.is_symlink() or not folder.is_dir():
+            folder.unlink()
+        else:
+            shutil.rmtree(ids.inside(folder, owner))
     log(f"exporting {model.model_id} to {folder}")
     export_model(model, folder, offline=offline, log=log)
     return folder

@@ -99,7 +99,7 @@ def _default_id(run_dir: Optional[Path], kind: str, fallback: str) -> str:
     if run_dir is not None:
         run = _read_json(run_dir / "run.json") or {}
         if run.get("id") and run.get("spec_name"):
-            return f"{registry.slug(run['spec_name'])}-{run['id']}-{registry.slug(kind)}"
+            return registry.model_id_for(str(run["spec_name"]), str(run["id"]), kind)  # checked: run.json is input
     return registry.slug(fallback)
 
 

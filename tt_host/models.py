@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from tt_host import ids
 from tt_host.fsutil import make_private_dir, sha256_file, write_json_atomic
 
 MANIFEST = "artifact-manifest.json"
@@ -76,14 +76,19 @@ def verify_artifact(path: Path) -> tuple[dict[str, Any], list[Problem]]:
 
 
 def slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40] or "model"
+    return ids.part(text) or "model"
+
+
+def model_id_for(spec_name: str, run_id: str, kind: str) -> str:
+    """`<spec>-<run>-<kind>`, each part reduced to safe characters (a run folder named `My Run` gives `my-run`)."""
+    return f"{slug(spec_name)}-{ids.part(run_id, 80) or 'run'}-{slug(kind)}"
 
 
 def register(path: Path, *, run_id: str, run_dir: Path, spec_name: str, engine: str, kind: str) -> dict[str, Any]:
     manifest, problems = verify_artifact(path)
     if problems:
         raise VerifyError(f"artifact {path} failed verification: " + "; ".join(map(str, problems)))
-    model_id = _free_id(f"{slug(spec_name)}-{run_id}-{slug(kind)}", Path(path).absolute())
+    model_id = _free_id(model_id_for(spec_name, run_id, kind), Path(path).absolute())
     entry = {
         "id": model_id,
         "kind": kind,
@@ -123,17 +128,26 @@ def list_models() -> list[dict[str, Any]]:
     models = []
     for file in sorted(root.glob("*.json")):
         try:
-            models.append(json.loads(file.read_text(encoding="utf-8")))
-        except json.JSONDecodeError:
+            entry = json.loads(file.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError, OSError):
             continue
+        if isinstance(entry, dict) and isinstance(entry.get("id"), str):
+            models.append(entry)
     return models
 
 
 def get_model(model_id: str) -> Optional[dict[str, Any]]:
-    file = registry_dir() / f"{model_id}.json"
-    if not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", model_id) or not file.is_file():
+    """The registry entry of `model_id`. A safe id names its file; an id an older tt registered with other
+    characters (`e-My Run-echo`) is found by reading the entries, never by building a path from it."""
+    if not isinstance(model_id, str) or not model_id:
         return None
-    return json.loads(file.read_text(encoding="utf-8"))
+    if not ids.is_model_id(model_id):
+        return next((entry for entry in list_models() if entry["id"] == model_id), None)
+    file = registry_dir() / f"{model_id}.json"
+    if not file.is_file():
+        return None
+    entry = json.loads(file.read_text(encoding="utf-8"))
+    return entry if isinstance(entry, dict) and entry.get("id") == model_id else None
 
 
 def verify_model(model_id: str) -> tuple[dict[str, Any], list[Problem]]:
