@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from tt_engine_adapter.plugin import Hyperparameters
+from tt_engine_adapter.spec import Hyperparameters
 from tt_engine_foundation.spec import FoundationConfig
 from tt_stagekit.launcher import endpoint_error, nodes_error
 

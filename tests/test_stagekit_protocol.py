@@ -107,7 +107,7 @@ def body(request):
         raise P.Interrupted("saved at step 3")
     time.sleep(30)  # a slow save: a second signal must end it at once
 
-P.run_stage(body, [sys.argv[1]])
+P.run_main(body, [sys.argv[1]])
 """
 
 
@@ -185,7 +185,7 @@ def body(request):
         time.sleep(0.05)
     raise P.Interrupted(f"saved after {P.STOP.signal_name}")
 
-P.run_stage(body, [sys.argv[1]])
+P.run_main(body, [sys.argv[1]])
 """
 
 

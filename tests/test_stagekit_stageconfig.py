@@ -98,7 +98,7 @@ def body(request):
     P.log(f"steps={request.spec.steps!r}")
     return {"metrics": {"steps": request.spec.steps}}
 
-P.run_stage(body, [sys.argv[1]], request_type=Request)
+P.run_main(body, [sys.argv[1]], request_type=Request)
 """
 
 
@@ -117,7 +117,7 @@ def run_stage_module(tmp_path, spec: dict[str, Any]):
     return proc.returncode, [json.loads(line) for line in proc.stdout.splitlines()]
 
 
-def test_run_stage_hands_the_body_the_typed_request_or_exits_2_naming_the_field(tmp_path):
+def test_run_main_hands_the_body_the_typed_request_or_exits_2_naming_the_field(tmp_path):
     code, events = run_stage_module(tmp_path, {"steps": 5})
     assert code == P.EXIT_OK and events[0]["message"] == "steps=5"
     assert json.loads((tmp_path / "s" / "result.json").read_text())["metrics"] == {"steps": 5}

@@ -17,8 +17,8 @@ from typing import Iterable, Iterator, Optional
 from tt_host.engine import Check, DiskNeed
 from tt_host.preflight import torch_device_check
 
-from .runtime.corpus import list_shards
-from .spec import FoundationSpec
+from tt_engine_foundation.runtime.corpus import list_shards
+from tt_engine_foundation.spec import FoundationSpec
 
 
 def _path_checks(name: str, path: Optional[Path]) -> Iterable[Check]:
@@ -95,7 +95,7 @@ def world_check(name: str, nproc: int, nnodes: int, device: str) -> Check:
 
 def _presence_or_torch(device: str) -> Check:
     """torch's own answer when the environment is prepared; else what the machine shows, and how to prepare."""
-    from .plugin import ENGINE
+    from tt_engine_foundation.plugin import ENGINE
 
     check = torch_device_check(ENGINE, device, "foundation.device")
     if check.data is not None or check.status == "fail":

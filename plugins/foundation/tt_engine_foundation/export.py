@@ -34,8 +34,8 @@ from typing import Any, Mapping
 
 from tt_stagekit.protocol import InvalidInput, StageError, atomic_write_json, file_sha256, new_folder, run_command
 
-from .runtime import tokenizer as T
-from .runtime.model_io import write_manifest
+from tt_engine_foundation.runtime import tokenizer as T
+from tt_engine_foundation.runtime.model_io import write_manifest
 
 EXPORT_KIND = "foundation-hf"
 
@@ -130,7 +130,7 @@ def export(request: Mapping[str, Any]) -> Path:
     import torch
     from safetensors.torch import load_file, save_file
 
-    from .runtime.model import GPT, ModelConfig, hf_config
+    from tt_engine_foundation.runtime.model import GPT, ModelConfig, hf_config
 
     source, out = check_request(request)
     meta = json.loads((source / "tt-model.json").read_text(encoding="utf-8"))

@@ -16,9 +16,9 @@ from tt_host.engine import Engine, Stage
 from tt_host.hookspecs import hookimpl
 
 from tt_stagekit.launcher import stage_arguments
-from .doctor import disk_needs, doctor
-from .runtime.corpus import list_shards
-from .spec import FoundationSpec
+from tt_engine_foundation.doctor import disk_needs, doctor
+from tt_engine_foundation.runtime.corpus import list_shards
+from tt_engine_foundation.spec import FoundationSpec
 
 _DIGESTS: dict[tuple[str, int, int], str] = {}
 

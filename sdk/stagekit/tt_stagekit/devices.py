@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .protocol import InvalidInput
+from tt_stagekit.protocol import InvalidInput
 
 DEVICES = ("cpu", "cuda", "mps")
 

@@ -28,8 +28,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from . import signals
-from .protocol import InvalidInput, StageError
+from tt_stagekit import signals
+from tt_stagekit.protocol import InvalidInput, StageError
 
 DEFAULT_TIMEOUT_SECONDS = 600.0
 

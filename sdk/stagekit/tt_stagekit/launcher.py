@@ -27,7 +27,7 @@ import signal
 import sys
 from typing import Any, Mapping, Optional, Sequence
 
-from . import signals
+from tt_stagekit import signals
 
 MODULE = "tt_stagekit.launcher"
 DEFAULT_MASTER_PORT = 29500

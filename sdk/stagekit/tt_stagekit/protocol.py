@@ -28,7 +28,7 @@ import traceback
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator, Mapping, Optional, Sequence, TextIO
 
-from . import signals
+from tt_stagekit import signals
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -266,9 +266,12 @@ def write_result(request: Mapping[str, Any], result: Mapping[str, Any]) -> None:
     atomic_write_json(request["result_path"], body)
 
 
-def run_stage(body: Callable[[Any], Mapping[str, Any]], argv: Optional[Sequence[str]] = None,
-              request_type: Optional[type] = None) -> None:
-    """Run a stage body: read the request, call `body`, write its result, exit with the protocol's code.
+def run_main(body: Callable[[Any], Mapping[str, Any]], argv: Optional[Sequence[str]] = None,
+             request_type: Optional[type] = None) -> None:
+    """A stage module's entry point: `if __name__ == "__main__": run_main(main)`.
+
+    Reads the request, calls the stage's `main(request)`, writes the result it returns and exits with the
+    protocol's code. (`tt_host.runner.run_stage` is the other side: it starts this process.)
 
     With `request_type` (a `tt_stagekit.stageconfig.StageRequest` dataclass) `body` receives the request
     parsed into it once, here; a wrong value exits 2 naming the field, before the stage does any work.
@@ -278,7 +281,7 @@ def run_stage(body: Callable[[Any], Mapping[str, Any]], argv: Optional[Sequence[
     try:
         request = read_request(argv)
         if request_type is not None:
-            from .stageconfig import parse_request
+            from tt_stagekit.stageconfig import parse_request
 
             write_result(request, body(parse_request(request_type, request)))
         else:
@@ -332,6 +335,6 @@ def run_command(body: Callable[[dict[str, Any]], str], argv: Sequence[str], usag
 
 def _leave_process_group() -> None:
     if "torch.distributed" in sys.modules:
-        from . import distributed
+        from tt_stagekit import distributed
 
         distributed.shutdown()

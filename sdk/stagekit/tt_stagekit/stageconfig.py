@@ -26,7 +26,7 @@ import typing
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Mapping, Optional, TypeVar, Union
 
-from .protocol import InvalidInput
+from tt_stagekit.protocol import InvalidInput
 
 T = TypeVar("T")
 

@@ -16,7 +16,7 @@ import time
 
 from tt_engine_adapter.runtime import model_source
 from tt_engine_adapter.runtime.config import AdapterRequest
-from tt_stagekit.protocol import atomic_write_jsonl, log, progress, run_stage, StageError
+from tt_stagekit.protocol import atomic_write_jsonl, log, progress, run_main, StageError
 
 model_source.go_offline()
 
@@ -92,4 +92,4 @@ def main(request: AdapterRequest) -> dict:
 
 
 if __name__ == "__main__":
-    run_stage(main, request_type=AdapterRequest)
+    run_main(main, request_type=AdapterRequest)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from tt_engine_adapter.runtime import model_source
 from tt_engine_adapter.runtime.config import AdapterRequest
 from tt_stagekit.promptfit import trimmed_note
-from tt_stagekit.protocol import log, run_stage
+from tt_stagekit.protocol import log, run_main
 
 
 def main(request: AdapterRequest) -> dict:
@@ -59,4 +59,4 @@ def main(request: AdapterRequest) -> dict:
 
 
 if __name__ == "__main__":
-    run_stage(main, request_type=AdapterRequest)
+    run_main(main, request_type=AdapterRequest)

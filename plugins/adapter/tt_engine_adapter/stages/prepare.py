@@ -13,7 +13,7 @@ from typing import Any
 
 from tt_engine_adapter.runtime.config import AdapterRequest
 from tt_engine_adapter.runtime.data import load_prebuilt, with_system
-from tt_stagekit.protocol import InvalidInput, atomic_write_jsonl, log, run_stage
+from tt_stagekit.protocol import InvalidInput, atomic_write_jsonl, log, run_main
 
 
 def _check_host_row(row: Any, index: int) -> None:
@@ -48,4 +48,4 @@ def main(request: AdapterRequest) -> dict:
 
 
 if __name__ == "__main__":
-    run_stage(main, request_type=AdapterRequest)
+    run_main(main, request_type=AdapterRequest)

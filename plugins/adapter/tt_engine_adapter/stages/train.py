@@ -17,7 +17,7 @@ import shutil
 
 from tt_engine_adapter.runtime import model_source
 from tt_engine_adapter.runtime.config import AdapterRequest
-from tt_stagekit.protocol import artifact, fsync_dir, log, progress, run_stage, speaks
+from tt_stagekit.protocol import artifact, fsync_dir, log, progress, run_main, speaks
 
 model_source.go_offline()
 
@@ -110,4 +110,4 @@ def main(request: AdapterRequest) -> dict:
 
 
 if __name__ == "__main__":
-    run_stage(main, request_type=AdapterRequest)
+    run_main(main, request_type=AdapterRequest)

@@ -17,7 +17,7 @@ from tt_stagekit import promptfit
 from tt_stagekit.protocol import InvalidInput
 from tt_stagekit.scoring import normalize_answer as normalize
 
-from . import tokenizer as T
+from tt_engine_foundation.runtime import tokenizer as T
 
 ROLE_TOKENS = {
     "system": (T.SYSTEM_START, T.SYSTEM_END),

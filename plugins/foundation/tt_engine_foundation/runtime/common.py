@@ -104,7 +104,7 @@ def stage_output(request: Mapping[str, Any], stage: str, key: str) -> Optional[s
 def learning_rate(cfg: Mapping[str, Any], model=None) -> float:
     """The spec's learning_rate, else derived from the width: of `model` when given (SFT and RL, whose
     model may come from `init_model`), else of `depth`."""
-    from .model import ASPECT_RATIO, derived_learning_rate
+    from tt_engine_foundation.runtime.model import ASPECT_RATIO, derived_learning_rate
 
     value = cfg.get("learning_rate")
     if value is not None:
@@ -113,9 +113,9 @@ def learning_rate(cfg: Mapping[str, Any], model=None) -> float:
     return derived_learning_rate(depth)
 
 
-def corpus_names(request: Mapping[str, Any]) -> dict[str, Any]:
-    """Shard names and sizes without reading the data (the tokenizer's record of its source)."""
-    from .corpus import list_shards, smoke_digest, smoke_documents
+def tokenizer_source(request: Mapping[str, Any]) -> dict[str, Any]:
+    """What the tokenizer was trained on, without reading the data: the corpus shard names, or the smoke text digest."""
+    from tt_engine_foundation.runtime.corpus import list_shards, smoke_digest, smoke_documents
 
     corpus = fconfig(request).get("corpus_path")
     if corpus:
@@ -129,7 +129,7 @@ def corpus_names(request: Mapping[str, Any]) -> dict[str, Any]:
 
 def corpus_source(request: Mapping[str, Any]):
     """(shards or None, smoke documents or None, description for manifests)."""
-    from .corpus import describe_shards, list_shards, smoke_digest, smoke_documents
+    from tt_engine_foundation.runtime.corpus import describe_shards, list_shards, smoke_digest, smoke_documents
 
     cfg = fconfig(request)
     corpus = cfg.get("corpus_path")
@@ -143,7 +143,7 @@ def corpus_source(request: Mapping[str, Any]):
 
 def iter_corpus(request: Mapping[str, Any], max_chars: Optional[int], on_cut=None):
     """The corpus (or smoke corpus) documents, cut at max_chars; `on_cut(doc)` hears of a cut."""
-    from .corpus import iter_documents, truncate
+    from tt_engine_foundation.runtime.corpus import iter_documents, truncate
 
     shards, smoke, _ = corpus_source(request)
     if shards is not None:
@@ -152,13 +152,13 @@ def iter_corpus(request: Mapping[str, Any], max_chars: Optional[int], on_cut=Non
 
 
 def checkpoints_exist(lay: Layout) -> bool:
-    from .checkpoint import list_steps
+    from tt_engine_foundation.runtime.checkpoint import list_steps
 
     return bool(list_steps(lay.checkpoints))
 
 
 def load_tokenizer(request: Mapping[str, Any]):
-    from . import tokenizer as T
+    from tt_engine_foundation.runtime import tokenizer as T
     from tt_stagekit.protocol import StageError
 
     lay = layout(request)
@@ -168,7 +168,7 @@ def load_tokenizer(request: Mapping[str, Any]):
 
 
 def special_ids(tok) -> dict[str, int]:
-    from . import tokenizer as T
+    from tt_engine_foundation.runtime import tokenizer as T
 
     return {
         "bos_token_id": T.special_id(tok, T.BOS),
@@ -178,7 +178,7 @@ def special_ids(tok) -> dict[str, int]:
 
 
 def model_config(request: Mapping[str, Any], tok):
-    from .model import config_for_depth
+    from tt_engine_foundation.runtime.model import config_for_depth
 
     cfg = fconfig(request)
     return config_for_depth(int(cfg["depth"]), int(cfg["vocab_size"]), int(cfg["sequence_length"]), **special_ids(tok))

@@ -6,7 +6,7 @@ from typing import Optional
 
 import torch
 
-from .model import GPT, KVCache
+from tt_engine_foundation.runtime.model import GPT, KVCache
 
 
 @torch.no_grad()

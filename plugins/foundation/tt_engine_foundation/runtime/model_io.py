@@ -14,7 +14,7 @@ from safetensors.torch import load_file, save_file
 
 from tt_stagekit.protocol import StageError, atomic_write_json, file_sha256, fsync_dir
 
-from .model import GPT, ModelConfig, hf_config
+from tt_engine_foundation.runtime.model import GPT, ModelConfig, hf_config
 
 MANIFEST = "artifact-manifest.json"
 

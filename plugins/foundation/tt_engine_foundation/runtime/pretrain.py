@@ -25,13 +25,13 @@ import torch
 from tt_stagekit import distributed as D
 from tt_stagekit.protocol import Interrupted, StageError, log, progress, stop_requested
 
-from . import checkpoint as ckpt
-from . import resume
-from .loss import cross_entropy
-from .model import GPT, ModelConfig
-from .optim import build_adamw, lr_at, set_lr
-from .sharding import shard_plan
-from .token_cache import Windows
+from tt_engine_foundation.runtime import checkpoint as ckpt
+from tt_engine_foundation.runtime import resume
+from tt_engine_foundation.runtime.loss import cross_entropy
+from tt_engine_foundation.runtime.model import GPT, ModelConfig
+from tt_engine_foundation.runtime.optim import build_adamw, lr_at, set_lr
+from tt_engine_foundation.runtime.sharding import shard_plan
+from tt_engine_foundation.runtime.token_cache import Windows
 
 
 def training_config(cfg: Mapping[str, Any], model_cfg: ModelConfig, peak_lr: float, data: Mapping[str, Any]) -> dict:

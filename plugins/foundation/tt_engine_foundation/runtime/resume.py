@@ -15,7 +15,7 @@ from typing import Any, Mapping, Optional
 from tt_stagekit import distributed as D
 from tt_stagekit.protocol import log
 
-from . import checkpoint as ckpt
+from tt_engine_foundation.runtime import checkpoint as ckpt
 
 
 def choose(directory: Path, backup_dir: Optional[Path], fingerprint: str, config: Mapping[str, Any]) -> ckpt.ResumeChoice:

@@ -18,10 +18,10 @@ import torch.nn.functional as F
 from tt_stagekit import promptfit
 from tt_stagekit.protocol import Interrupted, InvalidInput, stop_requested
 
-from . import tokenizer as T
-from .chat import token_count, fit_prompt, reward
-from .generate import generate
-from .optim import build_adamw, set_lr
+from tt_engine_foundation.runtime import tokenizer as T
+from tt_engine_foundation.runtime.chat import token_count, fit_prompt, reward
+from tt_engine_foundation.runtime.generate import generate
+from tt_engine_foundation.runtime.optim import build_adamw, set_lr
 
 SAMPLES_PER_PROMPT = 4
 RL_LR_SCALE = 0.1

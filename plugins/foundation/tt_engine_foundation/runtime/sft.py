@@ -33,11 +33,11 @@ from tt_stagekit import distributed as D
 from tt_stagekit import promptfit
 from tt_stagekit.protocol import Interrupted, InvalidInput, StageError, log, stop_requested
 
-from . import checkpoint as ckpt
-from . import resume
-from . import tokenizer as T
-from .chat import fit_example, sequence_error
-from .optim import build_adamw, set_lr
+from tt_engine_foundation.runtime import checkpoint as ckpt
+from tt_engine_foundation.runtime import resume
+from tt_engine_foundation.runtime import tokenizer as T
+from tt_engine_foundation.runtime.chat import fit_example, sequence_error
+from tt_engine_foundation.runtime.optim import build_adamw, set_lr
 
 IGNORE = -100
 SFT_LR_SCALE = 0.5

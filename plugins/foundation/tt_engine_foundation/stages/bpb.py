@@ -6,17 +6,17 @@ from typing import Any, Mapping
 
 from tt_stagekit import protocol as P
 
-def run(request: Mapping[str, Any]) -> dict[str, Any]:
+def main(request: Mapping[str, Any]) -> dict[str, Any]:
     import numpy as np
     import torch
 
-    from ..runtime import tokenizer as T
-    from ..runtime.bpb import evaluate_bpb
-    from ..runtime.common import (
+    from tt_engine_foundation.runtime import tokenizer as T
+    from tt_engine_foundation.runtime.bpb import evaluate_bpb
+    from tt_engine_foundation.runtime.common import (
         autocast_dtype, fconfig, layout, load_tokenizer, request_device, setup_threads,
     )
-    from ..runtime.corpus import iter_documents, list_shards, smoke_documents, truncate
-    from ..runtime.model_io import load_model_dir
+    from tt_engine_foundation.runtime.corpus import iter_documents, list_shards, smoke_documents, truncate
+    from tt_engine_foundation.runtime.model_io import load_model_dir
 
     setup_threads()
     cfg = fconfig(request)
@@ -64,4 +64,4 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    P.run_stage(run)
+    P.run_main(main)

@@ -19,12 +19,12 @@ from tt_stagekit import protocol as P
 EVAL_BATCH = 16
 
 
-def run(request: Mapping[str, Any]) -> dict[str, Any]:
-    from ..runtime import tokenizer as T
-    from ..runtime.common import autocast_dtype, fconfig, layout, load_tokenizer, request_device, setup_threads
-    from ..runtime.generate import generate
-    from ..runtime.model_io import load_model_dir
-    from ..runtime.rl import fit_prompts, max_new_tokens
+def main(request: Mapping[str, Any]) -> dict[str, Any]:
+    from tt_engine_foundation.runtime import tokenizer as T
+    from tt_engine_foundation.runtime.common import autocast_dtype, fconfig, layout, load_tokenizer, request_device, setup_threads
+    from tt_engine_foundation.runtime.generate import generate
+    from tt_engine_foundation.runtime.model_io import load_model_dir
+    from tt_engine_foundation.runtime.rl import fit_prompts, max_new_tokens
     from tt_stagekit.promptfit import trimmed_note
 
     setup_threads()
@@ -82,4 +82,4 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    P.run_stage(run)
+    P.run_main(main)

@@ -15,16 +15,16 @@ from typing import Any, Mapping
 from tt_stagekit import protocol as P
 
 
-def run(request: Mapping[str, Any]) -> dict[str, Any]:
-    from ..runtime import checkpoint as ckpt
+def main(request: Mapping[str, Any]) -> dict[str, Any]:
+    from tt_engine_foundation.runtime import checkpoint as ckpt
     from tt_stagekit import distributed as D
-    from ..runtime import token_cache as TC
-    from ..runtime.common import (
+    from tt_engine_foundation.runtime import token_cache as TC
+    from tt_engine_foundation.runtime.common import (
         fconfig, layout, learning_rate, load_tokenizer, model_config, request_device, setup_threads,
     )
-    from ..runtime.chat import check_fits
-    from ..runtime.model_io import save_model_dir
-    from ..runtime.pretrain import read_series, run_pretraining, training_config
+    from tt_engine_foundation.runtime.chat import check_fits
+    from tt_engine_foundation.runtime.model_io import save_model_dir
+    from tt_engine_foundation.runtime.pretrain import read_series, run_pretraining, training_config
 
     setup_threads()
     cfg = fconfig(request)
@@ -88,4 +88,4 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    P.run_stage(run)
+    P.run_main(main)

@@ -7,12 +7,12 @@ from typing import Any, Mapping
 from tt_stagekit import protocol as P
 
 
-def run(request: Mapping[str, Any]) -> dict[str, Any]:
-    from ..runtime.common import (
+def main(request: Mapping[str, Any]) -> dict[str, Any]:
+    from tt_engine_foundation.runtime.common import (
         autocast_dtype, fconfig, layout, learning_rate, load_tokenizer, request_device, setup_threads,
     )
-    from ..runtime.model_io import load_model_dir, save_model_dir
-    from ..runtime.rl import run_rl
+    from tt_engine_foundation.runtime.model_io import load_model_dir, save_model_dir
+    from tt_engine_foundation.runtime.rl import run_rl
     from tt_stagekit.promptfit import trimmed_note
 
     setup_threads()
@@ -48,4 +48,4 @@ def run(request: Mapping[str, Any]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    P.run_stage(run)
+    P.run_main(main)

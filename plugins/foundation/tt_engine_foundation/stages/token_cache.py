@@ -11,12 +11,12 @@ import time
 from typing import Any, Mapping
 
 from tt_stagekit import protocol as P
-from ..runtime import token_cache as TC
-from ..runtime import tokenizer as T
-from ..runtime.common import checkpoints_exist, corpus_source, fconfig, iter_corpus, layout, load_tokenizer
+from tt_engine_foundation.runtime import token_cache as TC
+from tt_engine_foundation.runtime import tokenizer as T
+from tt_engine_foundation.runtime.common import checkpoints_exist, corpus_source, fconfig, iter_corpus, layout, load_tokenizer
 
 
-def run(request: Mapping[str, Any]) -> dict[str, Any]:
+def main(request: Mapping[str, Any]) -> dict[str, Any]:
     cfg = fconfig(request)
     lay = layout(request)
     tok = load_tokenizer(request)
@@ -88,4 +88,4 @@ def _result(lay, manifest: Mapping[str, Any], seconds: float) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    P.run_stage(run)
+    P.run_main(main)

@@ -16,15 +16,15 @@ import json
 from typing import Any, Mapping
 
 from tt_stagekit import protocol as P
-from ..runtime import tokenizer as T
-from ..runtime.chat import check_fits
-from ..runtime.common import checkpoints_exist, corpus_names, fconfig, iter_corpus, layout
+from tt_engine_foundation.runtime import tokenizer as T
+from tt_engine_foundation.runtime.chat import check_fits
+from tt_engine_foundation.runtime.common import checkpoints_exist, tokenizer_source, fconfig, iter_corpus, layout
 
 
-def run(request: Mapping[str, Any]) -> dict[str, Any]:
+def main(request: Mapping[str, Any]) -> dict[str, Any]:
     cfg = fconfig(request)
     lay = layout(request)
-    source = corpus_names(request)
+    source = tokenizer_source(request)
     inputs = {
         "vocab_size": cfg["vocab_size"],
         "tokenizer_max_chars": cfg["tokenizer_max_chars"],
@@ -75,4 +75,4 @@ def _result(lay, vocab: int, chars: int) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    P.run_stage(run)
+    P.run_main(main)
