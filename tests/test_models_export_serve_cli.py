@@ -55,3 +55,33 @@ def test_export_never_overwrites_and_tampering_is_caught(tt, tmp_path):
     assert code == 1 and "config.json" in out["error"] and not (tmp_path / "new").exists()
     code, out = tt.json("serve", str(model))
     assert code == 1 and "config.json" in out["error"]
+
+
+def test_api_key_from_a_file_or_the_environment_not_the_command_line(tt, tmp_path):
+    """`--api-key-file` (or TT_API_KEY) satisfies the public-bind check; a key typed on the command line
+    (visible in `ps`) is warned about; a missing or empty key file is exit 2 naming the file."""
+    tt.env.pop("TT_API_KEY", None)
+    key = tmp_path / "key"
+    key.write_text("s3cret\n")
+    code, out = tt.json("serve", "no-such-model", "--host", "0.0.0.0", "--api-key-file", str(key))
+    assert code == 2 and "no registered model" in out["error"]  # past the key check: the key was read
+    for bad, why in ((tmp_path / "missing", "cannot read"), (tmp_path / "empty", "key alone")):
+        if bad.name == "empty":
+            bad.write_text("\n")
+        code, out = tt.json("serve", "no-such-model", "--host", "0.0.0.0", "--api-key-file", str(bad))
+        assert code == 2 and str(bad) in out["error"] and why in out["error"], out
+    code, out = tt.json("serve", "no-such-model", "--api-key", "k", "--api-key-file", str(key))
+    assert code == 2 and "not both" in out["error"]
+    proc = tt("serve", "no-such-model", "--host", "0.0.0.0", "--api-key", "typed")
+    assert proc.returncode == 2 and "visible" in proc.stderr and "no registered model" in proc.stderr
+    tt.env["TT_API_KEY"] = "from-env"
+    proc = tt("serve", "no-such-model", "--host", "0.0.0.0")
+    assert proc.returncode == 2 and "visible" not in proc.stderr and "no registered model" in proc.stderr
+
+
+def test_serving_limits_and_names_are_checked(tt, tmp_path):
+    for args, named in ((["--allowed-host", "evil.example:80"], "--allowed-host"),
+                        (["--allowed-host", "http://x"], "--allowed-host"),
+                        (["--default-max-tokens", "0"], "--default-max-tokens")):
+        code, out = tt.json("serve", "no-such-model", *args)
+        assert code == 2 and named in out["error"], out

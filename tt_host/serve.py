@@ -51,6 +51,8 @@ class ServeOptions:
     spec_prompt: bool = True
     device: str = "auto"
     offline: Optional[bool] = None
+    allowed_hosts: tuple[str, ...] = ()
+    default_max_tokens: Optional[int] = None
 
 
 def is_loopback(host: str) -> bool:
@@ -76,6 +78,35 @@ def check_options(options: ServeOptions) -> None:
         raise ServeError("--max-concurrency must be between 1 and 1024")
     if options.device not in ("auto", "cpu", "cuda", "mps"):
         raise ServeError(f"--device must be one of auto, cpu, cuda, mps, not {options.device!r}")
+    if options.default_max_tokens is not None and options.default_max_tokens < 1:
+        raise ServeError("--default-max-tokens must be at least 1")
+    for name in options.allowed_hosts:
+        if not _host_name_ok(name):
+            raise ServeError(f"--allowed-host {name!r}: give a host name or address without port or scheme "
+                             "(e.g. --allowed-host myserver.lan)")
+
+
+def _host_name_ok(name: str) -> bool:
+    """A bare host name or IP address: no scheme, port, path, user or wildcard."""
+    if ":" in name:
+        try:
+            return ipaddress.ip_address(name.strip("[]")).version == 6
+        except ValueError:
+            return False
+    return bool(name) and not any(c in name for c in "/@*?# \t")
+
+
+def read_api_key_file(path: Path) -> str:
+    """The API key in PATH (surrounding whitespace removed); a missing, unreadable or empty file is exit 2."""
+    try:
+        key = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise ServeError(f"--api-key-file {path}: cannot read it ({reason})") from None
+    if not key or any(c.isspace() for c in key):
+        raise ServeError(f"--api-key-file {path}: the file must hold the key alone on one line "
+                         "(it is empty or has spaces inside)")
+    return key
 
 
 def build_request(model: ResolvedModel, options: ServeOptions, log: Callable[[str], None],
@@ -94,6 +125,7 @@ def build_request(model: ResolvedModel, options: ServeOptions, log: Callable[[st
         "system_message": model.system_message if options.spec_prompt else None,
         "host": options.host, "port": options.port, "max_concurrency": options.max_concurrency,
         "device": options.device, "ready_file": str(ready_file) if ready_file else None,
+        "allowed_hosts": list(options.allowed_hosts), "default_max_tokens": options.default_max_tokens,
     }
 
 

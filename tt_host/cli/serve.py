@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any, Optional
 
 import typer
@@ -18,13 +19,24 @@ def emit_line(event: dict[str, Any]) -> None:
 
 
 def serve(
+    ctx: typer.Context,
     model: str = typer.Argument(..., help="Registered model id, `active`, `base` (of the active model), run directory, "
                                                   "or model folder (an export too)."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; anything but loopback needs an API key."),
     port: int = typer.Option(8000, "--port", help="Port to bind (0: any free port)."),
     api_key: Optional[str] = typer.Option(None, "--api-key", envvar="TT_API_KEY", show_envvar=True,
-                                          help="Require 'Authorization: Bearer KEY' on every /v1 request."),
+                                          help="Require 'Authorization: Bearer KEY' on every /v1 request. On the "
+                                               "command line it is visible in `ps`: prefer TT_API_KEY or "
+                                               "--api-key-file."),
+    api_key_file: Optional[Path] = typer.Option(None, "--api-key-file",
+                                                help="Read the API key from this file (the key alone on one line)."),
     max_concurrency: int = typer.Option(4, "--max-concurrency", help="Requests accepted at once; more get 429."),
+    allowed_host: list[str] = typer.Option([], "--allowed-host",
+                                           help="Another name clients use for this server (Host header); "
+                                                "repeatable. The bound address is always allowed."),
+    default_max_tokens: Optional[int] = typer.Option(None, "--default-max-tokens",
+                                                     help="Answer budget of a request without max_tokens "
+                                                          "(default: a quarter of the context, at most 256)."),
     no_spec_prompt: bool = typer.Option(False, "--no-spec-prompt",
                                         help="Do not apply the spec's compiled system message."),
     device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or mps."),
@@ -37,16 +49,27 @@ def serve(
     {"type": "ready", "url": ...} once the server answers.
     """
     from tt_host.modelref import ModelRefError
-    from tt_host.serve import ServeError, ServeOptions, serve as run
+    from tt_host.serve import ServeError, ServeOptions, read_api_key_file, serve as run
 
-    options = ServeOptions(host=host, port=port, api_key=api_key or None, max_concurrency=max_concurrency,
-                           spec_prompt=not no_spec_prompt, device=device, offline=offline or None)
-
-    def log(line: str) -> None:
+    def log(line: str, level: str = "info") -> None:
         if json_mode:
-            emit_line({"type": "log", "level": "info", "message": line})
+            emit_line({"type": "log", "level": level, "message": line})
         else:
             err.print(line, markup=False)
+
+    try:
+        if api_key_file is not None:
+            if api_key:
+                raise ServeError("give the API key once: --api-key-file, or --api-key / TT_API_KEY, not both")
+            api_key = read_api_key_file(api_key_file)
+        elif api_key and getattr(ctx.get_parameter_source("api_key"), "name", "") == "COMMANDLINE":
+            log("warning: --api-key on the command line is visible to every user of this machine (ps); "
+                "use --api-key-file FILE or the TT_API_KEY environment variable", "warning")
+    except ServeError as exc:
+        fail(str(exc), code=exc.exit_code, json_mode=json_mode)
+    options = ServeOptions(host=host, port=port, api_key=api_key or None, max_concurrency=max_concurrency,
+                           spec_prompt=not no_spec_prompt, device=device, offline=offline or None,
+                           allowed_hosts=tuple(allowed_host), default_max_tokens=default_max_tokens)
 
     def on_event(event: dict[str, Any]) -> None:
         if json_mode:

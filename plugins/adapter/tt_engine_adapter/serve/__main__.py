@@ -5,7 +5,8 @@ REQUEST (written by `tt serve`, see docs/serving.md):
     {"model_path": "<HF model folder>", "adapter_path": "<PEFT folder>" | null,
      "model_name": "<id shown in /v1/models>", "system_message": "..." | null,
      "host": "127.0.0.1", "port": 8000, "max_concurrency": 4, "device": "auto",
-     "ready_file": "<path>" | null}
+     "ready_file": "<path>" | null, "allowed_hosts": ["name", ...],
+     "default_max_tokens": N | null, "header_timeout": 10.0}
 
 The API key comes from the environment (`TT_SERVE_API_KEY`), never from the
 request file. A non-loopback host without a key is refused (exit 2) before
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 EXIT_FAILED, EXIT_INVALID, EXIT_INTERRUPTED = 1, 2, 130
+HEADER_TIMEOUT_SECONDS = 10.0
 
 
 class Refused(Exception):
@@ -80,10 +82,21 @@ def check(request: Any) -> dict[str, Any]:
         raise Refused(f"{adapter}: not a PEFT adapter folder (no adapter_config.json)")
     if request.get("system_message") is not None and not isinstance(request["system_message"], str):
         raise Refused("serve request: 'system_message' must be a string or null")
+    hosts = request.get("allowed_hosts") or []
+    if not isinstance(hosts, list) or not all(isinstance(h, str) and h.strip() for h in hosts):
+        raise Refused("serve request: 'allowed_hosts' must be a list of host names")
+    default_max = request.get("default_max_tokens")
+    if default_max is not None and (not isinstance(default_max, int) or isinstance(default_max, bool)
+                                    or default_max < 1):
+        raise Refused("serve request: 'default_max_tokens' must be a positive integer or null")
+    timeout = request.get("header_timeout", HEADER_TIMEOUT_SECONDS)
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not 0 < timeout <= 3600:
+        raise Refused("serve request: 'header_timeout' must be a number of seconds between 0 and 3600")
     if not is_loopback(request["host"]) and not os.environ.get("TT_SERVE_API_KEY"):
         raise Refused(f"refusing to listen on {request['host']} without an API key: any address other than "
                       "loopback needs --api-key (or TT_API_KEY)")
-    return {**request, "port": port, "max_concurrency": limit}
+    return {**request, "port": port, "max_concurrency": limit, "allowed_hosts": hosts,
+            "default_max_tokens": default_max, "header_timeout": float(timeout)}
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -104,26 +117,33 @@ def serve(request: dict[str, Any]) -> int:
     import uvicorn
 
     from tt_engine_adapter.serve.app import create_app
-    from tt_engine_adapter.serve.generation import ChatModel, set_threads
+    from tt_engine_adapter.serve.generation import BadSetting, ChatModel, set_threads
+    from tt_engine_adapter.serve.protocol import protocol_with_header_timeout
 
     for sig in (signal.SIGINT, signal.SIGTERM):  # while loading, a signal stops at once
         signal.signal(sig, _interrupt)
     set_threads()
     emit({"type": "log", "level": "info", "message": f"loading {request['model_path']}"
           + (f" with adapter {request['adapter_path']}" if request.get("adapter_path") else "")})
-    model = ChatModel(request["model_path"], request.get("adapter_path"), request.get("device") or "auto")
+    try:
+        model = ChatModel(request["model_path"], request.get("adapter_path"), request.get("device") or "auto",
+                          default_max_tokens=request["default_max_tokens"])
+    except BadSetting as exc:
+        raise Refused(str(exc)) from None
     signals: list[int] = []
     for sig in (signal.SIGINT, signal.SIGTERM):  # uvicorn re-raises the signal it shut down for, into these
         signal.signal(sig, lambda signum, frame: signals.append(signum))
     app = create_app(model, model_name=request["model_name"], system_message=request.get("system_message"),
                      api_key=os.environ.get("TT_SERVE_API_KEY") or None,
-                     max_concurrency=request["max_concurrency"])
+                     max_concurrency=request["max_concurrency"], bound_host=request["host"],
+                     allowed_hosts=request["allowed_hosts"])
     sock = bind(request["host"], request["port"])
     host, port = sock.getsockname()[:2]
     url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
     grace = float(os.environ.get("TT_SERVE_GRACE_SECONDS", "10"))
     config = uvicorn.Config(app, log_level=os.environ.get("TT_SERVE_LOG_LEVEL", "info"), lifespan="off",
-                            timeout_graceful_shutdown=grace, server_header=False)
+                            timeout_graceful_shutdown=grace, server_header=False,
+                            http=protocol_with_header_timeout(request["header_timeout"]))
     server = uvicorn.Server(config)
     ready = {"type": "ready", "url": url, "model": request["model_name"], "pid": os.getpid(),
              "context_length": model.context_length, "device": model.device}

@@ -1,40 +1,49 @@
 """The OpenAI-compatible HTTP app (Starlette): routes, auth, concurrency limit, errors.
 
-Routes: `GET /health`, `GET /v1/models`, `GET /v1/models/{id}`,
-`POST /v1/chat/completions` (JSON, or server-sent events with `stream: true`).
+Routes: `GET /health`, `GET /metrics` (Prometheus text), `GET /v1/models`,
+`GET /v1/models/{id}`, `POST /v1/chat/completions` (JSON, or server-sent
+events with `stream: true`).
 
-- Auth: with an API key, every `/v1/*` request needs `Authorization: Bearer
-  <key>` (compared in constant time) or gets 401. `/health` answers without
-  it and reveals nothing but readiness.
-- Concurrency: at most `max_concurrency` chat requests are accepted at once
-  (one generates, the rest wait their turn); one more gets 429 with
-  `Retry-After: 1` at once.
+- Browser safety (`guard`): the `Host` header must name this server, chat
+  bodies must be `application/json` (415), and no CORS header is ever sent.
+- Auth: with an API key, every `/v1/*` request and `/metrics` need
+  `Authorization: Bearer <key>` (compared in constant time) or get 401.
+  `/health` answers without it and reveals nothing but readiness.
+- Concurrency: at most `max_concurrency` chat requests are accepted at once;
+  one more gets 429 with `Retry-After: 1` at once, before its body is read.
+  Everything an accepted request costs (reading the body, parsing, the chat
+  template, tokenization, generation) happens under that limit, and the CPU
+  work runs in worker threads, never on the event loop.
 - Errors: every 4xx/5xx is an OpenAI error body `{"error": {...}}`; an
-  unexpected exception is a 500 with that body and the server keeps serving.
-- A client that disconnects mid-stream stops its generation.
+  unexpected exception is a 500 with that body, its details go to the server
+  log (never to the client), and the server keeps serving.
+- A client that disconnects, streaming or not, stops its generation.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import threading
 import time
 import traceback
 import uuid
-from typing import Any, AsyncIterator, Optional
+from typing import Any, AsyncIterator, Iterable, Optional
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tt_engine_adapter.serve.generation import Cancelled, ChatModel, Delta, Finish
+from tt_engine_adapter.serve.guard import HostCheck, HostPolicy, is_json, key_matches, not_json
 from tt_engine_adapter.serve.request import ApiError, apply_system_message, parse_chat
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
+BODY_TIMEOUT_SECONDS = 30.0
+GENERIC_500 = "the server failed to answer this request; the server log has the details"
 _DONE = object()
 
 
@@ -48,30 +57,39 @@ class Slots:
     def __init__(self, limit: int):
         self.limit, self.used = limit, 0
 
-    def try_take(self) -> bool:
+    def try_take(self) -> Optional["Lease"]:
         if self.used >= self.limit:
-            return False
+            return None
         self.used += 1
-        return True
+        return Lease(self)
 
-    def give(self) -> None:
-        self.used = max(0, self.used - 1)
+
+class Lease:
+    """One accepted request's slot; `release()` gives it back once, whoever calls it."""
+
+    def __init__(self, slots: Slots):
+        self._slots: Optional[Slots] = slots
+
+    def release(self) -> None:
+        if self._slots is not None:
+            self._slots.used = max(0, self._slots.used - 1)
+            self._slots = None
 
 
 class _StreamWithSlot(StreamingResponse):
     """A streaming response that always gives its slot back and stops generation, however it ends."""
 
-    def __init__(self, content: AsyncIterator[str], slots: Slots, cancel: threading.Event):
+    def __init__(self, content: AsyncIterator[str], lease: Lease, cancel: threading.Event):
         super().__init__(content, media_type="text/event-stream",
                          headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        self._slots, self._cancel = slots, cancel
+        self._lease, self._cancel = lease, cancel
 
     async def __call__(self, scope, receive, send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
             self._cancel.set()
-            self._slots.give()
+            self._lease.release()
 
 
 async def _events(model: ChatModel, params, prompt: list[int], max_new: int,
@@ -91,8 +109,8 @@ async def _events(model: ChatModel, params, prompt: list[int], max_new: int,
             for item in model.run(params, prompt, max_new, cancel):
                 put(item)
         except Cancelled:
-            pass
-        except BaseException as exc:  # reported to the request, never kills the server
+            model.metrics.add("tt_serve_requests_cancelled_total")
+        except BaseException as exc:  # reported to the request (without its text), never kills the server
             traceback.print_exc()
             put(exc)
         finally:
@@ -105,24 +123,30 @@ async def _events(model: ChatModel, params, prompt: list[int], max_new: int,
             if item is _DONE:
                 return
             if isinstance(item, BaseException):
-                raise ApiError(500, f"generation failed: {type(item).__name__}: {item}", None, "generation_failed",
-                               "server_error")
+                raise ApiError(500, GENERIC_500, None, "generation_failed", "server_error")
             yield item
     finally:
         cancel.set()
 
 
+async def _watch_disconnect(request: Request, cancel: threading.Event) -> None:
+    """Set `cancel` when the client goes away (the body has been read: the next message is the disconnect)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            cancel.set()
+            return
+
+
 def create_app(model: ChatModel, *, model_name: str, system_message: Optional[str], api_key: Optional[str],
-               max_concurrency: int) -> Starlette:
+               max_concurrency: int, bound_host: str = "127.0.0.1", allowed_hosts: Iterable[str] = (),
+               body_timeout: float = BODY_TIMEOUT_SECONDS) -> HostCheck:
     slots = Slots(max_concurrency)
+    metrics = model.metrics
     created = int(time.time())
 
     def authorized(request: Request) -> bool:
-        if not api_key:
-            return True
-        header = request.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), api_key.encode())
+        return not api_key or key_matches(request.headers.get("authorization", ""), api_key)
 
     def unauthorized() -> JSONResponse:
         return error_response(ApiError(401, "a valid API key is required: send 'Authorization: Bearer <key>'",
@@ -133,6 +157,12 @@ def create_app(model: ChatModel, *, model_name: str, system_message: Optional[st
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
+
+    async def show_metrics(request: Request) -> Response:
+        if not authorized(request):
+            return unauthorized()
+        metrics.set("tt_serve_requests_accepted", slots.used)
+        return PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4")
 
     async def list_models(request: Request) -> Response:
         if not authorized(request):
@@ -159,26 +189,45 @@ def create_app(model: ChatModel, *, model_name: str, system_message: Optional[st
             chunks.append(chunk)
         return b"".join(chunks)
 
+    def prepare(raw: bytes) -> tuple[Any, list[int], int]:
+        """Parse, apply the system message, render and tokenize (a worker thread: CPU work off the loop)."""
+        params = parse_chat(raw, model_name, model.context_length)
+        messages = apply_system_message(params.messages, system_message)
+        prompt, max_new = model.plan(params, messages)
+        return params, prompt, max_new
+
     async def chat_completions(request: Request) -> Response:
         if not authorized(request):
             return unauthorized()
-        try:
-            params = parse_chat(await read_body(request), model_name, model.context_length)
-            messages = apply_system_message(params.messages, system_message)
-            prompt, max_new = model.plan(params, messages)
-        except ApiError as exc:
-            return error_response(exc)
-        if not slots.try_take():
+        if not is_json(request.headers.get("content-type")):
+            return error_response(not_json())
+        lease = slots.try_take()
+        if lease is None:
+            metrics.add("tt_serve_requests_refused_total")
             return error_response(ApiError(429, f"the server is busy ({max_concurrency} requests in progress); "
                                                 "retry shortly", None, "rate_limit_exceeded", "rate_limit_error"),
                                   headers={"Retry-After": "1"})
+        try:
+            try:
+                raw = await asyncio.wait_for(read_body(request), body_timeout)
+            except asyncio.TimeoutError:
+                raise ApiError(408, f"the request body did not arrive within {body_timeout:g} s", None,
+                               "request_timeout") from None
+            params, prompt, max_new = await run_in_threadpool(prepare, raw)
+        except ApiError as exc:
+            lease.release()
+            return error_response(exc)
+        except BaseException:
+            lease.release()
+            raise
         cancel = threading.Event()
         completion_id = f"chatcmpl-{uuid.uuid4().hex}"
         stamp = int(time.time())
         if params.stream:
             body = _sse(_events(model, params, prompt, max_new, cancel), completion_id, stamp, model_name,
                         params.include_usage)
-            return _StreamWithSlot(body, slots, cancel)
+            return _StreamWithSlot(body, lease, cancel)
+        watcher = asyncio.create_task(_watch_disconnect(request, cancel))
         try:
             text, finish = [], None
             async for item in _events(model, params, prompt, max_new, cancel):
@@ -189,9 +238,11 @@ def create_app(model: ChatModel, *, model_name: str, system_message: Optional[st
         except ApiError as exc:
             return error_response(exc)
         finally:
+            watcher.cancel()
             cancel.set()
-            slots.give()
-        assert isinstance(finish, Finish)
+            lease.release()
+        if finish is None:  # the client went away; nobody reads this
+            return error_response(ApiError(400, "the client closed the connection", None, "client_closed"))
         return JSONResponse({
             "id": completion_id, "object": "chat.completion", "created": stamp, "model": model_name,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(text)},
@@ -202,23 +253,22 @@ def create_app(model: ChatModel, *, model_name: str, system_message: Optional[st
     async def http_error(request: Request, exc: HTTPException) -> Response:
         codes = {404: "not_found", 405: "method_not_allowed"}
         message = {404: f"no route {request.url.path}", 405: f"{request.method} is not allowed on {request.url.path}"}
-        return error_response(ApiError(exc.status_code, message.get(exc.status_code, str(exc.detail)), None,
-                                       codes.get(exc.status_code)))
+        return error_response(ApiError(exc.status_code, message.get(exc.status_code, "the request was refused"),
+                                       None, codes.get(exc.status_code)))
 
     async def server_error(request: Request, exc: Exception) -> Response:
         traceback.print_exception(exc)
-        return error_response(ApiError(500, f"internal error: {type(exc).__name__}", None, "internal_error",
-                                       "server_error"))
+        return error_response(ApiError(500, GENERIC_500, None, "internal_error", "server_error"))
 
     routes = [
         Route("/health", health, methods=["GET"]),
+        Route("/metrics", show_metrics, methods=["GET"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/models/{model_id:path}", get_model, methods=["GET"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
     ]
     app = Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: server_error})
-    app.state.slots = slots
-    return app
+    return HostCheck(app, HostPolicy(bound_host, allowed_hosts))
 
 
 def _usage(finish: Finish) -> dict[str, int]:

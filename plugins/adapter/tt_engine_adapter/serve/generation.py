@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
 import threading
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional, Union
@@ -32,6 +33,7 @@ from typing import Any, Iterator, Optional, Union
 from tt_engine_adapter.runtime import chat
 from tt_stagekit import promptfit
 from tt_stagekit.devices import pick_device
+from tt_engine_adapter.serve.metrics import Metrics
 from tt_engine_adapter.serve.request import ApiError, ChatParams
 
 
@@ -48,6 +50,10 @@ class Finish:
     reason: str  # "stop" | "length"
     prompt_tokens: int
     completion_tokens: int
+
+
+class BadSetting(ValueError):
+    """A server setting that does not fit the loaded model (exit 2)."""
 
 
 class Cancelled(Exception):
@@ -100,7 +106,8 @@ class TextTracker:
 class ChatModel:
     """A causal LM (optionally with a PEFT adapter) and its tokenizer, ready to answer chats."""
 
-    def __init__(self, model_path: str, adapter_path: Optional[str] = None, device: str = "auto"):
+    def __init__(self, model_path: str, adapter_path: Optional[str] = None, device: str = "auto",
+                 default_max_tokens: Optional[int] = None):
         import torch
 
         from tt_engine_adapter.runtime import model_source
@@ -121,40 +128,46 @@ class ChatModel:
         config = model.config
         self.context_length = int(getattr(config, "max_position_embeddings", 0) or self.tokenizer.model_max_length)
         self.lock = threading.Lock()
+        self.metrics = Metrics()
+        if default_max_tokens is not None and not 1 <= default_max_tokens < self.context_length:
+            raise BadSetting(f"--default-max-tokens {default_max_tokens} must be less than this model's context "
+                             f"of {self.context_length} tokens (the prompt needs room too)")
+        self.default_max_tokens = default_max_tokens or self.answer_reserve()
         chat.render_prompt(self.tokenizer, [{"role": "user", "content": "ping"}])  # fail now, not per request
 
     def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
         try:
             text = chat.render_prompt(self.tokenizer, messages)
-        except chat.ChatError as exc:
-            raise ApiError(400, f"the model's chat template cannot render these messages: {exc}", "messages") from None
+        except chat.ChatError as exc:  # the template's own text goes to the log, not to the client
+            print(f"chat template refused a request: {exc}", file=sys.stderr, flush=True)
+            raise ApiError(400, "the model's chat template cannot render these messages (most templates need "
+                           "user and assistant turns to alternate)", "messages") from None
         return chat.encode_text(self.tokenizer, text)
 
     def answer_reserve(self) -> int:
-        """Tokens kept free for the answer when a request sets no max_tokens."""
+        """The default answer budget without --default-max-tokens: a quarter of the context, at most 256."""
         return max(1, min(ANSWER_RESERVE, self.context_length // 4))
 
     def plan(self, params: ChatParams, messages: list[dict[str, str]]) -> tuple[list[int], int]:
         """(prompt ids, max new tokens), fitting the prompt instruction first, or ApiError when it cannot fit.
 
-        The answer budget is max_tokens, else `answer_reserve()`; a longer prompt
-        loses its oldest whole turns, then the start of the last user message
-        (system messages are never cut). Without max_tokens the answer may use
-        all the room the prompt leaves.
+        The answer budget is max_tokens, else the server's default
+        (`--default-max-tokens`, else `answer_reserve()`); a longer prompt loses
+        its oldest whole turns, then the start of the last user message (system
+        messages are never cut). The answer never exceeds the budget.
         """
-        budget = params.max_tokens if params.max_tokens is not None else self.answer_reserve()
+        budget = params.max_tokens if params.max_tokens is not None else self.default_max_tokens
         limit = self.context_length - budget
         try:
             fitted = promptfit.fit_chat(messages, lambda m: len(self.prompt_ids(m)), limit, keep_answer=False)
         except promptfit.PromptTooLong as exc:
-            what = f"max_tokens ({budget})" if params.max_tokens is not None else f"the answer reserve ({budget})"
+            what = f"max_tokens ({budget})" if params.max_tokens is not None else f"the default max_tokens ({budget})"
             raise ApiError(400, f"the system message with an empty user message is {exc.needed} tokens; with "
                            f"{what} that exceeds this model's context of {self.context_length} tokens "
                            f"(needs {exc.needed + budget}); only user text is trimmed to fit",
                            "max_tokens" if params.max_tokens is not None else "messages",
                            "context_length_exceeded") from None
-        ids = self.prompt_ids(fitted.messages)
-        return ids, params.max_tokens if params.max_tokens is not None else self.context_length - len(ids)
+        return self.prompt_ids(fitted.messages), budget
 
     def run(self, params: ChatParams, prompt: list[int], max_new: int,
             cancel: threading.Event) -> Iterator[Union[Delta, Finish]]:
@@ -171,9 +184,11 @@ class ChatModel:
                 if cancel.is_set():
                     raise Cancelled()
                 out = self.model(input_ids=step, past_key_values=past, use_cache=True)
+                self.metrics.add("tt_serve_prefills_total" if past is None else "tt_serve_decode_steps_total")
                 past = out.past_key_values
                 token = self._pick(out.logits[0, -1].float(), params, generator)
                 produced += 1
+                self.metrics.add("tt_serve_generated_tokens_total")
                 if token in self.stop_ids:
                     reason = "stop"
                     break

@@ -49,14 +49,15 @@ class StartFailed(RuntimeError):
 
 def start(tmp: Path, model_path: str | Path, *, adapter_path: Optional[str | Path] = None, model_name: str = "tiny",
           system_message: Optional[str] = None, host: str = "127.0.0.1", port: int = 0, max_concurrency: int = 4,
-          api_key: Optional[str] = None, timeout: float = 120) -> Server:
+          api_key: Optional[str] = None, timeout: float = 120, **settings: object) -> Server:
+    """Start a server; `settings` are further request keys (allowed_hosts, default_max_tokens, header_timeout)."""
     tmp = Path(tmp)
     tmp.mkdir(parents=True, exist_ok=True)
     ready = tmp / "ready.json"
     ready.unlink(missing_ok=True)
     request = {"model_path": str(model_path), "adapter_path": str(adapter_path) if adapter_path else None,
                "model_name": model_name, "system_message": system_message, "host": host, "port": port,
-               "max_concurrency": max_concurrency, "device": "cpu", "ready_file": str(ready)}
+               "max_concurrency": max_concurrency, "device": "cpu", "ready_file": str(ready), **settings}
     (tmp / "serve-request.json").write_text(json.dumps(request))
     env = dict(os.environ, TT_SERVE_LOG_LEVEL="warning", TT_SERVE_GRACE_SECONDS="5")
     env.pop("TT_SERVE_API_KEY", None)
