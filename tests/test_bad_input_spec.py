@@ -126,3 +126,21 @@ def test_resume_naming_a_file_or_a_dangling_link(tt_in, tmp_path):
             assert human.code == 2 and text in human.stderr
         assert snapshot(tmp_path) == before
         assert afile.read_text() == "mine\n" and not (tmp_path / "nowhere").exists()
+
+
+@pytest.mark.parametrize("args", [
+    ("init", "{long}"), ("init", "{file}"), ("runs", "list", "{long}"), ("runs", "report", "{long}"),
+    ("runs", "get", "{long}"), ("runs", "events", "{long}"), ("runs", "compare", "{long}", "{long}"),
+    ("models", "export", "{long}", "{out}"), ("serve", "{long}"),
+])
+def test_commands_refuse_names_too_long_or_files_for_folders(tt_in, tmp_path, args):
+    afile = tmp_path / "file.txt"
+    afile.write_text("x")
+    names = {"long": str(tmp_path / ("L" * 300)), "file": str(afile), "out": str(tmp_path / "out")}
+    args = [a.format(**names) for a in args]
+    before = snapshot(tmp_path)
+    code, out = tt_in.json(*args)
+    assert code == 2 and out["ok"] is False and ("too long" in out["error"] or "is a file" in out["error"]), out
+    human = tt_in(*args)
+    assert human.code == 2 and "error:" in human.stderr
+    assert snapshot(tmp_path) == before and afile.read_text() == "x"

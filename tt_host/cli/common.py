@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, NoReturn
+from contextlib import contextmanager
+from typing import Any, Iterator, NoReturn
 
 import typer
 from rich.console import Console
@@ -24,7 +25,8 @@ JsonOption = typer.Option(False, "--json", help="Print one JSON object for scrip
 console = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
-__all__ = ["JsonOption", "console", "emit_json", "err", "escape", "fail", "load_plugins", "show_table"]
+__all__ = ["JsonOption", "console", "emit_json", "err", "escape", "fail", "load_plugins", "os_errors_refused",
+           "show_table"]
 
 
 def _plain(cell: Any) -> str:
@@ -59,6 +61,19 @@ def fail(message: str, code: int = 2, json_mode: bool = False, **extra: Any) -> 
     else:
         err.print(f"[red]error:[/] {escape(message)}")
     raise typer.Exit(code)
+
+
+@contextmanager
+def os_errors_refused(json_mode: bool) -> Iterator[None]:
+    """An OS error on a path the user gave (a name too long for the filesystem, a part of it that is a file,
+    no permission) ends the command with exit 2 naming the path, instead of a traceback."""
+    from tt_stagekit.userinput import os_reason
+
+    try:
+        yield
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        fail(f"{where}{os_reason(exc)}", code=2, json_mode=json_mode)
 
 
 def load_plugins():

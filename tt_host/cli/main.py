@@ -16,7 +16,8 @@ from tt_host.cli import engines as engines_cli
 from tt_host.cli import models as models_cli
 from tt_host.cli import runs as runs_cli
 from tt_host.cli import serve as serve_cli
-from tt_host.cli.common import JsonOption, console, emit_json, err, escape, fail, load_plugins, show_table
+from tt_host.cli.common import (JsonOption, console, emit_json, err, escape, fail, load_plugins, os_errors_refused,
+                                show_table)
 
 app = typer.Typer(
     name="tt", no_args_is_help=True, add_completion=False,
@@ -213,12 +214,15 @@ def init(
         fail(f"unknown engine {engine!r}; installed: {', '.join(sorted(plugins.engines)) or 'none'} (see `tt engines list`)",
              json_mode=json_mode)
     target = directory / "tunedtensor.json"
-    if target.exists():
-        fail(f"{target} already exists; tt never overwrites a spec", json_mode=json_mode)
     import json
 
-    directory.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(target, json.dumps(starter_spec(engine), indent=2) + "\n")
+    with os_errors_refused(json_mode):
+        if target.exists() or target.is_symlink():
+            fail(f"{target} already exists; tt never overwrites a spec", json_mode=json_mode)
+        if directory.exists() and not directory.is_dir():
+            fail(f"{directory} is a file, not a folder; give a folder for the spec", json_mode=json_mode)
+        directory.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(target, json.dumps(starter_spec(engine), indent=2) + "\n")
     if json_mode:
         emit_json({"ok": True, "spec": str(target.absolute()), "engine": engine})
     else:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from tt_host.cli.common import JsonOption, console, emit_json, err, escape, fail, show_table
+from tt_host.cli.common import JsonOption, console, emit_json, err, escape, fail, os_errors_refused, show_table
 
 app = typer.Typer(no_args_is_help=True, help="Registered models (adapters, foundation models).")
 
@@ -62,7 +62,8 @@ def export(
 
     log = (lambda line: None) if json_mode else (lambda line: err.print(line, markup=False))
     try:
-        summary = export_model(resolve(model), out, fmt=fmt, merged=merged, offline=offline or None, log=log)
+        with os_errors_refused(json_mode):
+            summary = export_model(resolve(model), out, fmt=fmt, merged=merged, offline=offline or None, log=log)
     except (ExportError, ModelRefError) as exc:
         fail(str(exc), code=exc.exit_code, json_mode=json_mode)
     if json_mode:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from tt_host.cli.common import JsonOption, console, emit_json, fail, show_table
+from tt_host.cli.common import JsonOption, console, emit_json, fail, os_errors_refused, show_table
 
 app = typer.Typer(no_args_is_help=True, help="Runs and their reports.")
 
@@ -21,7 +21,9 @@ def list_runs(
     from tt_host.runs.store import RunDir, find_runs
 
     rows = []
-    for path in find_runs(root):
+    with os_errors_refused(json_mode):
+        found = find_runs(root)
+    for path in found:
         try:
             state = RunDir(path).load()
         except (OSError, json.JSONDecodeError):
@@ -40,8 +42,10 @@ def list_runs(
 def report(run: Path = typer.Argument(..., help="Run directory."), json_mode: bool = JsonOption) -> None:
     """Show a run's report."""
     path = run / ("report.json" if json_mode else "report.md")
-    if not path.is_file():
-        fail(f"{path} not found; is {run} a run directory? (`tt runs list`)")
+    with os_errors_refused(json_mode):
+        found = path.is_file()
+    if not found:
+        fail(f"{path} not found; is {run} a run directory? (`tt runs list`)", json_mode=json_mode)
     if json_mode:
         emit_json(json.loads(path.read_text(encoding="utf-8")))
     elif not console.is_terminal:
@@ -56,7 +60,8 @@ def _run_path(reference: str, json_mode: bool) -> Path:
     from tt_host.runs.inspect import RunNotFound, resolve_run
 
     try:
-        return resolve_run(reference)
+        with os_errors_refused(json_mode):
+            return resolve_run(reference)
     except RunNotFound as exc:
         fail(str(exc), json_mode=json_mode)
 

@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 import typer
 
-from tt_host.cli.common import JsonOption, console, err, escape, fail
+from tt_host.cli.common import JsonOption, console, err, escape, fail, os_errors_refused
 
 
 def emit_line(event: dict[str, Any]) -> None:
@@ -83,7 +83,8 @@ def serve(
             err.print(f"[{style}]{message}[/]" if style else message, markup=bool(style), highlight=False)
 
     try:
-        code = run(model, options, on_event, log)
+        with os_errors_refused(json_mode):  # a path the OS refuses (a name too long): exit 2 naming it
+            code = run(model, options, on_event, log)
     except (ServeError, ModelRefError) as exc:
         fail(str(exc), code=exc.exit_code, json_mode=json_mode)
     except KeyboardInterrupt:
