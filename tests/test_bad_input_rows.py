@@ -103,7 +103,7 @@ def test_symlink_anywhere_in_a_corpus_path(tt_in, tmp_path):
 def test_empty_corpus_is_refused(tt_in, tmp_path):
     (tmp_path / "s" / "c").mkdir(parents=True)
     (tmp_path / "s" / "c" / "a.txt").write_text("")
-    (tmp_path / "s" / "c" / "b.jsonl").write_text("\n  \n")
+    (tmp_path / "s" / "c" / "b.jsonl").write_text('\n  \n{"text": ""}\n')
     _corpus_refused(tt_in, _foundation_spec(tmp_path / "s", "c"), tmp_path, "no text")
     _corpus_refused(tt_in, _foundation_spec(tmp_path / "s", "c/a.txt"), tmp_path, "no text")
 

@@ -20,7 +20,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from tt_host.spec.schema import BehaviorSpec, StrictModel, resolve_path, symlink_in
 from tt_stagekit.launcher import endpoint_error, nodes_error
 from tt_stagekit.promptfit import length_message, words
-from tt_stagekit.userinput import os_reason, special_kind
+from tt_stagekit.userinput import loads, os_reason, special_kind
 
 from tt_engine_foundation.runtime.corpus import SHARD_SUFFIXES, is_shard
 
@@ -70,10 +70,23 @@ def _check_corpus_path(path: Path, what: str, info: ValidationInfo) -> None:
 
 
 def _has_text(shard: Path, chunk: int = 1 << 16) -> bool:
-    """Whether a shard holds something besides whitespace (parquet: any bytes); reads only until it does."""
-    if shard.suffix.lower() == ".parquet":
+    """Whether a shard holds a document, reading only until it finds one: .txt any non-whitespace, .jsonl a row
+    whose "text" is non-empty (a malformed row counts: the reader names its file:line), parquet any bytes."""
+    suffix = shard.suffix.lower()
+    if suffix == ".parquet":
         return shard.stat().st_size > 0
     with open(shard, "rb") as handle:
+        if suffix == ".jsonl":
+            for line in handle:
+                if not line.strip():
+                    continue
+                try:
+                    row = loads(line)
+                except ValueError:
+                    return True
+                if not isinstance(row, dict) or row.get("text") != "":
+                    return True
+            return False
         while block := handle.read(chunk):
             if block.strip():
                 return True
