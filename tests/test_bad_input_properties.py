@@ -29,7 +29,9 @@ from tt_engine_adapter.serve.request import ApiError, ChatParams, parse_chat
 from tt_host.spec.general import GeneralSetError, read_general_set
 from tt_stagekit.chatrows import parsed_lines
 
-FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# database=None: no .hypothesis/ folder written into the checkout
+FAST = settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+CLI = settings(FAST, max_examples=20)  # each example runs tt validate and tt run in-process
 
 json_leaf = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True, allow_infinity=True),
                       st.text(max_size=20))
@@ -92,7 +94,7 @@ def _refused(tt_in, folder: Path, path: Path) -> dict:
     return out
 
 
-@FAST
+@CLI
 @given(data=st.data(), field=st.sampled_from(sorted(FIELDS)))
 def test_a_wrong_value_is_refused_at_its_field(tt_in, scratch, data, field):
     value = data.draw(FIELDS[field], label=field)
@@ -103,7 +105,7 @@ def test_a_wrong_value_is_refused_at_its_field(tt_in, scratch, data, field):
     assert any(loc == field or loc.startswith(field + ".") for loc in error_locs(out)), (field, value, out)
 
 
-@FAST
+@CLI
 @given(field=st.sampled_from(["name", "system_prompt", "echo", "examples"]), digits=huge_int)
 def test_duplicate_keys_and_huge_integers_name_the_key(tt_in, scratch, field, digits):
     text = json.dumps(echo_spec())
@@ -115,7 +117,7 @@ def test_duplicate_keys_and_huge_integers_name_the_key(tt_in, scratch, field, di
     assert "echo.steps" in error_locs(_refused(tt_in, folder, path))
 
 
-@FAST
+@CLI
 @given(raw=st.one_of(st.binary(max_size=200), json_value.map(lambda v: json.dumps(v).encode()),
                      st.integers(1, 3000).map(lambda n: b'{"name": ' + b"[" * n + b"]" * n + b"}")))
 def test_arbitrary_bytes_or_json_as_a_spec(tt_in, scratch, raw):
@@ -208,7 +210,7 @@ def test_a_wrong_request_field_is_refused_by_name(data, field):
     assert (result.param or "").startswith(field), (body, result.param, result.message)
 
 
-@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=3, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(raw=st.one_of(st.binary(min_size=1, max_size=100), json_value.map(lambda v: json.dumps(v).encode())))
 def test_real_console_script_refuses_random_specs(scratch, raw):
     folder, path = _write(scratch, raw)
