@@ -45,26 +45,26 @@ def _same_defaults(dataclass_type, model: type[BaseModel], names) -> None:
 
 
 def test_adapter_hyperparameters_match_the_spec_model():
-    from tt_engine_adapter import plugin
+    from tt_engine_adapter import spec as aspec
     from tt_engine_adapter.runtime import config
 
     names = [f.name for f in dataclasses.fields(config.Hyperparameters)]
-    assert names == list(plugin.Hyperparameters.model_fields), "same settings, same order"
-    _same_defaults(config.Hyperparameters, plugin.Hyperparameters, names)
-    _same_defaults(config.Datasets, plugin.Datasets, [f.name for f in dataclasses.fields(config.Datasets)])
+    assert names == list(aspec.Hyperparameters.model_fields), "same settings, same order"
+    _same_defaults(config.Hyperparameters, aspec.Hyperparameters, names)
+    _same_defaults(config.Datasets, aspec.Datasets, [f.name for f in dataclasses.fields(config.Datasets)])
     spec_fields = [f.name for f in dataclasses.fields(config.AdapterSpec)]
-    assert set(spec_fields) <= set(plugin.AdapterSpec.model_fields)
-    _same_defaults(config.AdapterSpec, plugin.AdapterSpec, [n for n in spec_fields if n not in ("base_model",)])
+    assert set(spec_fields) <= set(aspec.AdapterSpec.model_fields)
+    _same_defaults(config.AdapterSpec, aspec.AdapterSpec, [n for n in spec_fields if n not in ("base_model",)])
 
 
 def test_adapter_parses_what_the_host_sends(tmp_path):
-    from tt_engine_adapter import plugin
+    from tt_engine_adapter import spec as aspec
     from tt_engine_adapter.runtime import config
 
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")
-    spec = plugin.AdapterSpec.model_validate(
+    spec = aspec.AdapterSpec.model_validate(
         {"name": "t", "engine": "adapter", "base_model": "model", "system_prompt": "Be brief.",
          "examples": [{"input": "a", "output": "b"}, {"input": "c", "output": "d"}],
          "hyperparameters": {"lora_target_modules": ["q_proj", "v_proj"], "max_steps": 3, "learning_rate": 1e-3}},
@@ -78,4 +78,36 @@ def test_adapter_parses_what_the_host_sends(tmp_path):
 
     body["spec"]["hyperparameters"]["seed"] = "42"
     with pytest.raises(InvalidInput, match=r"^request\.spec\.hyperparameters\.seed: expected an integer, got '42'"):
+        config.parse(body)
+
+
+def test_foundation_config_matches_the_spec_model():
+    from tt_engine_foundation import spec
+    from tt_engine_foundation.runtime import config
+
+    names = [f.name for f in dataclasses.fields(config.FoundationConfig)]
+    assert names == list(spec.FoundationConfig.model_fields), "same settings, same order"
+    _same_defaults(config.FoundationConfig, spec.FoundationConfig, names)
+    assert {f.name for f in dataclasses.fields(config.FoundationSpec)} <= set(spec.FoundationSpec.model_fields)
+
+
+def test_foundation_parses_what_the_host_sends(tmp_path):
+    from tt_engine_foundation import spec as fspec
+    from tt_engine_foundation.runtime import config
+
+    (tmp_path / "corpus.txt").write_text("some text\n\nmore text\n")
+    spec = fspec.FoundationSpec.model_validate(
+        {"name": "t", "engine": "foundation", "system_prompt": "Add.", "examples": [{"input": "1+1", "output": "2"}],
+         "foundation": {"corpus_path": "corpus.txt", "depth": 2, "learning_rate": 0.01, "pretrain_steps": 30}},
+        context={"spec_dir": tmp_path})
+    body = {"run_dir": str(tmp_path / "run"), "stage_dir": str(tmp_path / "run" / "pretrain"),
+            "result_path": str(tmp_path / "r.json"), "stage": "pretrain", "spec": spec.model_dump(mode="json")}
+    request = config.parse(body)
+    assert request.cfg.corpus_path == tmp_path / "corpus.txt" and request.cfg.depth == 2
+    assert request.cfg.peak_learning_rate() == 0.01 and request.cfg.init_model is None
+    assert request.layout.tokenizer_json == tmp_path / "run" / "tokenizer" / "tokenizer.json"
+    assert request.answers == ["2"]
+
+    body["spec"]["foundation"]["bf16"] = "yes"
+    with pytest.raises(InvalidInput, match=r"^request\.spec\.foundation\.bf16: expected true or false, got 'yes'"):
         config.parse(body)

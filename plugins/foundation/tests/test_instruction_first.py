@@ -67,11 +67,9 @@ def test_a_70_token_instruction_is_refused_naming_the_setting_and_the_length(tok
     needed = int(re.search(r"need (\d+) tokens", str(caught.value)).group(1))
     examples, trimmed = build_examples(tok, [_row(0, "What is 2 plus 3?", "5", LONG_INSTRUCTION)], needed)
     assert trimmed == 1 and len(examples[0][0]) == needed + 1  # at that length: an empty user message
-    request = {"spec": {"foundation": {"sequence_length": 64}, "examples": [{"input": "q", "output": "5"}]},
-               "system_message": LONG_INSTRUCTION}
     with pytest.raises(InvalidInput, match=f"need {needed} tokens"):
-        check_fits(tok, request)
-    check_fits(tok, {**request, "system_message": INSTRUCTION})
+        check_fits(tok, 64, LONG_INSTRUCTION, ["5"])
+    check_fits(tok, 64, INSTRUCTION, ["5"])
 
 
 def test_rl_and_eval_prompts_keep_the_instruction_and_the_answer_budget_never_cuts_it(tok):

@@ -37,3 +37,19 @@ def test_bad_request_exits_2_with_an_error_event(tmp_path):
     assert proc.returncode == 2
     event = json.loads(proc.stdout.strip().splitlines()[-1])
     assert event["type"] == "log" and event["level"] == "error" and "request.json:1" in event["message"]
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"batch_size": "8"}, "request.spec.foundation.batch_size: expected an integer, got '8' (string)"),
+    ({"bf16": 1}, "request.spec.foundation.bf16: expected true or false, got 1 (integer)"),
+    ({"vocab_sise": 320}, "request.spec.foundation.vocab_sise: unknown to this engine's runtime"),
+])
+def test_a_wrong_setting_exits_2_naming_the_field_before_any_work(tmp_path, change, message):
+    """The stage parses its request once into frozen dataclasses (runtime/config.py) before doing anything."""
+    from conftest import run_stage, tiny_config
+
+    out = run_stage(tmp_path, "tokenizer", tiny_config(**change))
+    assert out.code == 2
+    assert [m for m in out.logs("error")][0].startswith(message)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tokenizer"]
+    assert sorted(p.name for p in (tmp_path / "tokenizer").iterdir()) == ["request.json"]  # nothing trained

@@ -1,7 +1,7 @@
 """The adapter's typed stage config: the request parsed once, at stage start, into frozen dataclasses.
 
 Field names are the spec's key names (`AdapterSpec`, `Hyperparameters` in
-plugin.py); defaults are the spec's defaults (a test in tests/ holds the two
+spec.py); defaults are the spec's defaults (a test in tests/ holds the two
 equal). The host's spec model owns bounds and cross-field rules; these classes
 carry the validated values across the process boundary with their types, and a
 wrong type is refused naming the field (`request.spec.hyperparameters.batch_size:

@@ -112,14 +112,10 @@ def reward(prediction: str, reference: str) -> float:
     return 1.0 if normalize(prediction) == normalize(reference) else 0.0
 
 
-def check_fits(tok, request: Mapping[str, Any]) -> None:
-    """Exit 2 (InvalidInput) when the instruction, an empty user message and the longest example answer
-    cannot fit foundation.sequence_length: the exact check, once the tokenizer exists (docs/foundation.md)."""
-    sequence_length = int(request["spec"]["foundation"]["sequence_length"])
-    system = request.get("system_message") or ""
-    answers = [str(e.get("output", "")) for e in request["spec"].get("examples") or []]
-    answers += [m["content"] for r in request.get("train_rows") or [] for m in r["messages"][-1:]
-                if m["role"] == "assistant"]
+def check_fits(tok, sequence_length: int, system: str, answers: Sequence[str]) -> None:
+    """Exit 2 (InvalidInput) when the instruction, an empty user message and the longest answer (the
+    examples' and the training rows', `FoundationRequest.answers`) cannot fit foundation.sequence_length:
+    the exact check, once the tokenizer exists (docs/foundation.md)."""
     needed = max((floor_length(tok, system, answer) for answer in answers), default=0)
     if needed > sequence_length + 1:
         raise InvalidInput(sequence_error(needed, sequence_length, "the instruction and the longest example answer"))

@@ -215,3 +215,31 @@ def smoke_digest(docs: Sequence[Document]) -> str:
         digest.update(doc.text.encode("utf-8"))
         digest.update(b"\x00")
     return digest.hexdigest()
+
+
+def tokenizer_source(corpus_path: Optional[Path], system_message: str,
+                      train_rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Shard names and sizes without reading the data (the tokenizer's record of its source)."""
+    if corpus_path is not None:
+        shards = list_shards(corpus_path)
+        base = corpus_path if corpus_path.is_dir() else corpus_path.parent
+        return {"kind": "corpus", "path": str(corpus_path), "shards": [s.relative_to(base).as_posix() for s in shards]}
+    return {"kind": "smoke", "sha256": smoke_digest(smoke_documents(system_message, train_rows))}
+
+
+def run_corpus(corpus_path: Optional[Path], system_message: str, train_rows: Sequence[Mapping[str, Any]]):
+    """(shards or None, smoke documents or None, description for manifests)."""
+    if corpus_path is not None:
+        shards = list_shards(corpus_path)
+        return shards, None, {"kind": "corpus", "path": str(corpus_path), "files": describe_shards(shards, corpus_path)}
+    docs = smoke_documents(system_message, train_rows)
+    return None, docs, {"kind": "smoke", "sha256": smoke_digest(docs), "documents": len(docs)}
+
+
+def iter_run_corpus(corpus_path: Optional[Path], system_message: str, train_rows: Sequence[Mapping[str, Any]],
+                    max_chars: Optional[int], on_cut: Optional[OnCut] = None) -> Iterator[Document]:
+    """The corpus (or smoke corpus) documents, cut at max_chars; `on_cut(doc)` hears of a cut."""
+    shards, smoke, _ = run_corpus(corpus_path, system_message, train_rows)
+    if shards is not None:
+        return iter_documents(shards, max_chars, on_cut)
+    return truncate(smoke, max_chars, on_cut)

@@ -26,6 +26,7 @@ from tt_stagekit import distributed as D
 from tt_stagekit.protocol import Interrupted, StageError, log, progress, stop_requested
 
 from tt_engine_foundation.runtime import checkpoint as ckpt
+from tt_engine_foundation.runtime.config import FoundationConfig
 from tt_engine_foundation.runtime import resume
 from tt_engine_foundation.runtime.loss import cross_entropy
 from tt_engine_foundation.runtime.model import GPT, ModelConfig
@@ -34,23 +35,23 @@ from tt_engine_foundation.runtime.sharding import shard_plan
 from tt_engine_foundation.runtime.token_cache import Windows
 
 
-def training_config(cfg: Mapping[str, Any], model_cfg: ModelConfig, peak_lr: float, data: Mapping[str, Any]) -> dict:
+def training_config(cfg: FoundationConfig, model_cfg: ModelConfig, peak_lr: float, data: Mapping[str, Any]) -> dict:
     """Everything the weights depend on; its hash is the checkpoint fingerprint."""
     return {
         "model": model_cfg.to_dict(),
-        "depth": cfg["depth"],
-        "vocab_size": cfg["vocab_size"],
-        "sequence_length": cfg["sequence_length"],
+        "depth": cfg.depth,
+        "vocab_size": cfg.vocab_size,
+        "sequence_length": cfg.sequence_length,
         "learning_rate": peak_lr,
-        "weight_decay": cfg["weight_decay"],
-        "warmup_steps": cfg["warmup_steps"],
-        "min_lr_ratio": cfg["min_lr_ratio"],
-        "pretrain_steps": cfg["pretrain_steps"],
-        "batch_size": cfg["batch_size"],
-        "gradient_accumulation_steps": cfg["gradient_accumulation_steps"],
-        "gradient_clip": cfg["gradient_clip"],
-        "seed": cfg["seed"],
-        "bf16": cfg["bf16"],
+        "weight_decay": cfg.weight_decay,
+        "warmup_steps": cfg.warmup_steps,
+        "min_lr_ratio": cfg.min_lr_ratio,
+        "pretrain_steps": cfg.pretrain_steps,
+        "batch_size": cfg.batch_size,
+        "gradient_accumulation_steps": cfg.gradient_accumulation_steps,
+        "gradient_clip": cfg.gradient_clip,
+        "seed": cfg.seed,
+        "bf16": cfg.bf16,
         "token_cache_sha256": data["token_cache_sha256"],
         "tokenizer_sha256": data["tokenizer_sha256"],
     }
@@ -66,7 +67,7 @@ def _append_jsonl(path: Path, row: Mapping[str, Any]) -> None:
 
 def run_pretraining(
     *,
-    cfg: Mapping[str, Any],
+    cfg: FoundationConfig,
     model_cfg: ModelConfig,
     tokens: np.ndarray,
     device,
@@ -77,7 +78,7 @@ def run_pretraining(
     backup_dir: Optional[Path],
     heartbeat_path: Path,
 ) -> tuple[GPT, ckpt.TrainerState, dict[str, Any]]:
-    """Train (or continue) to cfg['pretrain_steps']; returns model, final state and run figures.
+    """Train (or continue) to cfg.pretrain_steps; returns model, final state and run figures.
 
     Under torchrun every rank runs this with the same arguments (see tt_stagekit.distributed):
     rank 0 alone chooses the checkpoint, writes checkpoints and heartbeats.
@@ -85,13 +86,13 @@ def run_pretraining(
     ctx = D.context()
     choice = resume.choose(checkpoint_dir, backup_dir, fingerprint, config)
 
-    seed = int(cfg["seed"])
+    seed = cfg.seed
     torch.manual_seed(seed)
     np.random.seed(seed % (2**32))
     model = GPT(model_cfg)
     model.init_weights(seed)
     model.to(device)
-    optimizer = build_adamw(model, peak_lr, float(cfg["weight_decay"]), device)
+    optimizer = build_adamw(model, peak_lr, cfg.weight_decay, device)
     if choice.path is not None:
         state = resume.restore(choice.path, model, optimizer, device)
         log(f"resumed pretraining from {choice.path} at step {state.step}"
@@ -100,29 +101,29 @@ def run_pretraining(
         state = ckpt.TrainerState()
     ddp = D.wrap(model, device)
 
-    total = int(cfg["pretrain_steps"])
-    batch, accum, seq = int(cfg["batch_size"]), int(cfg["gradient_accumulation_steps"]), int(cfg["sequence_length"])
+    total = cfg.pretrain_steps
+    batch, accum, seq = cfg.batch_size, cfg.gradient_accumulation_steps, cfg.sequence_length
     plan = shard_plan(batch, accum, ctx.world_size, ctx.rank)
     windows = Windows(tokens, seq, seed)
     tokens_per_step = batch * accum * seq  # the global batch, whatever the world size
-    use_bf16 = bool(cfg["bf16"]) and device.type == "cuda"
+    use_bf16 = cfg.bf16 and device.type == "cuda"
     autocast = (
         torch.autocast(device_type="cuda", dtype=torch.bfloat16) if use_bf16 else contextlib.nullcontext()
     )
     step_fn = ddp
-    if cfg.get("compile"):
+    if cfg.compile:
         step_fn = torch.compile(ddp)
-    clip = float(cfg["gradient_clip"])
-    log_every = int(cfg["log_interval_steps"])
-    every_steps = int(cfg["checkpoint_interval_steps"])
-    every_seconds = float(cfg["checkpoint_interval_seconds"])
-    keep = int(cfg["keep_checkpoints"])
+    clip = cfg.gradient_clip
+    log_every = cfg.log_interval_steps
+    every_steps = cfg.checkpoint_interval_steps
+    every_seconds = cfg.checkpoint_interval_seconds
+    keep = cfg.keep_checkpoints
 
     saver = ckpt.Saver(checkpoint_dir, keep, backup_dir)
 
     def save() -> Path:
         state.scheduler = {"kind": "warmup_cosine", "step": state.step, "total": total, "peak_lr": peak_lr,
-                           "warmup_steps": int(cfg["warmup_steps"]), "min_lr_ratio": float(cfg["min_lr_ratio"])}
+                           "warmup_steps": cfg.warmup_steps, "min_lr_ratio": cfg.min_lr_ratio}
         return resume.save(saver, model, optimizer, state, config, fingerprint)
 
     model.train()
@@ -138,7 +139,7 @@ def run_pretraining(
     try:
         while state.step < total:
             step_started = time.monotonic()
-            lr = lr_at(state.step, total, peak_lr, int(cfg["warmup_steps"]), float(cfg["min_lr_ratio"]))
+            lr = lr_at(state.step, total, peak_lr, cfg.warmup_steps, cfg.min_lr_ratio)
             set_lr(optimizer, lr)
             loss_sum = torch.zeros((), device=device)
             step_start = state.samples_consumed

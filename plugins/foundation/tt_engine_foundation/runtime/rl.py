@@ -19,6 +19,7 @@ from tt_stagekit import promptfit
 from tt_stagekit.protocol import Interrupted, InvalidInput, stop_requested
 
 from tt_engine_foundation.runtime import tokenizer as T
+from tt_engine_foundation.runtime.config import FoundationConfig
 from tt_engine_foundation.runtime.chat import token_count, fit_prompt, reward
 from tt_engine_foundation.runtime.generate import generate
 from tt_engine_foundation.runtime.optim import build_adamw, set_lr
@@ -71,7 +72,7 @@ def run_rl(
     model,
     tok,
     rows: Sequence[Mapping[str, Any]],
-    cfg: Mapping[str, Any],
+    cfg: FoundationConfig,
     peak_lr: float,
     device,
     autocast_dtype: Optional[torch.dtype],
@@ -80,9 +81,9 @@ def run_rl(
 ) -> list[tuple[int, float]]:
     """RL steps on `model` in place; returns the mean rewards. `stats` receives `trimmed_prompts` and `prompt_tokens`
     (the room a prompt has)."""
-    seq = int(cfg["sequence_length"])
-    steps = int(cfg["rl_steps"])
-    seed = int(cfg["seed"])
+    seq = cfg.sequence_length
+    steps = cfg.rl_steps
+    seed = cfg.seed
     budget = max_new_tokens(tok, rows, seq)
     check_reachable(tok, rows, budget)
     stop_id, pad_id = T.special_id(tok, T.ASSISTANT_END), T.special_id(tok, T.PAD)
@@ -90,9 +91,9 @@ def run_rl(
     if stats is not None:
         stats.update(trimmed_prompts=trimmed, prompt_tokens=seq - budget)
     refs = [reference(r) for r in rows]
-    per_step = min(int(cfg["batch_size"]), len(rows))
+    per_step = min(cfg.batch_size, len(rows))
     optimizer = build_adamw(model, peak_lr * RL_LR_SCALE, 0.0, device)
-    clip = float(cfg["gradient_clip"])
+    clip = cfg.gradient_clip
     rewards: list[tuple[int, float]] = []
     order = np.random.default_rng([seed, 2, 0]).permutation(len(rows))
     cursor, epoch = 0, 0

@@ -34,6 +34,7 @@ from tt_stagekit import promptfit
 from tt_stagekit.protocol import Interrupted, InvalidInput, StageError, log, stop_requested
 
 from tt_engine_foundation.runtime import checkpoint as ckpt
+from tt_engine_foundation.runtime.config import FoundationConfig
 from tt_engine_foundation.runtime import resume
 from tt_engine_foundation.runtime import tokenizer as T
 from tt_engine_foundation.runtime.chat import fit_example, sequence_error
@@ -117,7 +118,7 @@ class SftCheckpoints:
         return ckpt.config_fingerprint(self.config)
 
 
-def sft_config(cfg: Mapping[str, Any], peak_lr: float, rows: Sequence[Mapping[str, Any]], input_model: Path) -> dict:
+def sft_config(cfg: FoundationConfig, peak_lr: float, rows: Sequence[Mapping[str, Any]], input_model: Path) -> dict:
     """Everything the SFT weights depend on: the input weights (their sha256 in the model's manifest, which
     a re-run pretraining with identical weights keeps), the rows, every setting."""
     manifest = json.loads((input_model / "artifact-manifest.json").read_text(encoding="utf-8"))
@@ -126,7 +127,7 @@ def sft_config(cfg: Mapping[str, Any], peak_lr: float, rows: Sequence[Mapping[st
         "input_weights_sha256": weights[0] if weights else None,
         "rows_sha256": hashlib.sha256(json.dumps(list(rows), sort_keys=True).encode("utf-8")).hexdigest(),
         "learning_rate": peak_lr,
-        **{key: cfg[key] for key in ("finetune_steps", "batch_size", "sequence_length", "weight_decay",
+        **{key: getattr(cfg, key) for key in ("finetune_steps", "batch_size", "sequence_length", "weight_decay",
                                      "gradient_clip", "seed", "bf16")},
     }
 
@@ -135,7 +136,7 @@ def run_sft(
     model,
     tok,
     rows: Sequence[Mapping[str, Any]],
-    cfg: Mapping[str, Any],
+    cfg: FoundationConfig,
     peak_lr: float,
     device,
     autocast_dtype: Optional[torch.dtype],
@@ -144,15 +145,15 @@ def run_sft(
     stats: Optional[dict] = None,
 ) -> list[tuple[int, float]]:
     """Fine-tune `model` in place; returns the losses. `stats` receives `trimmed_rows` (rows that lost user text)."""
-    seq = int(cfg["sequence_length"])
-    steps = int(cfg["finetune_steps"])
+    seq = cfg.sequence_length
+    steps = cfg.finetune_steps
     examples, trimmed = build_examples(tok, rows, seq)
     if stats is not None:
         stats["trimmed_rows"] = trimmed
-    batch = min(int(cfg["batch_size"]), len(examples))
+    batch = min(cfg.batch_size, len(examples))
     pad = T.special_id(tok, T.PAD)
-    torch.manual_seed(int(cfg["seed"]) + 1)
-    optimizer = build_adamw(model, peak_lr * SFT_LR_SCALE, float(cfg["weight_decay"]), device)
+    torch.manual_seed(cfg.seed + 1)
+    optimizer = build_adamw(model, peak_lr * SFT_LR_SCALE, cfg.weight_decay, device)
     dist = D.context()
     first, cursor, epoch, losses = 0, 0, 0, []
     saver = ckpt.Saver(checkpoints.directory, checkpoints.keep)
@@ -163,9 +164,9 @@ def run_sft(
         losses = [(int(s), float(v)) for s, v in position["losses"]]
         log(f"SFT resumed from {choice.path.name} at step {first}/{steps}")
     net = D.wrap(model, device)
-    clip = float(cfg["gradient_clip"])
+    clip = cfg.gradient_clip
     model.train()
-    order = np.random.default_rng([int(cfg["seed"]), 1, epoch]).permutation(len(examples))
+    order = np.random.default_rng([cfg.seed, 1, epoch]).permutation(len(examples))
 
     def save(step: int) -> Path:
         position = {"kind": "sft_linear_decay", "step": step, "total": steps, "cursor": cursor, "epoch": epoch,
@@ -182,7 +183,7 @@ def run_sft(
             for _ in range(batch):
                 if cursor >= len(order):
                     epoch += 1
-                    order = np.random.default_rng([int(cfg["seed"]), 1, epoch]).permutation(len(examples))
+                    order = np.random.default_rng([cfg.seed, 1, epoch]).permutation(len(examples))
                     cursor = 0
                 picked.append(examples[int(order[cursor])])
                 cursor += 1

@@ -74,6 +74,24 @@ def special_id(tok: Tokenizer, token: str) -> int:
     return value
 
 
+def load_run_tokenizer(path: Path) -> Tokenizer:
+    """The run's tokenizer (`Layout.tokenizer_json`); a missing one is a failed stage naming the file."""
+    from tt_stagekit.protocol import StageError
+
+    if not path.is_file():
+        raise StageError(f"{path}: tokenizer is missing; run the tokenizer stage first")
+    return load(path)
+
+
+def special_ids(tok: Tokenizer) -> dict[str, int]:
+    """The model config's bos/eos/pad ids."""
+    return {
+        "bos_token_id": special_id(tok, BOS),
+        "eos_token_id": special_id(tok, ASSISTANT_END),
+        "pad_token_id": special_id(tok, PAD),
+    }
+
+
 def encode(tok: Tokenizer, text: str) -> list[int]:
     return tok.encode(text, add_special_tokens=False).ids
 

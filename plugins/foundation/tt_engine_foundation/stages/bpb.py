@@ -2,29 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 from tt_stagekit import protocol as P
 
-def main(request: Mapping[str, Any]) -> dict[str, Any]:
+from tt_engine_foundation.runtime.config import FoundationRequest
+
+
+def main(request: FoundationRequest) -> dict[str, Any]:
     import numpy as np
     import torch
 
     from tt_engine_foundation.runtime import tokenizer as T
     from tt_engine_foundation.runtime.bpb import evaluate_bpb
-    from tt_engine_foundation.runtime.common import (
-        autocast_dtype, fconfig, layout, load_tokenizer, request_device, setup_threads,
-    )
     from tt_engine_foundation.runtime.corpus import iter_documents, list_shards, smoke_documents, truncate
     from tt_engine_foundation.runtime.model_io import load_model_dir
+    from tt_engine_foundation.runtime.torchsetup import autocast_dtype, setup_threads, torch_device
 
     setup_threads()
-    cfg = fconfig(request)
-    lay = layout(request)
-    device = request_device(request)
-    tok = load_tokenizer(request)
-    validation = cfg.get("validation_path")
-    cap = int(cfg["bpb_max_chars"])
+    cfg = request.cfg
+    lay = request.layout
+    device = torch_device(request.device_choice)
+    tok = T.load_run_tokenizer(lay.tokenizer_json)
+    validation = cfg.validation_path
+    cap = cfg.bpb_max_chars
     cut: list[str] = []
 
     def on_cut(doc) -> None:
@@ -38,7 +39,7 @@ def main(request: Mapping[str, Any]) -> dict[str, Any]:
         source = "validation"
     else:
         docs = truncate(
-            smoke_documents(request.get("system_message", ""), request.get("train_rows") or []), cap, on_cut
+            smoke_documents(request.system_message, request.train_rows), cap, on_cut
         )
         source = "smoke"
     bos = T.special_id(tok, T.BOS)
@@ -50,18 +51,18 @@ def main(request: Mapping[str, Any]) -> dict[str, Any]:
         raise P.StageError(f"{validation or 'smoke corpus'}: no text to measure bits per byte on")
     model = load_model_dir(lay.model_dir("pretrain"), device)
     table = torch.tensor(T.token_bytes(tok) + [0] * max(0, model.cfg.vocab_size - tok.get_vocab_size()), dtype=torch.int64)
-    out = evaluate_bpb(model, np.asarray(ids, dtype=np.int64), int(cfg["sequence_length"]), int(cfg["batch_size"]),
-                       table, device, autocast_dtype(request, device))
+    out = evaluate_bpb(model, np.asarray(ids, dtype=np.int64), cfg.sequence_length, cfg.batch_size,
+                       table, device, autocast_dtype(cfg, device))
     P.log(f"bits per byte on the {source} text: {out['bpb']:.4f} over {out['bytes']} bytes")
     notes = list(cut)
     if source == "smoke":
         notes.append("BPB measured on the smoke corpus (training text, not held out): it proves the wiring, not capability")
     return {
         "metrics": {"bpb.value": out["bpb"], "bpb.source": source, "bpb.bytes": out["bytes"], "bpb.targets": out["targets"]},
-        "outputs": {"source": source, "path": validation},
+        "outputs": {"source": source, "path": str(validation) if validation is not None else None},
         "notes": notes,
     }
 
 
 if __name__ == "__main__":
-    P.run_main(main)
+    P.run_main(main, request_type=FoundationRequest)

@@ -11,36 +11,37 @@ model (before SFT) as its baseline, with the same generation settings.
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from tt_stagekit import protocol as P
+
+from tt_engine_foundation.runtime.config import FoundationRequest
 
 EVAL_BATCH = 16
 
 
-def main(request: Mapping[str, Any]) -> dict[str, Any]:
+def main(request: FoundationRequest) -> dict[str, Any]:
     from tt_engine_foundation.runtime import tokenizer as T
-    from tt_engine_foundation.runtime.common import autocast_dtype, fconfig, layout, load_tokenizer, request_device, setup_threads
     from tt_engine_foundation.runtime.generate import generate
     from tt_engine_foundation.runtime.model_io import load_model_dir
     from tt_engine_foundation.runtime.rl import fit_prompts, max_new_tokens
+    from tt_engine_foundation.runtime.torchsetup import autocast_dtype, setup_threads, torch_device
     from tt_stagekit.promptfit import trimmed_note
 
     setup_threads()
-    cfg = fconfig(request)
-    lay = layout(request)
-    device = request_device(request)
-    tok = load_tokenizer(request)
-    baseline = request["stage"] == "general_baseline"
+    cfg = request.cfg
+    lay = request.layout
+    device = torch_device(request.device_choice)
+    tok = T.load_run_tokenizer(lay.tokenizer_json)
+    baseline = request.stage == "general_baseline"
     if baseline:
         source, folder = "pretrained", lay.base_model  # this run's pretrain/model, or foundation.init_model
     else:
-        source = "rl" if "rl" in (request.get("stages") or {}) and lay.model_dir("rl").is_dir() else "sft"
+        source = "rl" if "rl" in request.stages and lay.model_dir("rl").is_dir() else "sft"
         folder = lay.model_dir(source)
     model = load_model_dir(folder, device)
-    seq = int(cfg["sequence_length"])
-    budget = max_new_tokens(tok, request.get("train_rows") or [], seq)
+    seq = cfg.sequence_length
+    budget = max_new_tokens(tok, request.train_rows, seq)
     stop_id, pad_id = T.special_id(tok, T.ASSISTANT_END), T.special_id(tok, T.PAD)
     trimmed = 0
 
@@ -51,12 +52,12 @@ def main(request: Mapping[str, Any]) -> dict[str, Any]:
             chunk = prompts[start : start + EVAL_BATCH]
             ids, cut = fit_prompts(tok, chunk, seq - budget)
             trimmed += cut
-            outs = generate(model, ids, budget, stop_id, pad_id, device, autocast_dtype=autocast_dtype(request, device))
+            outs = generate(model, ids, budget, stop_id, pad_id, device, autocast_dtype=autocast_dtype(cfg, device))
             for prompt, out in zip(chunk, outs):
                 text = tok.decode([t for t in out if t != stop_id], skip_special_tokens=True).strip()
                 rows.append({"id": prompt["id"], "prediction": text})
             P.progress(min(start + EVAL_BATCH, len(prompts)), len(prompts), "prompt", {})
-        target = Path(request["stage_dir"]) / file
+        target = request.stage_dir / file
         P.atomic_write_bytes(target, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8"))
         return len(rows)
 
@@ -64,22 +65,22 @@ def main(request: Mapping[str, Any]) -> dict[str, Any]:
                               "metrics": {}}
     answered = 0
     if not baseline:
-        count = answer(list(request.get("eval_prompts") or []), "predictions.jsonl")
+        count = answer(list(request.eval_prompts), "predictions.jsonl")
         answered += count
         P.log(f"generated {count} predictions with the {source} model")
         result.update(predictions="predictions.jsonl", metrics={"chat_eval.generated": count})
-    general = list(request.get("general_prompts") or [])
+    general = list(request.general_prompts)
     if general:
         count = answer(general, "predictions-general.jsonl")
         answered += count
         P.log(f"answered {count} general-regression prompts with the {source} model")
         result["general_predictions"] = "predictions-general.jsonl"
-    result["metrics"][f"{request['stage']}.trimmed_prompts"] = trimmed
+    result["metrics"][f"{request.stage}.trimmed_prompts"] = trimmed
     if trimmed:
-        result["notes"] = [trimmed_note(trimmed, answered, f"{request['stage']} prompts",
+        result["notes"] = [trimmed_note(trimmed, answered, f"{request.stage} prompts",
                                         "foundation.sequence_length minus the answer budget", seq - budget)]
     return result
 
 
 if __name__ == "__main__":
-    P.run_main(main)
+    P.run_main(main, request_type=FoundationRequest)

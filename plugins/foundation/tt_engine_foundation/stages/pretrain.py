@@ -4,50 +4,51 @@ Resumes from the newest intact checkpoint whose config fingerprint matches
 (local, then `checkpoint_backup_dir`); refuses changed settings before any
 file changes. Writes the final model to `<run>/pretrain/model/`.
 With world size > 1 the plugin starts this module under torchrun; every rank
-runs `run`, the first rank of each node writes the model and the result.
+runs `main`, the first rank of each node writes the model and the result.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from tt_stagekit import protocol as P
 
+from tt_engine_foundation.runtime.config import FoundationRequest
 
-def main(request: Mapping[str, Any]) -> dict[str, Any]:
+
+def main(request: FoundationRequest) -> dict[str, Any]:
     from tt_engine_foundation.runtime import checkpoint as ckpt
     from tt_stagekit import distributed as D
     from tt_engine_foundation.runtime import token_cache as TC
-    from tt_engine_foundation.runtime.common import (
-        fconfig, layout, learning_rate, load_tokenizer, model_config, request_device, setup_threads,
-    )
+    from tt_engine_foundation.runtime import tokenizer as T
     from tt_engine_foundation.runtime.chat import check_fits
+    from tt_engine_foundation.runtime.model import config_for_depth
     from tt_engine_foundation.runtime.model_io import save_model_dir
     from tt_engine_foundation.runtime.pretrain import read_series, run_pretraining, training_config
+    from tt_engine_foundation.runtime.torchsetup import setup_threads, torch_device
 
     setup_threads()
-    cfg = fconfig(request)
-    lay = layout(request)
-    device = D.init(request_device(request))
-    tok = load_tokenizer(request)
-    check_fits(tok, request)  # sequence_length may have changed since the tokenizer stage: exit 2 before training
+    cfg = request.cfg
+    lay = request.layout
+    device = D.init(torch_device(request.device_choice))
+    tok = T.load_run_tokenizer(lay.tokenizer_json)
+    check_fits(tok, cfg.sequence_length, request.system_message, request.answers)  # sequence_length may have changed since the tokenizer stage: exit 2 before training
     manifest = TC.read_manifest(lay.tokens_manifest)
     if manifest is None:
         raise P.StageError(f"{lay.tokens_manifest}: token cache manifest is missing; run the token_cache stage")
     TC.verify(lay.tokens_bin, manifest)
     tokens = TC.open_tokens(lay.tokens_bin, manifest)
-    model_cfg = model_config(request, tok)
-    peak_lr = learning_rate(cfg)
+    model_cfg = config_for_depth(cfg.depth, cfg.vocab_size, cfg.sequence_length, **T.special_ids(tok))
+    peak_lr = cfg.peak_learning_rate()
     data = {"token_cache_sha256": manifest["file"]["sha256"], "tokenizer_sha256": P.file_sha256(lay.tokenizer_json)}
     config = training_config(cfg, model_cfg, peak_lr, data)
     fingerprint = ckpt.config_fingerprint(config)
-    backup_root = cfg.get("checkpoint_backup_dir")
-    backup_dir = Path(backup_root) / Path(request["run_dir"]).name if backup_root else None
+    backup_root = cfg.checkpoint_backup_dir
+    backup_dir = backup_root / request.run_dir.name if backup_root is not None else None
     world = D.context().world_size
     P.log(
-        f"pretraining depth {cfg['depth']} (width {model_cfg.hidden_size}, {model_cfg.num_attention_heads} heads) "
-        f"for {cfg['pretrain_steps']} steps at peak lr {peak_lr:.3g} on {device}"
+        f"pretraining depth {cfg.depth} (width {model_cfg.hidden_size}, {model_cfg.num_attention_heads} heads) "
+        f"for {cfg.pretrain_steps} steps at peak lr {peak_lr:.3g} on {device}"
         + (f" with {world} processes ({D.context().backend})" if world > 1 else "")
     )
     model, state, figures = run_pretraining(
@@ -73,7 +74,7 @@ def main(request: Mapping[str, Any]) -> dict[str, Any]:
         "pretrain.world_size": world,
     }
     notes = []
-    if not cfg.get("corpus_path"):
+    if cfg.corpus_path is None:
         notes.append("pretrained on the smoke corpus built from the spec: it proves the wiring, not capability")
     if figures["resumed_from"]:
         notes.append(f"pretraining resumed from {figures['resumed_from']}")
@@ -88,4 +89,4 @@ def main(request: Mapping[str, Any]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    P.run_main(main)
+    P.run_main(main, request_type=FoundationRequest)

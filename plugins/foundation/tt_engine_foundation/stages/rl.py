@@ -2,37 +2,39 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 from tt_stagekit import protocol as P
 
+from tt_engine_foundation.runtime.config import FoundationRequest
 
-def main(request: Mapping[str, Any]) -> dict[str, Any]:
-    from tt_engine_foundation.runtime.common import (
-        autocast_dtype, fconfig, layout, learning_rate, load_tokenizer, request_device, setup_threads,
-    )
+
+def main(request: FoundationRequest) -> dict[str, Any]:
+    from tt_engine_foundation.runtime import tokenizer as T
     from tt_engine_foundation.runtime.model_io import load_model_dir, save_model_dir
     from tt_engine_foundation.runtime.rl import run_rl
+    from tt_engine_foundation.runtime.torchsetup import autocast_dtype, setup_threads, torch_device
     from tt_stagekit.promptfit import trimmed_note
 
     setup_threads()
-    cfg = fconfig(request)
-    lay = layout(request)
-    device = request_device(request)
-    tok = load_tokenizer(request)
-    rows = request.get("train_rows") or []
+    cfg = request.cfg
+    lay = request.layout
+    device = torch_device(request.device_choice)
+    tok = T.load_run_tokenizer(lay.tokenizer_json)
+    rows = list(request.train_rows)
     model = load_model_dir(lay.model_dir("sft"), device)
 
     def on_step(step: int, total: int, mean_reward: float, lr: float) -> None:
         P.progress(step, total, "step", {"reward": mean_reward, "lr": lr})
 
-    P.log(f"RL on {len(rows)} training prompts for {cfg['rl_steps']} steps")
+    P.log(f"RL on {len(rows)} training prompts for {cfg.rl_steps} steps")
     stats: dict = {}
-    rewards = run_rl(model, tok, rows, cfg, learning_rate(cfg, model), device, autocast_dtype(request, device),
+    rewards = run_rl(model, tok, rows, cfg, cfg.peak_learning_rate(model.cfg.hidden_size), device,
+                     autocast_dtype(cfg, device),
                      on_step, stats)
     model_dir = save_model_dir(
         lay.model_dir("rl"), model, lay.tokenizer_json, "foundation-rl",
-        {"stage": "rl", "system_message_sha256": request.get("system_message_sha256", "")},
+        {"stage": "rl", "system_message_sha256": request.system_message_sha256},
     )
     mean = sum(v for _, v in rewards) / max(1, len(rewards))
     trimmed = stats["trimmed_prompts"]
@@ -48,4 +50,4 @@ def main(request: Mapping[str, Any]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    P.run_main(main)
+    P.run_main(main, request_type=FoundationRequest)

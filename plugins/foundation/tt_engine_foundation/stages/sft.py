@@ -6,53 +6,55 @@ the first rank of each node writes the model and the result.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 from tt_stagekit import protocol as P
 
+from tt_engine_foundation.runtime.config import FoundationRequest
 
-def main(request: Mapping[str, Any]) -> dict[str, Any]:
+
+def main(request: FoundationRequest) -> dict[str, Any]:
     from tt_stagekit import distributed as D
-    from tt_engine_foundation.runtime.common import (
-        autocast_dtype, fconfig, layout, learning_rate, load_tokenizer, request_device, setup_threads,
-    )
+    from tt_engine_foundation.runtime import tokenizer as T
     from tt_engine_foundation.runtime.model_io import load_model_dir, save_model_dir
     from tt_engine_foundation.runtime.sft import SftCheckpoints, run_sft, sft_config
+    from tt_engine_foundation.runtime.torchsetup import autocast_dtype, setup_threads, torch_device
     from tt_stagekit.promptfit import trimmed_note
 
     setup_threads()
-    cfg = fconfig(request)
-    lay = layout(request)
-    device = D.init(request_device(request))
-    tok = load_tokenizer(request)
-    rows = request.get("train_rows") or []
+    cfg = request.cfg
+    lay = request.layout
+    device = D.init(torch_device(request.device_choice))
+    tok = T.load_run_tokenizer(lay.tokenizer_json)
+    rows = list(request.train_rows)
     model = load_model_dir(lay.base_model, device)
-    every = max(1, int(cfg["log_interval_steps"]))
+    peak_lr = cfg.peak_learning_rate(model.cfg.hidden_size)
+    every = cfg.log_interval_steps
 
     def on_step(step: int, total: int, loss: float, lr: float) -> None:
         if step % every == 0 or step == total:
             P.progress(step, total, "step", {"loss": loss, "lr": lr})
 
-    P.log(f"SFT on {len(rows)} training rows for {cfg['finetune_steps']} steps")
+    P.log(f"SFT on {len(rows)} training rows for {cfg.finetune_steps} steps")
     input_model = lay.base_model
     checkpoints = SftCheckpoints(
-        directory=lay.sft_checkpoints, config=sft_config(cfg, learning_rate(cfg, model), rows, input_model),
-        every_steps=int(cfg["checkpoint_interval_steps"]), keep=int(cfg["keep_checkpoints"]),
+        directory=lay.sft_checkpoints, config=sft_config(cfg, peak_lr, rows, input_model),
+        every_steps=cfg.checkpoint_interval_steps, keep=cfg.keep_checkpoints,
     )
     stats: dict = {}
-    losses = run_sft(model, tok, rows, cfg, learning_rate(cfg, model), device, autocast_dtype(request, device),
+    losses = run_sft(model, tok, rows, cfg, peak_lr, device, autocast_dtype(cfg, device),
                      on_step, checkpoints, stats)
     model_dir = lay.model_dir("sft")
     if P.speaks():
         save_model_dir(
             model_dir, model, lay.tokenizer_json, "foundation-sft",
-            {"stage": "sft", "system_message_sha256": request.get("system_message_sha256", "")},
+            {"stage": "sft", "system_message_sha256": request.system_message_sha256},
         )
     metrics = {"sft.steps": len(losses), "sft.trimmed_rows": stats["trimmed_rows"]}
     if losses:
         metrics["sft.final_loss"] = losses[-1][1]
     notes = [trimmed_note(stats["trimmed_rows"], len(rows), "SFT training rows", "foundation.sequence_length",
-                          int(cfg["sequence_length"]))] if stats["trimmed_rows"] else []
+                          cfg.sequence_length)] if stats["trimmed_rows"] else []
     for note in notes:
         P.log(note, "warning")
     if lay.init_model is not None:
@@ -68,4 +70,4 @@ def main(request: Mapping[str, Any]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    P.run_main(main)
+    P.run_main(main, request_type=FoundationRequest)

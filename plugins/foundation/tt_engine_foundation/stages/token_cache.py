@@ -13,19 +13,21 @@ from typing import Any, Mapping
 from tt_stagekit import protocol as P
 from tt_engine_foundation.runtime import token_cache as TC
 from tt_engine_foundation.runtime import tokenizer as T
-from tt_engine_foundation.runtime.common import checkpoints_exist, corpus_source, fconfig, iter_corpus, layout, load_tokenizer
+from tt_engine_foundation.runtime.config import FoundationRequest
+from tt_engine_foundation.runtime.corpus import iter_run_corpus, run_corpus
 
 
-def main(request: Mapping[str, Any]) -> dict[str, Any]:
-    cfg = fconfig(request)
-    lay = layout(request)
-    tok = load_tokenizer(request)
-    _, _, source = corpus_source(request)
-    dtype = TC.dtype_for(int(cfg["vocab_size"]))
+def main(request: FoundationRequest) -> dict[str, Any]:
+    cfg = request.cfg
+    lay = request.layout
+    tok = T.load_run_tokenizer(lay.tokenizer_json)
+    corpus = (cfg.corpus_path, request.system_message, request.train_rows)
+    _, _, source = run_corpus(*corpus)
+    dtype = TC.dtype_for(cfg.vocab_size)
     inputs = {
         "corpus": source,
         "tokenizer_sha256": P.file_sha256(lay.tokenizer_json),
-        "max_chars": cfg["max_chars"],
+        "max_chars": cfg.max_chars,
         "dtype": dtype.str,
         "format": "bos-prefixed documents",
     }
@@ -35,7 +37,7 @@ def main(request: Mapping[str, Any]) -> dict[str, Any]:
             TC.verify(lay.tokens_bin, manifest)
             P.log("token cache already built from these inputs and verified; reusing it")
             return _result(lay, manifest, 0.0)
-        if checkpoints_exist(lay):
+        if lay.has_pretrain_checkpoints():
             raise P.InvalidInput(
                 "the corpus, tokenizer or max_chars changed since this run directory's pretraining "
                 "checkpoints were made; use a new run directory (nothing was changed)"
@@ -48,16 +50,16 @@ def main(request: Mapping[str, Any]) -> dict[str, Any]:
         now = time.monotonic()
         if now - last[0] >= 2.0:
             last[0] = now
-            P.progress(chars, cfg["max_chars"], "chars", {"tokens": tokens, "documents": documents})
+            P.progress(chars, cfg.max_chars, "chars", {"tokens": tokens, "documents": documents})
 
     cut: dict[str, Any] = {}
 
     def on_cut(doc) -> None:
         cut["at"] = f"{doc.source}:{doc.line}"
-        P.log(cut_note(cfg["max_chars"], cut["at"]), "warning")
+        P.log(cut_note(cfg.max_chars, cut["at"]), "warning")
 
     built = TC.build(
-        iter_corpus(request, int(cfg["max_chars"]), on_cut), tok, T.special_id(tok, T.BOS), lay.tokens_bin, dtype,
+        iter_run_corpus(*corpus, cfg.max_chars, on_cut), tok, T.special_id(tok, T.BOS), lay.tokens_bin, dtype,
         on_progress=on_progress,
     )
     seconds = time.monotonic() - started
@@ -88,4 +90,4 @@ def _result(lay, manifest: Mapping[str, Any], seconds: float) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    P.run_main(main)
+    P.run_main(main, request_type=FoundationRequest)

@@ -13,21 +13,22 @@ Instruction plus the longest answer longer than foundation.sequence_length
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from typing import Any
 
 from tt_stagekit import protocol as P
 from tt_engine_foundation.runtime import tokenizer as T
 from tt_engine_foundation.runtime.chat import check_fits
-from tt_engine_foundation.runtime.common import checkpoints_exist, tokenizer_source, fconfig, iter_corpus, layout
+from tt_engine_foundation.runtime.config import FoundationRequest
+from tt_engine_foundation.runtime.corpus import iter_run_corpus, tokenizer_source
 
 
-def main(request: Mapping[str, Any]) -> dict[str, Any]:
-    cfg = fconfig(request)
-    lay = layout(request)
-    source = tokenizer_source(request)
+def main(request: FoundationRequest) -> dict[str, Any]:
+    cfg = request.cfg
+    lay = request.layout
+    source = tokenizer_source(cfg.corpus_path, request.system_message, request.train_rows)
     inputs = {
-        "vocab_size": cfg["vocab_size"],
-        "tokenizer_max_chars": cfg["tokenizer_max_chars"],
+        "vocab_size": cfg.vocab_size,
+        "tokenizer_max_chars": cfg.tokenizer_max_chars,
         "corpus": source,
         "special_tokens": T.SPECIAL_TOKENS,
     }
@@ -37,7 +38,7 @@ def main(request: Mapping[str, Any]) -> dict[str, Any]:
         if previous.get("inputs") == inputs and previous.get("sha256") == P.file_sha256(lay.tokenizer_json):
             P.log("tokenizer already trained from these inputs; reusing it")
             return _result(lay, previous["vocab"], previous["chars"])
-        if checkpoints_exist(lay):
+        if lay.has_pretrain_checkpoints():
             raise P.InvalidInput(
                 "the tokenizer inputs (vocab_size, tokenizer_max_chars or corpus) changed since this run "
                 "directory's pretraining checkpoints were made; use a new run directory (nothing was changed)"
@@ -45,17 +46,18 @@ def main(request: Mapping[str, Any]) -> dict[str, Any]:
     counted = {"chars": 0}
 
     def cut(doc) -> None:
-        P.log(f"the tokenizer trains on the first {cfg['tokenizer_max_chars']} corpus characters "
+        P.log(f"the tokenizer trains on the first {cfg.tokenizer_max_chars} corpus characters "
               f"(tokenizer_max_chars); it stopped in {doc.source}:{doc.line}")
 
     def texts():
-        for doc in iter_corpus(request, int(cfg["tokenizer_max_chars"]), on_cut=cut):
+        for doc in iter_run_corpus(cfg.corpus_path, request.system_message, request.train_rows,
+                                   cfg.tokenizer_max_chars, on_cut=cut):
             counted["chars"] += len(doc.text)
             yield doc.text
 
-    P.log(f"training a {cfg['vocab_size']}-token byte-level BPE on up to {cfg['tokenizer_max_chars']} corpus characters")
-    tok = T.train(texts(), int(cfg["vocab_size"]))
-    check_fits(tok, request)  # exit 2 before anything is written or trained on
+    P.log(f"training a {cfg.vocab_size}-token byte-level BPE on up to {cfg.tokenizer_max_chars} corpus characters")
+    tok = T.train(texts(), cfg.vocab_size)
+    check_fits(tok, cfg.sequence_length, request.system_message, request.answers)  # exit 2 before anything is written or trained on
     lay.tokenizer_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     P.atomic_write_bytes(lay.tokenizer_json, tok.to_str().encode("utf-8"))
     vocab = tok.get_vocab_size(with_added_tokens=True)
@@ -75,4 +77,4 @@ def _result(lay, vocab: int, chars: int) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    P.run_main(main)
+    P.run_main(main, request_type=FoundationRequest)

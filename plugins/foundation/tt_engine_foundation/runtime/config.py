@@ -1,0 +1,161 @@
+"""The foundation's typed stage config: the request parsed once, at stage start, into frozen dataclasses.
+
+`FoundationConfig` is the spec's `foundation` block with the same field names and
+defaults as `spec.FoundationConfig` (a test in tests/ holds the two equal); the
+host's spec model owns bounds and cross-field rules, these classes carry the
+validated values across the process boundary with their types. A wrong type is
+refused naming the field (`request.spec.foundation.batch_size: expected an
+integer, got '8' (string)`, exit 2). `Layout` says where a run's files live.
+Stdlib only (the learning-rate rule imports the model lazily).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal, Mapping, Optional
+
+from tt_stagekit.stageconfig import Example, StageRequest, parse_request
+
+
+@dataclass(frozen=True)
+class FoundationConfig:
+    """`spec.foundation`: every knob of the engine (docs/foundation.md)."""
+
+    corpus_path: Optional[Path] = None
+    validation_path: Optional[Path] = None
+    checkpoint_backup_dir: Optional[Path] = None
+    depth: int = 4
+    vocab_size: int = 8192
+    tokenizer_max_chars: int = 10_000_000
+    max_chars: int = 1_000_000_000
+    bpb_max_chars: int = 4_000_000
+    init_model: Optional[Path] = None
+    pretrain_steps: int = 1000
+    sequence_length: int = 512
+    batch_size: int = 8
+    gradient_accumulation_steps: int = 1
+    learning_rate: Optional[float] = None
+    weight_decay: float = 0.1
+    warmup_steps: int = 20
+    min_lr_ratio: float = 0.1
+    gradient_clip: float = 1.0
+    bf16: bool = True
+    checkpoint_interval_steps: int = 100
+    checkpoint_interval_seconds: float = 1800.0
+    keep_checkpoints: int = 3
+    log_interval_steps: int = 10
+    seed: int = 1337
+    finetune_steps: int = 100
+    rl_steps: int = 0
+    nproc_per_node: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: Optional[str] = None
+    device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
+    compile: bool = False
+
+    def peak_learning_rate(self, width: Optional[int] = None) -> float:
+        """`learning_rate`, else derived from the model width: `width` when given (SFT and RL, whose model may
+        come from `init_model`), else that of `depth`."""
+        if self.learning_rate is not None:
+            return self.learning_rate
+        from tt_engine_foundation.runtime.model import ASPECT_RATIO, derived_learning_rate
+
+        return derived_learning_rate(width // ASPECT_RATIO if width is not None else self.depth)
+
+
+@dataclass(frozen=True)
+class FoundationSpec:
+    """The parts of the spec the foundation's stages read (the engine-neutral rest is the host's)."""
+
+    extra_keys: ClassVar[str] = "ignore"
+
+    foundation: FoundationConfig = field(default_factory=FoundationConfig)
+    examples: tuple[Example, ...] = ()
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a run's files live. With `init_model` (SFT/RL from an existing foundation model) the
+    tokenizer and the base model are that model folder's, and nothing is pretrained in the run."""
+
+    run_dir: Path
+    init_model: Optional[Path] = None
+
+    @property
+    def tokenizer_dir(self) -> Path:
+        return self.run_dir / "tokenizer"
+
+    @property
+    def tokenizer_json(self) -> Path:
+        if self.init_model is not None:
+            return self.init_model / "tokenizer.json"
+        return self.tokenizer_dir / "tokenizer.json"
+
+    @property
+    def base_model(self) -> Path:
+        """The model SFT starts from: this run's pretrained model, or `init_model`."""
+        return self.init_model if self.init_model is not None else self.model_dir("pretrain")
+
+    @property
+    def recovery(self) -> Path:
+        return self.run_dir / "pretrain" / "recovery"
+
+    @property
+    def tokens_bin(self) -> Path:
+        return self.recovery / "pretrain-tokens.bin"
+
+    @property
+    def tokens_manifest(self) -> Path:
+        return self.recovery / "pretrain-tokens.manifest.json"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.recovery / "checkpoints"
+
+    @property
+    def heartbeats(self) -> Path:
+        return self.recovery / "training-metrics.jsonl"
+
+    @property
+    def sft_checkpoints(self) -> Path:
+        return self.run_dir / "sft" / "recovery" / "checkpoints"
+
+    def model_dir(self, stage: str) -> Path:
+        return self.run_dir / stage / "model"
+
+    def has_pretrain_checkpoints(self) -> bool:
+        from tt_engine_foundation.runtime.checkpoint import list_steps
+
+        return bool(list_steps(self.checkpoints))
+
+
+@dataclass(frozen=True)
+class FoundationRequest(StageRequest):
+    """A stage request of the foundation engine."""
+
+    spec: FoundationSpec
+
+    @property
+    def cfg(self) -> FoundationConfig:
+        return self.spec.foundation
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(self.run_dir, self.cfg.init_model)
+
+    @property
+    def device_choice(self) -> str:
+        """The `--device` option, else the spec's `foundation.device` (`auto` picks the best present)."""
+        return self.device if self.device != "auto" else self.cfg.device
+
+    @property
+    def answers(self) -> list[str]:
+        """Every answer the run trains on: the examples' outputs and the training rows' assistant turns."""
+        found = [e.output for e in self.spec.examples]
+        return found + [m["content"] for r in self.train_rows for m in r["messages"][-1:] if m["role"] == "assistant"]
+
+
+def parse(request: Mapping[str, Any]) -> FoundationRequest:
+    return parse_request(FoundationRequest, request)
