@@ -75,3 +75,17 @@ def test_dry_run_and_doctor_tables_are_literal_and_unfolded(tt_in, tmp_path):
     assert snapshot(tmp_path) == before
     out = tt_in("doctor", path)
     assert "echo device" in out.stdout and all(len(line) > 0 for line in out.stdout.splitlines()[:1])
+
+
+def test_runs_list_skips_unreadable_run_files_and_lists_the_rest(tt_in, tmp_path):
+    runs = tmp_path / ".tuned-tensor" / "runs"
+    for name, text in (("a-good", json.dumps({"id": "a-good", "engine": "echo", "status": "completed",
+                                             "spec_name": "[/x] evil"})),
+                       ("b-huge", '{"id": ' + "9" * 5000 + "}"), ("c-deep", "[" * 5000 + "]" * 5000),
+                       ("d-list", "[1, 2]"), ("e-bytes", "\udcff")):
+        (runs / name).mkdir(parents=True)
+        (runs / name / "run.json").write_text(text, errors="surrogateescape")
+    code, out = tt_in.json("runs", "list", tmp_path)
+    assert code == 0 and [r["id"] for r in out["runs"]] == ["a-good"], out
+    human = tt_in("runs", "list", tmp_path)
+    assert human.code == 0 and "[/x] evil" in human.stdout

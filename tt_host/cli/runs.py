@@ -26,7 +26,9 @@ def list_runs(
     for path in found:
         try:
             state = RunDir(path).load()
-        except (OSError, json.JSONDecodeError):
+        except (OSError, ValueError, RecursionError):  # unreadable, not JSON, JSON beyond the parser's limits
+            continue
+        if not isinstance(state, dict):
             continue
         rows.append({"run_dir": str(path.absolute()), "id": state.get("id"), "engine": state.get("engine"),
                      "status": state.get("status"), "spec": state.get("spec_name"),
