@@ -89,3 +89,12 @@ def test_runs_list_skips_unreadable_run_files_and_lists_the_rest(tt_in, tmp_path
     assert code == 0 and [r["id"] for r in out["runs"]] == ["a-good"], out
     human = tt_in("runs", "list", tmp_path)
     assert human.code == 0 and "[/x] evil" in human.stdout
+
+
+def test_dataset_key_with_markup_is_named_literally(tt_in, tmp_path):
+    spec = echo_spec()
+    spec["evaluation"] = {"general_regression": {"dataset": "general.jsonl"}}
+    path = write_spec(tmp_path / "s", spec)
+    (tmp_path / "s" / "general.jsonl").write_text(json.dumps({"[/x]": 1, "messages": []}) + "\n")
+    out = tt_in("validate", path)
+    assert out.code == 2 and "general.jsonl:1: unknown key '[/x]'" in out.stderr, out.stderr
