@@ -21,11 +21,12 @@ import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from tt_host import __version__
 from tt_host import envs, gate
 from tt_host.console import QuietReporter
+from tt_host.engine import Stage
 from tt_host.fsutil import make_private_dir, remove_tree, write_json_atomic
 from tt_host.models import VerifyError, register
 from tt_host.plugins import Plugins, call_hookimpl
@@ -35,6 +36,7 @@ from tt_host.runs.decide import Decision, decide, refusal
 from tt_host.runs.fingerprint import canonical, chain
 from tt_host.runs.store import RunDir, now
 from tt_host.scoring import read_predictions, score
+from tt_host.spec.general import GeneralSet
 from tt_host.spec.loading import LoadedSpec
 from tt_stagekit.userinput import os_reason, special_kind
 
@@ -52,6 +54,46 @@ class RunOutcome:
     status: str
     report: dict[str, Any] = field(default_factory=dict)
     error: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class RunCall:
+    """One `tt run` as every stage of it sees it: the validated spec, the plugins, the locked run
+    directory, the `--device` choice, where progress goes, the spec's digest and whether the run existed."""
+
+    loaded: LoadedSpec
+    plugins: Plugins
+    run: RunDir
+    device: Optional[str]
+    reporter: QuietReporter
+    digest: str
+    existed: bool
+
+
+@dataclass(frozen=True)
+class StageCall:
+    """One stage invocation of a run: what `_run_one` turns into the stage's request.json and subprocess."""
+
+    call: RunCall
+    env: envs.EnvInfo
+    stage: Stage
+    fingerprint: str
+    resume: bool
+    completed: Mapping[str, Any]  # earlier completed stages: {name: {"dir", "result"}}
+    general: Optional[GeneralSet]
+
+
+@dataclass
+class _Tally:
+    """What the finished stages of a run add up to, for the report."""
+
+    metrics: dict[str, Any] = field(default_factory=dict)
+    series: dict[str, list] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    models: list[dict[str, Any]] = field(default_factory=list)
+    actions: dict[str, str] = field(default_factory=dict)
+    completed: dict[str, Any] = field(default_factory=dict)
+    general_answers: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 def new_run_id(spec_sha: str) -> str:
@@ -166,7 +208,7 @@ def execute(
             decisions = _check_resume(state, loaded, run, plan)
         elif not _fresh(run.path):
             raise RunRefused(f"{run.path} exists and is not a tt run directory; pass an empty or new folder")
-        return _drive(loaded, plugins, run, plan, decisions, digest, device, reporter, existed)
+        return _drive(RunCall(loaded, plugins, run, device, reporter, digest, existed), plan, decisions)
     finally:
         run.unlock()
         if made and not run.exists():  # nothing was run: leave no folder behind
@@ -182,145 +224,165 @@ def _fresh(path: Path) -> bool:
     return path.is_dir() and all(entry.name == ".tt-run.lock" for entry in path.iterdir())
 
 
-def _drive(loaded, plugins, run: RunDir, plan, decisions, digest, device, reporter, existed) -> RunOutcome:
-    engine, spec, compiled = loaded.engine, loaded.spec, loaded.compiled
+def _drive(call: RunCall, plan: list, decisions: list[Decision]) -> RunOutcome:
+    """Make the environment ready, open the run's state, run or reuse each stage, write the report."""
     with _TermAsInterrupt():
         try:
-            reporter.message(f"preparing the {engine.name} environment…")
-            env = envs.ensure_env(engine, log=lambda line: None)
+            call.reporter.message(f"preparing the {call.loaded.engine.name} environment…")
+            env = envs.ensure_env(call.loaded.engine, log=lambda line: None)
             if env.built:
-                reporter.message(f"built environment {env.path.name} in {env.seconds:.0f}s")
+                call.reporter.message(f"built environment {env.path.name} in {env.seconds:.0f}s")
         except KeyboardInterrupt:
-            return RunOutcome(EXIT_INTERRUPTED, run.path, "interrupted", error="interrupted while building the environment")
+            return RunOutcome(EXIT_INTERRUPTED, call.run.path, "interrupted",
+                              error="interrupted while building the environment")
         except envs.EnvBuildError as exc:
-            return RunOutcome(EXIT_FAILED, run.path, "failed", error=str(exc))
+            return RunOutcome(EXIT_FAILED, call.run.path, "failed", error=str(exc))
 
-    if not existed:
-        state = {
-            "format": 1, "id": run.path.name, "engine": engine.name,
-            "engine_distribution": engine.distribution, "engine_version": engine.distribution_version,
-            "host_version": __version__, "spec_name": spec.name, "spec_path": str(loaded.path),
-            "spec_sha256": digest, "system_message_sha256": compiled.system_message_sha256,
-            "env_key": env.key, "created_at": now(), "status": "running",
-            "stages": {stage.name: {"state": "pending"} for stage, _, _ in plan},
-        }
-        run.create(state, spec.model_dump(mode="json"))
-    else:
-        state = run.load()
-        if state.get("spec_sha256") != digest:
-            write_json_atomic(run.spec_json, spec.model_dump(mode="json"))
-            state["spec_sha256"] = digest
-        state["status"] = "running"
-        state["env_key"] = env.key
-        for stage, _, _ in plan:
-            state["stages"].setdefault(stage.name, {"state": "pending"})
-        run.save(state)
-
-    metrics: dict[str, Any] = {}
-    series: dict[str, list] = {}
-    notes: list[str] = []
-    models: list[dict[str, Any]] = []
-    completed: dict[str, Any] = {}
-    exit_code, error = EXIT_OK, None
-    references = compiled.references()
+    state = _open_state(call, env, plan)
+    spec = call.loaded.spec
     policy = spec.evaluation.general_regression if spec.evaluation else None
     general = policy.load() if policy else None
-    general_answers: dict[str, dict[str, str]] = {}
-
-    actions: dict[str, str] = {}
+    tally = _Tally()
+    exit_code, error = EXIT_OK, None
     for (stage, inputs, fingerprint), decision in zip(plan, decisions):
         record = state["stages"][stage.name]
         if decision.action == "skip":
             record.update(state="skipped", fingerprint=fingerprint, inputs=inputs)
-            actions[stage.name] = "skipped"
-            run.save(state)
+            tally.actions[stage.name] = "skipped"
+            call.run.save(state)
             continue
         if decision.action == "reuse":
-            result = run.read_result(stage.name) or {}
-            actions[stage.name] = "reused"
-            reporter.message(f"{stage.name}: completed earlier with the same inputs, verified, reused", "dim")
+            result = call.run.read_result(stage.name) or {}
+            tally.actions[stage.name] = "reused"
+            call.reporter.message(f"{stage.name}: completed earlier with the same inputs, verified, reused", "dim")
         else:
             if decision.action == "rerun":
-                reporter.message(f"{stage.name}: {decision.reason}", "yellow")
-                remove_tree(run.stage_dir(stage.name))
-            actions[stage.name] = {"rerun": "ran again", "resume": "resumed"}.get(decision.action, "ran")
+                call.reporter.message(f"{stage.name}: {decision.reason}", "yellow")
+                remove_tree(call.run.stage_dir(stage.name))
+            tally.actions[stage.name] = {"rerun": "ran again", "resume": "resumed"}.get(decision.action, "ran")
             record.update(state="running", fingerprint=fingerprint, inputs=inputs, started_at=now(),
                           exit_code=None, error=None)
-            run.save(state)
-            result, code, err = _run_one(loaded, plugins, run, env, stage, fingerprint, decision.resume, device,
-                                         completed, reporter, general)
+            call.run.save(state)
+            result, code, err = _run_one(StageCall(call, env, stage, fingerprint, decision.resume,
+                                                   dict(tally.completed), general))
             record.update(finished_at=now(), exit_code=code, seconds=round(result.pop("_seconds", 0.0), 3))
             if code == EXIT_OK:
-                record.update(state="completed", result_sha256=run.result_digest(stage.name))
+                record.update(state="completed", result_sha256=call.run.result_digest(stage.name))
             else:
                 record.update(state="interrupted" if code == EXIT_INTERRUPTED else "failed", error=err)
-                run.save(state)
+                call.run.save(state)
                 exit_code = code if code in (EXIT_INTERRUPTED, EXIT_INVALID) else EXIT_FAILED
                 error = err
                 break
-        completed[stage.name] = {"dir": str(run.stage_dir(stage.name)), "result": result}
-        metrics.update(result.get("metrics") or {})
-        series.update(result.get("series") or {})
-        notes += [n for n in result.get("notes") or [] if isinstance(n, str)]
         try:
-            if stage.evaluates and result.get("predictions"):
-                predictions = read_predictions(run.stage_dir(stage.name) / result["predictions"])
-                metrics.update(score(predictions, references, stage.evaluates))
-                metrics["eval.count"] = metrics[f"{stage.evaluates}.count"]
-            if general is not None and gate.side(stage) and result.get("general_predictions"):
-                answers = read_predictions(run.stage_dir(stage.name) / result["general_predictions"])
-                general_answers[gate.side(stage)] = answers
-                metrics.update(score(answers, general.references(), f"{gate.side(stage)}.general"))
-            for artifact in result.get("artifacts") or []:
-                path = Path(artifact["path"])
-                path = path if path.is_absolute() else run.path / path
-                models.append(register(path, run_id=state["id"], run_dir=run.path, spec_name=spec.name,
-                                       engine=engine.name, kind=artifact.get("kind", "model")))
-                reporter.message(f"registered model {models[-1]['id']}", "green")
+            _take_result(call, state, stage, result, tally, general)
         except (ValueError, VerifyError, KeyError, OSError) as exc:
             record.update(state="failed", error=str(exc))
             exit_code, error = EXIT_FAILED, str(exc)
-            run.save(state)
+            call.run.save(state)
             break
-        run.save(state)
+        call.run.save(state)
+    return _finish(call, state, tally, exit_code, error, policy, general)
 
+
+def _open_state(call: RunCall, env: envs.EnvInfo, plan: list) -> dict[str, Any]:
+    """The run's state (run.json): created for a new run, brought up to date for a resumed one."""
+    engine, spec, compiled, run = call.loaded.engine, call.loaded.spec, call.loaded.compiled, call.run
+    if not call.existed:
+        state = {
+            "format": 1, "id": run.path.name, "engine": engine.name,
+            "engine_distribution": engine.distribution, "engine_version": engine.distribution_version,
+            "host_version": __version__, "spec_name": spec.name, "spec_path": str(call.loaded.path),
+            "spec_sha256": call.digest, "system_message_sha256": compiled.system_message_sha256,
+            "env_key": env.key, "created_at": now(), "status": "running",
+            "stages": {stage.name: {"state": "pending"} for stage, _, _ in plan},
+        }
+        run.create(state, spec.model_dump(mode="json"))
+        return state
+    state = run.load()
+    if state.get("spec_sha256") != call.digest:
+        write_json_atomic(run.spec_json, spec.model_dump(mode="json"))
+        state["spec_sha256"] = call.digest
+    state["status"] = "running"
+    state["env_key"] = env.key
+    for stage, _, _ in plan:
+        state["stages"].setdefault(stage.name, {"state": "pending"})
+    run.save(state)
+    return state
+
+
+def _take_result(call: RunCall, state: dict[str, Any], stage: Stage, result: dict[str, Any], tally: _Tally,
+                 general: Optional[GeneralSet]) -> None:
+    """Add a completed stage's result to the tally: metrics, series, notes, scores, registered models."""
+    run = call.run
+    tally.completed[stage.name] = {"dir": str(run.stage_dir(stage.name)), "result": result}
+    tally.metrics.update(result.get("metrics") or {})
+    tally.series.update(result.get("series") or {})
+    tally.notes += [n for n in result.get("notes") or [] if isinstance(n, str)]
+    if stage.evaluates and result.get("predictions"):
+        predictions = read_predictions(run.stage_dir(stage.name) / result["predictions"])
+        tally.metrics.update(score(predictions, call.loaded.compiled.references(), stage.evaluates))
+        tally.metrics["eval.count"] = tally.metrics[f"{stage.evaluates}.count"]
+    if general is not None and gate.side(stage) and result.get("general_predictions"):
+        answers = read_predictions(run.stage_dir(stage.name) / result["general_predictions"])
+        tally.general_answers[gate.side(stage)] = answers
+        tally.metrics.update(score(answers, general.references(), f"{gate.side(stage)}.general"))
+    for artifact in result.get("artifacts") or []:
+        path = Path(artifact["path"])
+        path = path if path.is_absolute() else run.path / path
+        tally.models.append(register(path, run_id=state["id"], run_dir=run.path, spec_name=call.loaded.spec.name,
+                                     engine=call.loaded.engine.name, kind=artifact.get("kind", "model")))
+        call.reporter.message(f"registered model {tally.models[-1]['id']}", "green")
+
+
+def _finish(call: RunCall, state: dict[str, Any], tally: _Tally, exit_code: int, error: Optional[str], policy,
+            general: Optional[GeneralSet]) -> RunOutcome:
+    """Record the run's end state and write report.json / report.md."""
+    run = call.run
     state["status"] = {EXIT_OK: "completed", EXIT_INTERRUPTED: "interrupted"}.get(exit_code, "failed")
     if error:
         state["error"] = error
     run.save(state)
-    report = build_report(state, metrics, series, notes, models, actions)
+    report = build_report(state, tally.metrics, tally.series, tally.notes, tally.models, tally.actions)
     if policy is not None:
-        report["general_regression"] = gate.evaluate(policy, general, general_answers)
+        report["general_regression"] = gate.evaluate(policy, general, tally.general_answers)
     if error:
         report["error"] = error
     if state["status"] == "interrupted":
-        report["resume"] = f"tt run {loaded.path} --resume {run.path}"
-    write_report(run.path, report, series)
+        report["resume"] = f"tt run {call.loaded.path} --resume {run.path}"
+    write_report(run.path, report, tally.series)
     return RunOutcome(exit_code, run.path, state["status"], report, error)
 
 
-def _run_one(loaded, plugins, run: RunDir, env, stage, fingerprint, resume, device, completed, reporter, general):
-    spec, compiled, engine = loaded.spec, loaded.compiled, loaded.engine
+def _request(call: StageCall, stage_dir: Path, result_path: Path) -> dict[str, Any]:
+    """The stage's request.json (docs/protocol.md)."""
+    loaded, stage, general = call.call.loaded, call.stage, call.general
+    spec_data = loaded.spec.model_dump(mode="json")
+    return {
+        "protocol": 1, "engine": loaded.engine.name, "stage": stage.name,
+        "run_dir": str(call.call.run.path), "stage_dir": str(stage_dir), "result_path": str(result_path),
+        "spec": spec_data, "spec_dir": str(loaded.path.parent),
+        "system_message": loaded.compiled.system_message,
+        "system_message_sha256": loaded.compiled.system_message_sha256,
+        "train_rows": loaded.compiled.train_rows if stage.gets_train_rows else [],
+        "eval_prompts": loaded.compiled.eval_prompts() if stage.evaluates else [],
+        "general_prompts": general.prompts() if general is not None and gate.side(stage) else [],
+        "device": call.call.device or _spec_device(spec_data) or "auto",
+        "resume": call.resume, "fingerprint": call.fingerprint, "stages": dict(call.completed),
+    }
+
+
+def _run_one(call: StageCall) -> tuple[dict[str, Any], int, Optional[str]]:
+    """Run one stage as a subprocess in the engine environment: (its result, exit code, error)."""
+    run, stage, reporter = call.call.run, call.stage, call.call.reporter
     stage_dir = make_private_dir(run.stage_dir(stage.name))
     make_private_dir(run.logs)
     result_path = run.result_path(stage.name)
     result_path.unlink(missing_ok=True)
-    spec_data = spec.model_dump(mode="json")
-    request = {
-        "protocol": 1, "engine": engine.name, "stage": stage.name,
-        "run_dir": str(run.path), "stage_dir": str(stage_dir), "result_path": str(result_path),
-        "spec": spec_data, "spec_dir": str(loaded.path.parent),
-        "system_message": compiled.system_message, "system_message_sha256": compiled.system_message_sha256,
-        "train_rows": compiled.train_rows if stage.gets_train_rows else [],
-        "eval_prompts": compiled.eval_prompts() if stage.evaluates else [],
-        "general_prompts": general.prompts() if general is not None and gate.side(stage) else [],
-        "device": device or _spec_device(spec_data) or "auto",
-        "resume": resume, "fingerprint": fingerprint, "stages": completed,
-    }
     request_path = stage_dir / "request.json"
-    write_json_atomic(request_path, request)
+    write_json_atomic(request_path, _request(call, stage_dir, result_path))
     reporter.stage_started(stage.name, stage.description)
-    observers = plugins.manager.hook.tt_stage_event.get_hookimpls()
+    observers = call.call.plugins.manager.hook.tt_stage_event.get_hookimpls()
 
     def on_event(event: dict[str, Any]) -> None:
         reporter.event(stage.name, event)
@@ -330,9 +392,10 @@ def _run_one(loaded, plugins, run: RunDir, env, stage, fingerprint, resume, devi
             except Exception as exc:  # an observer never stops a run
                 reporter.message(f"observer {impl.plugin_name!r} failed on {event.get('type')}: {exc}", "yellow")
 
-    on_event({"type": "stage_start", "stage": stage.name, "resume": resume})
-    outcome = run_stage(env.python, stage.arguments(spec), request_path, run.path, run.logs / f"{stage.name}.log",
-                        on_event, keep_fds=run.lock_fds(), on_started=lambda pid: run.note_stage(stage.name, pid))
+    on_event({"type": "stage_start", "stage": stage.name, "resume": call.resume})
+    outcome = run_stage(call.env.python, stage.arguments(call.call.loaded.spec), request_path, run.path,
+                        run.logs / f"{stage.name}.log", on_event, keep_fds=run.lock_fds(),
+                        on_started=lambda pid: run.note_stage(stage.name, pid))
     result = run.read_result(stage.name) if outcome.exit_code == EXIT_OK else None
     code, err = outcome.exit_code, outcome.last_error
     if code == EXIT_OK and (result is None or result.get("status") != "completed"):
