@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from tt_engine_adapter import fingerprint
+from tt_stagekit.manifest import file_entries
 from tt_stagekit.protocol import atomic_write_json
 
 MANIFEST = "artifact-manifest.json"
@@ -48,10 +49,11 @@ def verify_manifest(folder: str | Path) -> list[str]:
     folder = Path(folder)
     try:
         manifest = json.loads((folder / MANIFEST).read_text())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         return [f"{folder / MANIFEST}: {exc}"]
-    problems = []
-    for entry in manifest.get("files", []):
+    entries, refused = file_entries(folder, manifest)  # paths outside the folder are refused, never hashed
+    problems = [f"{what}: {why}" for what, why in refused]
+    for entry in entries:
         path = folder / entry["path"]
         if not path.is_file():
             problems.append(f"{entry['path']}: missing")
