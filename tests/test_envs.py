@@ -5,6 +5,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -82,15 +83,65 @@ def test_offline_build_uses_only_uv_cache(tt, tmp_path):
     assert not list(Path(tt.env["TT_ENVS_DIR"]).glob("*/.tt-env-complete.json"))
 
 
-def test_gc_removes_environments_no_engine_uses(tt, tmp_path):
-    tt.env["TT_ENVS_DIR"] = str(tmp_path / "envs")
+def _tt_made(folder: Path, key: str) -> Path:
+    """A folder as tt leaves an environment: bin/, and the complete-marker naming its key."""
+    (folder / "bin").mkdir(parents=True)
+    (folder / "bin" / "python").write_bytes(b"x" * 40_000)
+    (folder / ".tt-env-complete.json").write_text(json.dumps({"engine": "echo", "key": key}))
+    return folder
+
+
+def test_gc_removes_only_environments_tt_made_and_nobody_uses(tt, tmp_path):
+    """Only tt-made (marker), unused (lock), non-current environments go; a dry run by default off a terminal;
+    it says what it freed; a running `tt run` keeps its environment even when no installed engine names it."""
+    envs = tmp_path / "envs"
+    tt.env["TT_ENVS_DIR"] = str(envs)
     assert tt("engines", "prepare", "echo").returncode == 0
-    stale = tmp_path / "envs" / "echo-0123456789abcdef"
-    (stale / "bin").mkdir(parents=True)
-    code, out = tt.json("engines", "gc")
-    assert out["removed"] == [str(stale)]
-    code, listing = tt.json("engines", "list")
-    assert echo_entry(listing)["env_ready"] is True
+    (current,) = [p for p in envs.iterdir() if p.is_dir()]
+    stale = _tt_made(envs / "echo-0123456789abcdef", "0123456789abcdef")
+    foreign = [envs / "my-data", envs / "echo-aaaaaaaaaaaaaaaa"]  # not made by tt: no marker, no build lock
+    for folder in foreign:
+        (folder / "bin").mkdir(parents=True)
+    held = _tt_made(envs / "other-bbbbbbbbbbbbbbbb", "bbbbbbbbbbbbbbbb")  # another checkout's env, in use
+    holder = subprocess.Popen([sys.executable, "-c",
+                               "import fcntl, os, sys; "  # what a tt using that environment holds
+                               f"fd = os.open({str(envs / (held.name + '.lock'))!r}, os.O_RDWR | os.O_CREAT); "
+                               "fcntl.flock(fd, fcntl.LOCK_SH); print('held', flush=True); sys.stdin.read()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=tt.env)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        code, out = tt.json("engines", "gc")  # not a terminal: a dry run
+        assert code == 0 and out["dry_run"] is True and out["would_remove"] == [str(stale)], out
+        assert out["removed"] == [] and out["bytes"] >= 40_000 and stale.exists()
+        kept = {k["path"]: k["reason"] for k in out["kept"]}
+        assert "in use" in kept[str(held)] and "installed engine" in kept[str(current)]
+        assert all("not made by tt" in kept[str(f)] for f in foreign)
+        proc = tt("engines", "gc")
+        assert "would remove" in proc.stdout and "--delete" in proc.stdout and stale.exists()
+
+        code, out = tt.json("engines", "gc", "--delete")
+        assert out["removed"] == [str(stale)] and out["freed_bytes"] >= 40_000, out
+        assert not stale.exists() and held.exists() and all(f.exists() for f in foreign)
+    finally:
+        holder.communicate("", timeout=30)
+    code, out = tt.json("engines", "gc", "--delete")
+    assert out["removed"] == [str(held)]
+
+    # a run in progress holds its environment: gc with the engine uninstalled still keeps it
+    spec = write_spec(tmp_path / "s", echo_spec(steps=400, step_seconds=0.05))
+    run = tt.popen("run", spec, "--resume", tmp_path / "run")
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "run" / "train" / "state.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        tt.env["TT_DISABLE_PLUGINS"] = "echo"
+        code, out = tt.json("engines", "gc", "--delete")
+        assert out["removed"] == [] and "in use" in {k["path"]: k["reason"] for k in out["kept"]}[str(current)], out
+    finally:
+        run.send_signal(signal.SIGTERM)
+        run.communicate(timeout=120)
+    code, out = tt.json("engines", "gc", "--delete")
+    assert out["removed"] == [str(current)] and not current.exists()
 
 
 def test_run_uses_a_prepared_environment(tt, tmp_path):

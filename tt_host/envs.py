@@ -29,10 +29,12 @@ over. `TT_OFFLINE=1` (or `offline=True`) builds from uv's cache only.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import subprocess
@@ -43,7 +45,8 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from tt_host.engine import Engine
-from tt_host.fsutil import FileLock, LockHeld, write_json_atomic
+from tt_host.fsutil import FileLock, LockHeld, remove_tree, write_json_atomic
+from tt_host.ids import inside
 from tt_host import runtime_lock
 
 MARKER = ".tt-env-complete.json"
@@ -160,6 +163,7 @@ def ensure_env(
     key = env_key(engine)
     path = envs_root() / f"{engine.name}-{key}"
     if is_ready(path):
+        hold(path)
         return EnvInfo(engine.name, key, path, env_python(path), False, time.monotonic() - started)
     if offline is None:
         offline = os.environ.get("TT_OFFLINE", "") not in ("", "0")
@@ -167,6 +171,8 @@ def ensure_env(
     lock = FileLock(path.parent / f"{path.name}.lock", holder=f"pid {os.getpid()} building {path.name}")
     with lock:
         if is_ready(path):  # another process finished it while we waited
+            lock.release()
+            hold(path)
             return EnvInfo(engine.name, key, path, env_python(path), False, time.monotonic() - started)
         if path.exists():
             log(f"removing incomplete environment {path}")
@@ -182,6 +188,7 @@ def ensure_env(
              "interpreter": interpreter_tag(), "platform": platform_tag(),
              "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
         )
+    hold(path)
     return EnvInfo(engine.name, key, path, env_python(path), True, time.monotonic() - started)
 
 
@@ -244,30 +251,84 @@ def list_envs() -> list[Path]:
     return sorted(p for p in root.iterdir() if p.is_dir())
 
 
-def gc(engines: Iterable[Engine]) -> list[Path]:
-    """Remove every environment (complete or not) that no installed engine uses now."""
+ENV_NAME = re.compile(r"[a-z][a-z0-9_-]*-[0-9a-f]{16}")
+_IN_USE: list[int] = []  # descriptors of the shared locks this process holds on the environments it uses
+
+
+def hold(path: Path) -> None:
+    """Mark the environment at `path` in use by this process (a shared flock on `<name>.lock`, kept until the
+    process exits), so `tt engines gc` in another process never deletes it under a running stage or server."""
+    fd = os.open(path.parent / f"{path.name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+    except OSError:
+        os.close(fd)
+        return
+    _IN_USE.append(fd)
+
+
+def tt_made(path: Path) -> bool:
+    """Whether tt built this folder: an `<engine>-<key>` name, and the complete-marker naming that key, or the
+    build lock tt takes beside every environment it builds (an interrupted build)."""
+    if not ENV_NAME.fullmatch(path.name) or path.is_symlink() or not path.is_dir():
+        return False
+    marker = describe(path)
+    if marker:
+        return path.name.endswith("-" + str(marker.get("key")))
+    return (path.parent / f"{path.name}.lock").is_file()
+
+
+def folder_bytes(path: Path) -> int:
+    total = 0
+    for root, dirs, files in os.walk(path):
+        for name in files + dirs:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_blocks * 512
+            except OSError:
+                continue
+    return total
+
+
+@dataclass
+class GcResult:
+    removed: list[tuple[Path, int]]  # (folder, bytes): removed, or that would be in a dry run
+    kept: list[tuple[Path, str]]  # (folder, why it stays)
+
+
+def gc(engines: Iterable[Engine], dry_run: bool = False) -> GcResult:
+    """Remove the environments tt built that no installed engine uses now and no process is using.
+    Folders tt did not make, the current ones, and ones in use (or being built) are kept, with the reason."""
     keep = set()
     for engine in engines:
         try:
             keep.add(env_dir(engine).name)
         except EnvBuildError:
             continue
-    removed = []
+    result = GcResult([], [])
+    root = envs_root()
     for path in list_envs():
         if path.name in keep:
+            result.kept.append((path, "used by an installed engine"))
+            continue
+        if not tt_made(path):
+            result.kept.append((path, "not made by tt (no environment marker or build lock); left alone"))
             continue
         lock = FileLock(path.parent / f"{path.name}.lock", holder=f"pid {os.getpid()} removing {path.name}")
         try:
             lock.acquire()
         except LockHeld:
-            continue  # being built right now
+            result.kept.append((path, "in use by a running tt (or being built)"))
+            continue
         try:
-            shutil.rmtree(path)
-            removed.append(path)
+            size = folder_bytes(path)
+            if not dry_run:
+                remove_tree(inside(path, root))
+            result.removed.append((path, size))
         finally:
             lock.release()
-            (path.parent / f"{path.name}.lock").unlink(missing_ok=True)
-    return removed
+            if not dry_run:
+                (path.parent / f"{path.name}.lock").unlink(missing_ok=True)
+    return result
 
 
 def describe(path: Path) -> dict:

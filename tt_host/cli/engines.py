@@ -81,17 +81,45 @@ def prepare(
 
 
 @app.command()
-def gc(json_mode: bool = JsonOption) -> None:
-    """Remove environments that no installed engine uses."""
+def gc(
+    dry_run: Optional[bool] = typer.Option(
+        None, "--dry-run/--delete",
+        help="Only show what would be deleted (the default when stdout is not a terminal), or delete it."),
+    json_mode: bool = JsonOption,
+) -> None:
+    """Remove environments tt built that no installed engine uses and no running tt holds."""
+    import sys
+
     from tt_host import envs
 
-    removed = envs.gc(load_plugins().engines.values())
+    if dry_run is None:
+        dry_run = not sys.stdout.isatty()
+    result = envs.gc(load_plugins().engines.values(), dry_run=dry_run)
+    freed = sum(size for _, size in result.removed)
     if json_mode:
-        emit_json({"removed": [str(p) for p in removed]})
+        emit_json({"dry_run": dry_run, "removed": [] if dry_run else [str(p) for p, _ in result.removed],
+                   "would_remove": [str(p) for p, _ in result.removed] if dry_run else [],
+                   "freed_bytes": 0 if dry_run else freed, "bytes": freed,
+                   "kept": [{"path": str(p), "reason": why} for p, why in result.kept]})
+        return
+    verb = "would remove" if dry_run else "removed"
+    for path, size in result.removed:
+        console.print(f"{verb} {path} ({_size(size)})", markup=False, soft_wrap=True)
+    for path, why in result.kept:
+        err.print(f"kept {path}: {why}", markup=False, soft_wrap=True)
+    if dry_run:
+        console.print(f"dry run: {len(result.removed)} environment(s), {_size(freed)} would be freed; "
+                      "run `tt engines gc --delete` to delete them", markup=False, soft_wrap=True)
     else:
-        for path in removed:
-            console.print(f"removed {path}")
-        console.print(f"{len(removed)} environment(s) removed")
+        console.print(f"{len(result.removed)} environment(s) removed, {_size(freed)} freed", markup=False)
+
+
+def _size(count: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    return f"{count} B"
 
 
 @app.command()
