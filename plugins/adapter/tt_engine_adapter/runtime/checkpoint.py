@@ -97,7 +97,20 @@ def latest(root: Path, stage_fingerprint: str) -> Optional[tuple[Path, dict[str,
 def saved_world_size(path: Path) -> int:
     import torch
 
-    return int(torch.load(path / "rng.pt", map_location="cpu", weights_only=False).get("world_size", 1))
+    return int(load_plain(path / "rng.pt").get("world_size", 1))
+
+
+def load_plain(path: Path) -> Any:
+    """A `.pt` file holding tensors and plain data only (`weights_only=True`: loading never runs code from it)."""
+    import pickle
+
+    import torch
+
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise InvalidInput(f"{path} holds more than tensors and plain data, so it is not loaded (loading it could "
+                           f"run code): {str(exc).splitlines()[0]}; start a new run directory") from None
 
 
 def set_rng(rng: dict[str, Any]) -> None:
@@ -125,8 +138,8 @@ def restore(path: Path, model: Any, optimizer: Any) -> None:
     with torch.no_grad():
         for name, tensor in weights.items():
             params[name].copy_(tensor.to(params[name].device, params[name].dtype))
-    optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location="cpu", weights_only=False))
-    rng = torch.load(path / "rng.pt", map_location="cpu", weights_only=False)
+    optimizer.load_state_dict(load_plain(path / "optimizer.pt"))
+    rng = load_plain(path / "rng.pt")
     torch.set_rng_state(rng["torch"])
     random.setstate(rng["python"])
     if "cuda" in rng and torch.cuda.is_available():

@@ -213,9 +213,7 @@ def _restore_everywhere(path: Path, model: Any, optimizer: Any) -> None:
         else:
             checkpoint.restore(path, model, optimizer)
             if ctx.enabled:
-                import torch
-
-                rng = torch.load(path / "rng.pt", map_location="cpu", weights_only=False)
+                rng = checkpoint.load_plain(path / "rng.pt")
                 payload = ("ok", D.on_cpu(optimizer.state_dict()), rng["ranks"])
             else:
                 payload = ("ok", None, None)

@@ -2,7 +2,8 @@
 
 A checkpoint is a folder `step-<9 digits>/` holding `model.safetensors`,
 `optimizer.pt` (AdamW state), `trainer-state.pt` (scheduler, CPU/CUDA/numpy
-RNG of every rank, the world size, counters) and `metadata.json` (step, samples consumed, tokens seen, last
+RNG of every rank, the world size, counters; tensors and plain data only, read
+back with `weights_only=True`) and `metadata.json` (step, samples consumed, tokens seen, last
 loss, the config and its fingerprint, and every file's size and sha256).
 It is built in a hidden temporary folder and renamed into place, so a
 folder named `step-*` is complete unless the disk lies; `verify` checks the
@@ -49,10 +50,16 @@ def config_fingerprint(config: Mapping[str, Any]) -> str:
 
 
 def rng_state() -> dict[str, Any]:
+    """Every RNG's state as tensors and plain data only (numpy's key array as a list of ints), so the
+    checkpoint loads with `torch.load(weights_only=True)`, which never runs code from the file."""
     import numpy as np
     import random
 
-    state: dict[str, Any] = {"cpu": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    name, keys, position, has_gauss, cached = np.random.get_state()
+    state: dict[str, Any] = {"cpu": torch.get_rng_state(),
+                             "numpy": [str(name), [int(k) for k in keys], int(position), int(has_gauss),
+                                       float(cached)],
+                             "python": random.getstate()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -63,7 +70,8 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
     import random
 
     torch.set_rng_state(state["cpu"])
-    np.random.set_state(state["numpy"])
+    name, keys, position, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), position, has_gauss, cached))
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -369,9 +377,24 @@ def choose_resume(
     return ResumeChoice(path, notes, metadata)
 
 
+def load_plain(path: Path, map_location: Any = "cpu") -> Any:
+    """A `.pt` file holding tensors and plain data only (`weights_only=True`: loading never runs code from it,
+    which matters for checkpoints read back from a shared `checkpoint_backup_dir`)."""
+    import pickle
+
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise InvalidInput(
+            f"{path} holds more than tensors and plain data, so it is not loaded (loading it could run code): "
+            f"{str(exc).splitlines()[0]}. A checkpoint written before tt stored RNG states as plain data cannot be "
+            "resumed; start a new run directory"
+        ) from None
+
+
 def read_trainer(path: Path) -> dict[str, Any]:
     """trainer-state.pt: scheduler, counters, `rng` (rank 0), `rank_rng` (every rank), `world_size`."""
-    trainer = torch.load(path / "trainer-state.pt", map_location="cpu", weights_only=False)
+    trainer = load_plain(path / "trainer-state.pt")
     trainer.setdefault("rank_rng", [trainer["rng"]])
     trainer.setdefault("world_size", len(trainer["rank_rng"]))
     return trainer
@@ -393,7 +416,7 @@ def load(path: Path, model: torch.nn.Module, optimizer: Optional[torch.optim.Opt
     weights = st_load((path / "model.safetensors").read_bytes())
     model.load_state_dict({k: v.to(device) for k, v in weights.items()}, strict=True)
     if optimizer is not None:
-        optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=device, weights_only=True))
+        optimizer.load_state_dict(load_plain(path / "optimizer.pt", map_location=device))
     trainer = read_trainer(path)
     set_rng_state(trainer["rng"])
     return trainer_state(trainer)
