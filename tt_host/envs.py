@@ -168,6 +168,8 @@ def ensure_env(
     if offline is None:
         offline = os.environ.get("TT_OFFLINE", "") not in ("", "0")
     path.parent.mkdir(parents=True, exist_ok=True)
+    if str(path) in _IN_USE:  # it was removed behind our back: our own shared lock must not block the build
+        os.close(_IN_USE.pop(str(path)))
     lock = FileLock(path.parent / f"{path.name}.lock", holder=f"pid {os.getpid()} building {path.name}")
     with lock:
         if is_ready(path):  # another process finished it while we waited
@@ -252,19 +254,21 @@ def list_envs() -> list[Path]:
 
 
 ENV_NAME = re.compile(r"[a-z][a-z0-9_-]*-[0-9a-f]{16}")
-_IN_USE: list[int] = []  # descriptors of the shared locks this process holds on the environments it uses
+_IN_USE: dict[str, int] = {}  # the shared-lock descriptor this process holds on each environment it uses
 
 
 def hold(path: Path) -> None:
     """Mark the environment at `path` in use by this process (a shared flock on `<name>.lock`, kept until the
     process exits), so `tt engines gc` in another process never deletes it under a running stage or server."""
+    if str(path) in _IN_USE:
+        return
     fd = os.open(path.parent / f"{path.name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH)
     except OSError:
         os.close(fd)
         return
-    _IN_USE.append(fd)
+    _IN_USE[str(path)] = fd
 
 
 def tt_made(path: Path) -> bool:
