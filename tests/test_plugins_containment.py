@@ -32,6 +32,8 @@ def tt_engines():
     engine = next(echo.tt_engines())
     yield dataclasses.replace(engine, name="../evil")
     yield dataclasses.replace(engine, name="Spaced Name")
+    yield dataclasses.replace(engine, name="escaping",
+                              stages=(dataclasses.replace(engine.stages[0], name="../outside"),) + engine.stages[1:])
 '''
 OBSERVER_EXITS = '''
 import sys
@@ -70,7 +72,8 @@ def test_misbehaving_plugins_are_listed_and_tt_keeps_working(tt, tmp_path):
     assert "SystemExit(3)" in problems["exits"][0]
     assert "KeyboardInterrupt" in problems["interrupts"][0]
     assert "SystemExit('bye')" in problems["systemexit"][0]
-    assert len(problems["unsafe"]) == 2 and all("engine name is" in e for e in problems["unsafe"])
+    assert len(problems["unsafe"]) == 3 and sum("engine name is" in e for e in problems["unsafe"]) == 2
+    assert any("stage named '../outside'" in e for e in problems["unsafe"])
     assert "../evil" not in json.dumps(listing["engines"])
 
     spec = write_spec(tmp_path / "s", echo_spec(steps=1))

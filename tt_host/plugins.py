@@ -178,6 +178,14 @@ def _check_record(record: object, plugin: str, owners: dict[str, str]) -> str | 
     if not isinstance(record.name, str) or not ENGINE_NAME.fullmatch(record.name):
         return (f"plugin {plugin!r} names an engine {str(record.name)[:60]!r}: an engine name is 1-40 lower-case "
                 "letters, digits, `_` or `-`, starting with a letter; rename it in the plugin")
+    if not isinstance(record.stages, (tuple, list)):
+        return f"engine {record.name!r}: stages must be a tuple of tt_host.engine.Stage"
+    bad_stage = next((str(getattr(st, "name", st))[:60] for st in record.stages
+                      if not isinstance(getattr(st, "name", None), str) or not ENGINE_NAME.fullmatch(st.name)
+                      or st.name == "logs"), None)
+    if bad_stage is not None:  # stage names are folder names inside the run directory
+        return (f"engine {record.name!r} has a stage named {bad_stage!r}: a stage name is 1-40 lower-case letters, "
+                "digits, `_` or `-`, starting with a letter, and not `logs`; rename it in the plugin")
     if not _api_compatible(record.host_api):
         return (
             f"engine {record.name!r} needs host API {record.host_api}, this tt offers {HOST_API_VERSION}; "
