@@ -97,5 +97,6 @@ def test_an_observer_that_exits_or_interrupts_never_stops_the_run(tt, tmp_path):
     tt.env["COLUMNS"] = "300"
     proc = tt("run", write_spec(tmp_path / "spec", echo_spec(steps=2)), timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "observer 'quitter' failed" in proc.stderr
-    assert "SystemExit(5)" in proc.stderr and "KeyboardInterrupt" in proc.stderr
+    # reported once (its first failure, KeyboardInterrupt on stage_start), though it fails on every event
+    assert proc.stderr.count("observer 'quitter' failed") == 1, proc.stderr
+    assert "plugin 'quitter' raised KeyboardInterrupt" in proc.stderr

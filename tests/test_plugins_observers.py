@@ -1,5 +1,6 @@
-"""Observer plugins (`tt_stage_event`): every stage's events arrive in order; a raising observer is logged and ignored;
-the shipped CSV observer (plugins/observer-csv) writes one CSV per stage."""
+"""Observer plugins: run start, every stage's events in order, the host's scores, run end; an observer that raises,
+calls sys.exit, raises KeyboardInterrupt or hangs is reported once and the run completes; the shipped CSV observer
+(plugins/observer-csv) writes one CSV per stage."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import csv
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 from conftest import REPO, echo_spec, write_spec
@@ -18,10 +20,44 @@ RECORDER = '''
 import json, os
 from tt_host.hookspecs import hookimpl
 
+def _write(record):
+    with open(os.environ["TT_TEST_OBSERVED"], "a") as handle:
+        handle.write(json.dumps(record) + "\\n")
+
 @hookimpl
 def tt_stage_event(run_dir, stage, event):
-    with open(os.environ["TT_TEST_OBSERVED"], "a") as handle:
-        handle.write(json.dumps({"run_dir": run_dir, "stage": stage, "event": event}) + "\\n")
+    _write({"run_dir": run_dir, "stage": stage, "event": event})
+
+@hookimpl
+def tt_run_start(run):
+    _write({"run_start": {"run_dir": str(run.run_dir), "spec_name": run.spec_name, "engine": run.engine,
+                          "sha": run.system_message_sha256, "message": run.system_message, "resumed": run.resumed}})
+
+@hookimpl
+def tt_run_end(run, report):
+    _write({"run_end": {"run_dir": str(run.run_dir), "status": report["status"]}})
+'''
+
+# Each misbehaves on every call it gets; tt must report each one once and finish the run.
+MISBEHAVING = {
+    "exits": "import sys\n\ndef act():\n    sys.exit(3)\n",
+    "interrupts": "def act():\n    raise KeyboardInterrupt('observer pressed ctrl-c')\n",
+    "hangs": "import time\n\ndef act():\n    time.sleep(3600)\n",
+}
+HOOKS = '''
+from tt_host.hookspecs import hookimpl
+
+@hookimpl
+def tt_run_start(run):
+    act()
+
+@hookimpl
+def tt_stage_event(run_dir, stage, event):
+    act()
+
+@hookimpl
+def tt_run_end(run, report):
+    act()
 '''
 
 BOOM = '''
@@ -52,8 +88,18 @@ def test_observers_see_every_event_in_order_and_a_raising_one_is_ignored(tt, tmp
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "observer 'boom' failed" in proc.stderr and "exploded on purpose" in proc.stderr
 
+    assert proc.stderr.count("observer 'boom' failed") == 1, proc.stderr  # reported once, not once per event
     records = [json.loads(line) for line in (tmp_path / "observed.jsonl").read_text().splitlines()]
-    run_dir = Path(records[0]["run_dir"])
+    start, end = records.pop(0)["run_start"], records.pop()["run_end"]
+    run_dir = Path(start["run_dir"])
+    assert start["spec_name"] == "capitals" and start["engine"] == "echo" and not start["resumed"]
+    assert start["message"].startswith("Answer with the capital city.") and len(start["sha"]) == 64
+    assert end == {"run_dir": str(run_dir), "status": "completed"}
+    scores = records.pop()  # the host's scores of the evaluating stage come after its stage_end
+    assert scores["stage"] == "evaluate" and scores["event"]["type"] == "scores"
+    report = json.loads((run_dir / "report.json").read_text())
+    assert scores["event"]["values"] == {k: v for k, v in report["metrics"].items() if k.startswith("candidate.")
+                                         or k == "eval.count"}
     assert {r["run_dir"] for r in records} == {str(run_dir)}
     assert json.loads((run_dir / "report.json").read_text())["status"] == "completed"
 
@@ -88,8 +134,30 @@ def test_disabling_the_raising_observer_silences_it(tt, tmp_path):
     tt.env["TT_DISABLE_PLUGINS"] = "boom,observer-csv"
     proc = tt("run", write_spec(tmp_path / "spec", echo_spec(steps=1)))
     assert proc.returncode == 0 and "observer 'boom'" not in proc.stderr
-    run_dir = Path(json.loads((tmp_path / "observed.jsonl").read_text().splitlines()[0])["run_dir"])
+    run_dir = Path(json.loads((tmp_path / "observed.jsonl").read_text().splitlines()[0])["run_start"]["run_dir"])
     assert not (run_dir / "metrics").exists()
+
+
+def test_an_observer_that_exits_interrupts_or_hangs_is_reported_once_and_the_run_completes(tt, tmp_path):
+    tt = with_observers(tt, tmp_path)
+    site = tmp_path / "site-observers"
+    for name, body in MISBEHAVING.items():
+        add_distribution(site, f"tt-{name}", "1.0", {name: f"tt_{name}"}, {f"tt_{name}": body + HOOKS})
+    tt.env["TT_DISABLE_PLUGINS"] = "boom,observer-csv"
+    tt.env["TT_OBSERVER_TIMEOUT_SECONDS"] = "3"
+    started = time.monotonic()
+    proc = tt("run", write_spec(tmp_path / "spec", echo_spec(steps=3)))
+    seconds = time.monotonic() - started
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stderr.count("observer 'exits' failed on run start: plugin 'exits' raised SystemExit(3)") == 1
+    assert proc.stderr.count("observer 'interrupts' failed on run start: plugin 'interrupts' raised Keyboard") == 1
+    assert proc.stderr.count("observer 'hangs' did not return from run start within 3s") == 1, proc.stderr
+    assert proc.stderr.count("observer '") == 3, proc.stderr
+    assert seconds < 120, seconds  # the hung observer was left behind, not waited for
+    records = [json.loads(line) for line in (tmp_path / "observed.jsonl").read_text().splitlines()]
+    assert records[-1]["run_end"]["status"] == "completed"  # the healthy observer saw the whole run
+    run_dir = Path(records[0]["run_start"]["run_dir"])
+    assert json.loads((run_dir / "report.json").read_text())["status"] == "completed"
 
 
 def test_csv_observer_appends_with_one_header(tmp_path):

@@ -20,7 +20,7 @@ def _always(spec: BehaviorSpec) -> bool:
 
 
 def _whole_spec(spec: BehaviorSpec) -> Mapping[str, Any]:
-    return spec.model_dump(mode="json")
+    return spec.model_dump(mode="json", exclude={"observers"})  # tracking settings are no stage input
 
 
 @dataclass(frozen=True)

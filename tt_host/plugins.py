@@ -23,6 +23,7 @@ import contextlib
 import os
 import re
 import sys
+import threading
 import traceback
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -81,12 +82,61 @@ class PluginError(RuntimeError):
     """A plugin's code tried to end the process (SystemExit, KeyboardInterrupt); contained like any error."""
 
 
+_in_plugin = threading.local()
+
+
+class _ThreadStdout:
+    """`sys.stdout` while plugin code runs on other threads (observers): writes made by a thread that is in
+    plugin code go to stderr, everyone else's to the real stdout. `redirect_stdout` swaps the one global
+    `sys.stdout`, which is right on the main thread only: threads entering and leaving it out of order
+    would leave the host's own output on stderr."""
+
+    def __init__(self, real) -> None:
+        self.real = real
+
+    def _target(self):
+        return sys.stderr if getattr(_in_plugin, "active", False) else self.real
+
+    def write(self, text: str) -> int:
+        return self._target().write(text)
+
+    def flush(self) -> None:
+        self._target().flush()
+
+    def __getattr__(self, name: str):
+        return getattr(self.real, name)
+
+
+_stdout_lock = threading.Lock()
+
+
+def _thread_redirect() -> None:
+    with _stdout_lock:
+        if not isinstance(sys.stdout, _ThreadStdout):
+            sys.stdout = _ThreadStdout(sys.stdout)
+
+
+@contextlib.contextmanager
+def _to_stderr():
+    """This thread's prints go to stderr while plugin code runs."""
+    if threading.current_thread() is threading.main_thread():
+        sys.stdout.flush()
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+        return
+    _thread_redirect()
+    _in_plugin.active = True
+    try:
+        yield
+    finally:
+        _in_plugin.active = False
+
+
 @contextlib.contextmanager
 def _contained(plugin: str):
     """Run plugin code: its prints go to stderr, its SystemExit/KeyboardInterrupt become a PluginError."""
-    sys.stdout.flush()
     try:
-        with contextlib.redirect_stdout(sys.stderr):
+        with _to_stderr():
             yield
     except (SystemExit, KeyboardInterrupt) as exc:
         kind = f"SystemExit({exc.code!r})" if isinstance(exc, SystemExit) else "KeyboardInterrupt"

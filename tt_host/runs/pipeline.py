@@ -18,8 +18,9 @@ import hashlib
 import os
 import signal
 import stat
+import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
@@ -29,8 +30,10 @@ from tt_host.console import QuietReporter
 from tt_host.engine import Stage
 from tt_host.fsutil import make_private_dir, remove_tree, write_json_atomic
 from tt_host.models import VerifyError, register
-from tt_host.plugins import Plugins, call_hookimpl
+from tt_host.observers import Observers
+from tt_host.plugins import Plugins
 from tt_host.report import build_report, write_report
+from tt_host.runinfo import RunInfo, enabled_observers
 from tt_host.runner import EXIT_INTERRUPTED, run_stage
 from tt_host.runs.decide import Decision, decide, refusal
 from tt_host.runs.fingerprint import canonical, chain
@@ -68,6 +71,8 @@ class RunCall:
     reporter: QuietReporter
     digest: str
     existed: bool
+    observers: Optional[Observers] = None  # set once the run's state exists (_drive)
+    info: Optional[RunInfo] = None  # what observers are told about the run
 
 
 @dataclass(frozen=True)
@@ -239,6 +244,33 @@ def _drive(call: RunCall, plan: list, decisions: list[Decision]) -> RunOutcome:
             return RunOutcome(EXIT_FAILED, call.run.path, "failed", error=str(exc))
 
     state = _open_state(call, env, plan)
+    call = replace(call, observers=Observers(call.plugins, _observer_problems(call.reporter)),
+                   info=_run_info(call, state))
+    call.observers.run_start(call.info)
+    try:
+        return _stages(call, env, state, plan, decisions)
+    finally:
+        call.observers.close()
+
+
+def _observer_problems(reporter: QuietReporter):
+    """Where an observer's problem is shown: the progress display, or stderr when there is none (--json)."""
+    if type(reporter) is QuietReporter:
+        return lambda text: print(f"tt: {text}", file=sys.stderr, flush=True)
+    return lambda text: reporter.message(text, "yellow")
+
+
+def _run_info(call: RunCall, state: dict[str, Any]) -> RunInfo:
+    loaded = call.loaded
+    return RunInfo(run_dir=call.run.path, run_id=state["id"], spec_name=loaded.spec.name, engine=loaded.engine.name,
+                   spec=loaded.spec.model_dump(mode="json"), system_message=loaded.compiled.system_message,
+                   system_message_sha256=loaded.compiled.system_message_sha256, resumed=call.existed,
+                   observers=enabled_observers(loaded.spec.observers))
+
+
+def _stages(call: RunCall, env: envs.EnvInfo, state: dict[str, Any], plan: list,
+            decisions: list[Decision]) -> RunOutcome:
+    """Run or reuse each stage in order, then write the report."""
     spec = call.loaded.spec
     policy = spec.evaluation.general_regression if spec.evaluation else None
     general = policy.load() if policy else None
@@ -319,14 +351,18 @@ def _take_result(call: RunCall, state: dict[str, Any], stage: Stage, result: dic
     tally.metrics.update(result.get("metrics") or {})
     tally.series.update(result.get("series") or {})
     tally.notes += [n for n in result.get("notes") or [] if isinstance(n, str)]
+    scored: dict[str, Any] = {}
     if stage.evaluates and result.get("predictions"):
         predictions = read_predictions(run.stage_dir(stage.name) / result["predictions"])
-        tally.metrics.update(score(predictions, call.loaded.compiled.references(), stage.evaluates))
-        tally.metrics["eval.count"] = tally.metrics[f"{stage.evaluates}.count"]
+        scored.update(score(predictions, call.loaded.compiled.references(), stage.evaluates))
+        scored["eval.count"] = scored[f"{stage.evaluates}.count"]
     if general is not None and gate.side(stage) and result.get("general_predictions"):
         answers = read_predictions(run.stage_dir(stage.name) / result["general_predictions"])
         tally.general_answers[gate.side(stage)] = answers
-        tally.metrics.update(score(answers, general.references(), f"{gate.side(stage)}.general"))
+        scored.update(score(answers, general.references(), f"{gate.side(stage)}.general"))
+    tally.metrics.update(scored)
+    if scored:
+        call.observers.event(str(run.path), stage.name, {"type": "scores", "stage": stage.name, "values": scored})
     for artifact in result.get("artifacts") or []:
         path = Path(artifact["path"])
         path = path if path.is_absolute() else run.path / path
@@ -346,11 +382,13 @@ def _finish(call: RunCall, state: dict[str, Any], tally: _Tally, exit_code: int,
     report = build_report(state, tally.metrics, tally.series, tally.notes, tally.models, tally.actions)
     if policy is not None:
         report["general_regression"] = gate.evaluate(policy, general, tally.general_answers)
+        call.observers.event(str(run.path), "gate", {"type": "gate", **report["general_regression"]})
     if error:
         report["error"] = error
     if state["status"] == "interrupted":
         report["resume"] = f"tt run {call.loaded.path} --resume {run.path}"
     write_report(run.path, report, tally.series)
+    call.observers.run_end(call.info, report)
     return RunOutcome(exit_code, run.path, state["status"], report, error)
 
 
@@ -382,15 +420,11 @@ def _run_one(call: StageCall) -> tuple[dict[str, Any], int, Optional[str]]:
     request_path = stage_dir / "request.json"
     write_json_atomic(request_path, _request(call, stage_dir, result_path))
     reporter.stage_started(stage.name, stage.description)
-    observers = call.call.plugins.manager.hook.tt_stage_event.get_hookimpls()
+    observers = call.call.observers
 
     def on_event(event: dict[str, Any]) -> None:
         reporter.event(stage.name, event)
-        for impl in observers:
-            try:
-                call_hookimpl(impl, "tt_stage_event", run_dir=str(run.path), stage=stage.name, event=event)
-            except Exception as exc:  # an observer never stops a run
-                reporter.message(f"observer {impl.plugin_name!r} failed on {event.get('type')}: {exc}", "yellow")
+        observers.event(str(run.path), stage.name, event)  # an observer never stops a run (tt_host.observers)
 
     on_event({"type": "stage_start", "stage": stage.name, "resume": call.resume})
     outcome = run_stage(call.env.python, stage.arguments(call.call.loaded.spec), request_path, run.path,

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, StringConstraints,
+                      ValidationInfo, field_validator, model_validator)
 
 
 class StrictModel(BaseModel):
@@ -68,6 +69,10 @@ class Evaluation(StrictModel):
     general_regression: Optional[GeneralRegression] = None
 
 
+ObserverName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]{0,63}$")]
+SettingName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")]
+
+
 class BehaviorSpec(StrictModel):
     """The fields every engine understands."""
 
@@ -79,6 +84,10 @@ class BehaviorSpec(StrictModel):
     examples: list[Example] = Field(default_factory=list)
     engine: str = "adapter"
     evaluation: Optional[Evaluation] = None
+    # Observer plugins this run enables, with their settings (docs/plugins.md, "Trackers"): tracking only,
+    # never a stage input, so adding or changing one never re-runs a stage.
+    observers: dict[ObserverName, dict[SettingName, Union[StrictBool, StrictInt, StrictFloat, StrictStr]]] = Field(
+        default_factory=dict)
 
     @field_validator("guidelines", "constraints")
     @classmethod
