@@ -5,7 +5,10 @@
   nothing changed; `tt run --dry-run` predicts both and creates nothing;
 - SFT and RL started from that run's pretrained model (foundation.init_model, by its registered id)
   complete without a tokenizer, token cache, pretraining or BPB stage;
-- silent limits made visible: the token-cache and BPB cuts are warnings in the logs and notes in the report.
+- silent limits made visible: the token-cache and BPB cuts are warnings in the logs and notes in the report;
+- the shared run enables the shipped tracker observers (spec `observers` block): TensorBoard's own reader loads the
+  pretraining loss series from the run folder, MlflowClient reads back the params and final metrics (host-scored
+  included), and the W&B offline run records the same (tests/tracker_support.py).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from foundation_support import report, snapshot, tiny_spec, tt
+from tracker_support import mlflow_run, tensorboard_scalars, wandb_offline_run
 
 PRETRAINING = ("tokenizer", "token_cache", "pretrain", "bpb")
 
@@ -28,15 +32,20 @@ def done(tmp_path_factory):
     base = tmp_path_factory.mktemp("reuse")
     spec = tiny_spec(base / "spec", pretrain_steps=30, checkpoint_interval_steps=10, max_chars=20_000,
                      bpb_max_chars=1_000)
+    data = json.loads(spec.read_text())  # the run also feeds the three shipped trackers (offline, local stores)
+    data["observers"] = {"tensorboard": {}, "mlflow": {"tracking_uri": (base / "mlruns").as_uri()}, "wandb": {}}
+    spec.write_text(json.dumps(data, indent=2))
     run_dir = base / "run"
     proc = tt(base, "run", spec, "--resume", run_dir, "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "observer" not in proc.stderr, proc.stderr  # every tracker worked
     return base, spec, run_dir
 
 
 def variant(spec: Path, name: str, examples: int = 0, **foundation) -> Path:
     """A copy of the spec beside it (same corpus paths) with more examples and changed settings."""
     data = json.loads(spec.read_text())
+    data.pop("observers", None)  # the trackers are checked on the shared run only
     for i in range(examples):
         data["examples"].append({"input": f"What is {20 + i} plus 1?", "output": str(21 + i)})
     data["foundation"].update(foundation)
@@ -139,3 +148,33 @@ def test_sft_and_rl_from_an_existing_foundation_model_skip_pretraining(done, tmp
     both = variant(tuned, "both.json", corpus_path="corpus.jsonl")
     refused = tt(base, "validate", both)
     assert refused.returncode == 2 and "foundation.corpus_path is not used" in refused.stdout + refused.stderr
+
+
+def test_the_run_reached_tensorboard_mlflow_and_wandb(done):
+    base, _, run_dir = done
+    out = report(run_dir)
+    state = json.loads((run_dir / "run.json").read_text())
+    scored = {k: v for k, v in out["metrics"].items() if k.startswith("chat_eval.") and k != "chat_eval.seconds"}
+    assert "chat_eval.exact_match" in scored, out["metrics"]  # the host's score of the evaluating stage
+
+    scalars = tensorboard_scalars(run_dir / "tensorboard")
+    losses = scalars["pretrain/loss"]
+    assert [step for step, _ in losses] == list(range(1, 31)) and all(loss > 0 for _, loss in losses)
+    assert scalars["scores/chat_eval.exact_match"] == [(0, pytest.approx(scored["chat_eval.exact_match"]))]
+    assert scalars["final/sft.steps"] == [(0, 3.0)]
+
+    client, run = mlflow_run((base / "mlruns").as_uri(), "tiny-foundation")
+    assert run.data.params["spec_name"] == "tiny-foundation" and run.data.params["engine"] == "foundation"
+    assert run.data.params["system_message_sha256"] == state["system_message_sha256"]
+    assert run.data.params["foundation.depth"] == "2" and run.data.tags["tt.status"] == "completed"
+    assert run.info.status == "FINISHED" and run.info.run_name == state["id"]
+    for name, value in scored.items():
+        assert run.data.metrics[name] == pytest.approx(value), name
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "pretrain.loss")] == list(range(1, 31))
+
+    wandb = wandb_offline_run(run_dir)
+    assert wandb["config"]["spec_name"] == "tiny-foundation"
+    assert wandb["config"]["system_message_sha256"] == state["system_message_sha256"]
+    assert [row["pretrain/step"] for row in wandb["history"] if "pretrain/loss" in row] == list(range(1, 31))
+    assert wandb["summary"]["chat_eval.exact_match"] == pytest.approx(scored["chat_eval.exact_match"])
+    assert wandb["summary"]["tt/status"] == "completed" and wandb["exit_code"] == 0
