@@ -271,6 +271,12 @@ def hold(path: Path) -> None:
     _IN_USE[str(path)] = fd
 
 
+def held_fds(path: Path) -> tuple[int, ...]:
+    """The in-use lock's descriptor for `path` (for stage processes to inherit, so it outlives a killed tt)."""
+    fd = _IN_USE.get(str(path))
+    return () if fd is None else (fd,)
+
+
 def tt_made(path: Path) -> bool:
     """Whether tt built this folder: an `<engine>-<key>` name, and the complete-marker naming that key, or the
     build lock tt takes beside every environment it builds (an interrupted build)."""

@@ -428,7 +428,7 @@ def _run_one(call: StageCall) -> tuple[dict[str, Any], int, Optional[str]]:
 
     on_event({"type": "stage_start", "stage": stage.name, "resume": call.resume})
     outcome = run_stage(call.env.python, stage.arguments(call.call.loaded.spec), request_path, run.path,
-                        run.logs / f"{stage.name}.log", on_event, keep_fds=run.lock_fds(),
+                        run.logs / f"{stage.name}.log", on_event, keep_fds=run.lock_fds() + envs.held_fds(call.env.path),
                         on_started=lambda pid: run.note_stage(stage.name, pid))
     result = run.read_result(stage.name) if outcome.exit_code == EXIT_OK else None
     code, err = outcome.exit_code, outcome.last_error
