@@ -123,12 +123,15 @@ def test_default_stages_keep_the_chain():
 
 @pytest.mark.parametrize("engine", ["adapter", "foundation"])
 def test_starter_spec_placeholders_are_found_by_field(engine):
-    raw = json.loads(json.dumps(starter_spec(engine)))
-    found = dict(find_placeholders(raw))
+    from tt_host.plugins import plugins
+
+    record = plugins().engine(engine)
+    raw = json.loads(json.dumps(starter_spec(record)))
+    found = dict(find_placeholders(raw, record))
     assert {"name", "system_prompt", "guidelines.0", "examples.0.input", "examples.1.output"} <= set(found)
     assert ("base_model" in found) == (engine == "adapter")
     assert ("foundation.corpus_path" in found) == (engine == "foundation")
     raw["system_prompt"] = "Keep a TODO: list tidy."  # a user's own words may say TODO
     raw["examples"][0]["input"] = "TODO: buy milk"
-    assert "system_prompt" not in dict(find_placeholders(raw))
-    assert "examples.0.input" not in dict(find_placeholders(raw))
+    assert "system_prompt" not in dict(find_placeholders(raw, record))
+    assert "examples.0.input" not in dict(find_placeholders(raw, record))

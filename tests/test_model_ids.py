@@ -47,8 +47,11 @@ def test_serving_folder_never_chmods_or_deletes_outside_tt_home(tmp_path, monkey
     victim.mkdir()
     (victim / "precious.txt").write_text("mine")
     os.chmod(tmp_path, 0o755)
-    model = ResolvedModel(form="foundation", path=foundation_model(tmp_path / "m"), model_id="../../victim",
-                          kind="foundation-sft")
+    from tt_host.engine import SERVE_EXPORT, Export, ModelKind
+
+    declared = ModelKind("foundation-sft", "sft/model", serve=SERVE_EXPORT, export=Export("m.export", "hf"))
+    model = ResolvedModel(form=SERVE_EXPORT, path=foundation_model(tmp_path / "m"), model_id="../../victim",
+                          kind="foundation-sft", engine="foundation", model_kind=declared)
     try:
         with pytest.raises(ExportError):
             serving_folder(model, offline=True, log=lambda line: None)

@@ -175,7 +175,9 @@ def resolve_active():
 def resolve_base():
     """The base model under the active model (or under the one last rolled back from), served with the same
     spec system message, so base and tuned answer the same prompts (`tt serve base`)."""
+    from tt_host.engine import SERVE_ON_BASE
     from tt_host.modelref import ModelRefError, from_folder, resolve_registered
+    from tt_host.plugins import plugins
 
     state = current()
     anchor = state["model"] or state["base_of"]
@@ -183,12 +185,13 @@ def resolve_base():
         raise ModelRefError("no model has been activated, so there is no base model to pick; "
                             "activate one with `tt models activate ID`")
     tuned = resolve_registered(anchor)
-    if tuned.form == "adapter" and tuned.base_model_path is not None:
+    if tuned.form == SERVE_ON_BASE and tuned.base_model_path is not None:
         base = from_folder(tuned.base_model_path, model_id=f"{anchor}-base")
     else:
         entry = registry.get_model(anchor) or {}
+        base_kinds = {kind.kind for engine in plugins().engines.values() for kind in engine.model_kinds if kind.base}
         pretrained = [e for e in registry.list_models()
-                      if e.get("run_dir") == entry.get("run_dir") and e.get("kind") == "foundation-base"]
+                      if e.get("run_dir") == entry.get("run_dir") and e.get("kind") in base_kinds]
         if not pretrained or pretrained[0]["id"] == anchor:
             raise ModelRefError(f"{anchor} has no base model recorded (kind {tuned.kind}); serve a model id instead")
         base = resolve_registered(pretrained[0]["id"])

@@ -47,7 +47,7 @@ def host_checks(plugins: Plugins) -> Iterator[Check]:
         yield Check("disk for environments", "warn", f"{free:.1f} GB free under {root}",
                     f"engine environments with torch need ~{MIN_FREE_GB:.0f} GB; free space or set TT_ENVS_DIR")
     yield Check("engines", "ok" if plugins.engines else "warn", ", ".join(sorted(plugins.engines)) or "none installed",
-                "" if plugins.engines else "install an engine plugin (tt engines install foundation)")
+                "" if plugins.engines else "install an engine plugin (tt engines install NAME; tt engines list shows what is installed)")
     for problem in plugins.problems:
         yield Check(f"plugin {problem.plugin}", "warn", problem.error, "reinstall or disable it (TT_DISABLE_PLUGINS)")
 

@@ -3,7 +3,9 @@
 An engine plugin's `tt_engines()` hook yields `Engine` records. Everything the
 host needs to validate a spec, build the engine's environment, run its stages
 and check its prerequisites is described here; the host imports nothing else
-from a plugin.
+from a plugin. Host API 1.1 added what `tt models`, `tt models export`,
+`tt serve` and `tt init` need (`ModelKind`, `Export`, `Serve`, `Engine.starter`,
+`Engine.spec_device`), so no host module knows an engine by name.
 """
 
 from __future__ import annotations
@@ -21,6 +23,11 @@ def _always(spec: BehaviorSpec) -> bool:
 
 def _whole_spec(spec: BehaviorSpec) -> Mapping[str, Any]:
     return spec.model_dump(mode="json", exclude={"observers"})  # tracking settings are no stage input
+
+
+def _top_level_device(spec: BehaviorSpec) -> Optional[str]:
+    device = getattr(spec, "device", None)
+    return device if isinstance(device, str) else None
 
 
 @dataclass(frozen=True)
@@ -107,6 +114,74 @@ class DiskNeed:
     separate_disk: bool = False
 
 
+# How a model of one kind is served (ModelKind.serve).
+SERVE_EXPORT = "export"    # an engine format: exported first (Export, cached), the export served as a Hugging Face folder
+SERVE_ON_BASE = "on_base"  # PEFT (LoRA) weights: their base model (info_file's base_model.path) plus this folder
+SERVE_HF = "hf"            # a Hugging Face model folder, served as it is
+SERVE_OWN = "own"          # only this engine's own server (Engine.serve) loads it
+SERVE_WAYS = (SERVE_EXPORT, SERVE_ON_BASE, SERVE_HF, SERVE_OWN)
+
+
+@dataclass(frozen=True)
+class Export:
+    """How `tt models export` writes a model of one kind as a folder other tools load.
+
+    module:   run as `python -m <module> REQUEST.json` in this engine's environment (one-shot, see
+              `tt_stagekit.protocol.run_command`); the request holds `source` (the model folder), `out`
+              (a new folder to write), `model_id`, `system_message`, `system_message_sha256`. It writes
+              `out` with an `artifact-manifest.json` (verified before tt renames it into place) and a
+              `tt-export.json` recording `source.manifest_sha256` and `system_message`.
+              None: the model folder is already in the target format and is copied verbatim.
+    produces: the manifest kind of the written folder (declare it as a `ModelKind` too, so it is served).
+    """
+
+    module: Optional[str]
+    produces: str
+
+
+@dataclass(frozen=True)
+class ModelKind:
+    """A kind of model this engine's runs (or exports) produce: the `kind` of its artifact manifest.
+
+    folder:    where a run keeps it, relative to the run directory (`"sft/model"`); its first part is the
+               stage that made it. None: not made by a run (an export's kind).
+    serve:     how `tt serve` serves it: one of SERVE_EXPORT, SERVE_ON_BASE, SERVE_HF, SERVE_OWN.
+    info_file: a JSON file in the model folder with `system_message` (and, for SERVE_ON_BASE,
+               `base_model.path`; for exports, `model_id`), read by `tt serve` and `tt models export`.
+    export:    how `tt models export MODEL` writes it (None: it cannot be exported).
+    export_merged: how `tt models export MODEL --merged` writes it (a model on a base merged into full
+               weights); None: `--merged` is refused for it.
+    base:      this kind is a run's base model: what `tt serve base` serves under a tuned model of the
+               same run that has no base recorded of its own.
+    """
+
+    kind: str
+    folder: Optional[str] = None
+    serve: str = SERVE_HF
+    info_file: Optional[str] = None
+    export: Optional[Export] = None
+    export_merged: Optional[Export] = None
+    base: bool = False
+
+
+@dataclass(frozen=True)
+class Serve:
+    """How `tt serve` runs this engine's OpenAI-compatible server: `python -m <module> REQUEST.json`.
+
+    The request holds `model_path`, `adapter_path` (or null), `model_name`, `system_message`, `host`,
+    `port`, `max_concurrency`, `device` and `ready_file`; the API key comes in `TT_SERVE_API_KEY`. The
+    server prints JSON-line events (a `ready` event with its `url` once listening) and writes the ready
+    event to `ready_file`.
+
+    hf_folders: the server loads any Hugging Face model folder, with PEFT (LoRA) weights on it when
+                `adapter_path` is set: it serves SERVE_EXPORT, SERVE_ON_BASE and SERVE_HF kinds of any
+                engine. False: it serves only this engine's SERVE_OWN kinds.
+    """
+
+    module: str
+    hf_folders: bool = False
+
+
 @dataclass(frozen=True)
 class Engine:
     """An engine as its plugin describes it.
@@ -127,6 +202,13 @@ class Engine:
     disk_needs:      optional; the disk space a run of the validated spec
                      will use (`DiskNeed` records), measured by `tt doctor`.
     min_examples:    fewest spec examples a real run needs.
+    model_kinds:     the kinds of model its runs produce, best first: a run directory given to
+                     `tt serve` / `tt models export` means its best finished one (`ModelKind`).
+    serve:           how `tt serve` runs its server (`Serve`); None: it has none.
+    starter:         fields `tt init --engine NAME` adds to the neutral starter spec; a string beginning
+                     with "TODO: " is a placeholder `tt validate`/`tt run` refuse until replaced.
+    spec_device:     the device a validated spec asks for ("auto", "cpu", ...) or None; the default reads
+                     a top-level `device` field.
     host_api:        the HOST_API_VERSION this plugin was written for.
     """
 
@@ -140,6 +222,10 @@ class Engine:
     doctor: Optional[Callable[[Optional[BehaviorSpec], str], Iterable[Check]]] = None
     disk_needs: Optional[Callable[[BehaviorSpec], Iterable[DiskNeed]]] = None
     min_examples: int = 2
+    model_kinds: tuple[ModelKind, ...] = ()
+    serve: Optional[Serve] = None
+    starter: Mapping[str, Any] = field(default_factory=dict)
+    spec_device: Callable[[BehaviorSpec], Optional[str]] = _top_level_device
     host_api: str = "1.0"
     # Filled in by the loader, not by plugins.
     distribution: str = field(default="", compare=False)

@@ -1,17 +1,14 @@
 """`tt models export`: write a model as a folder other tools load (host side; never imports torch).
 
-- a foundation model → a standard Hugging Face Llama folder, written by
-  `python -m tt_engine_foundation.export REQUEST.json` in the foundation
-  engine's environment;
-- an adapter with `merged=True` → base + LoRA merged into full-precision
-  weights, written by `python -m tt_engine_adapter.export REQUEST.json` in the
-  adapter engine's environment; without it, a verbatim copy of the PEFT
-  adapter folder (it is already the Hugging Face PEFT format).
+How a model is exported is its engine's declaration (`ModelKind.export`, and
+`ModelKind.export_merged` for `--merged`, see tt_host.engine): either a
+module run as `python -m MODULE REQUEST.json` in the engine's environment,
+or a verbatim copy of a folder already in the target format.
 
 OUT must not exist (tt never overwrites user files). The engine writes into a
 hidden sibling folder; the host verifies its `artifact-manifest.json` and
 only then renames it to OUT. `serving_folder` keeps a verified export of a
-foundation model under `<run>/export/hf` for `tt serve`.
+model served through its export (SERVE_EXPORT) under `<run>/export/hf` for `tt serve`.
 """
 
 from __future__ import annotations
@@ -24,12 +21,12 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from tt_host import envs, ids
+from tt_host.engine import SERVE_EXPORT, SERVE_HF, Export
 from tt_host.fsutil import make_private_dir, sha256_file, write_json_atomic
 from tt_host.models import MANIFEST, tt_home, verify_artifact
 from tt_host.modelref import ModelRefError, ResolvedModel
 
 FORMATS = ("hf",)
-EXPORT_MODULES = {"foundation": "tt_engine_foundation.export", "adapter": "tt_engine_adapter.export"}
 
 
 class ExportError(Exception):
@@ -45,7 +42,7 @@ def engine_python(name: str, offline: Optional[bool], log: Callable[[str], None]
     try:
         engine = plugins().engine(name)
     except UnknownEngineError as exc:
-        raise ExportError(f"{exc}; install the {name} engine plugin", exit_code=2) from None
+        raise ExportError(f"{exc}; install the {name} engine plugin (tt engines install {name})", exit_code=2) from None
     try:
         return envs.ensure_env(engine, offline=offline, log=log).python
     except envs.EnvBuildError as exc:
@@ -89,15 +86,26 @@ def _finish(staging: Path, out: Path) -> None:
     os.replace(staging, out)
 
 
-def _engine_export(model: ResolvedModel, staging: Path, offline: Optional[bool], log: Callable[[str], None]) -> None:
-    if model.form == "foundation":
-        request = {"source": str(model.path), "out": str(staging), "model_id": model.model_id,
-                   "system_message": model.system_message, "system_message_sha256": model.system_message_sha256}
-        run_engine_module("foundation", EXPORT_MODULES["foundation"], request, offline, log)
-    else:
-        request = {"adapter": str(model.path), "out": str(staging), "model_id": model.model_id,
-                   "system_message": model.system_message, "system_message_sha256": model.system_message_sha256}
-        run_engine_module("adapter", EXPORT_MODULES["adapter"], request, offline, log)
+def _engine_export(model: ResolvedModel, how: Export, staging: Path, offline: Optional[bool],
+                   log: Callable[[str], None]) -> None:
+    request = {"source": str(model.path), "out": str(staging), "model_id": model.model_id,
+               "system_message": model.system_message, "system_message_sha256": model.system_message_sha256}
+    run_engine_module(str(model.engine), str(how.module), request, offline, log)
+
+
+def export_plan(model: ResolvedModel, merged: bool) -> Export:
+    """The engine's declared way to export `model` (exit 2 when there is none)."""
+    declared = model.model_kind
+    how = (declared.export_merged if merged else declared.export) if declared else None
+    if how is not None:
+        return how
+    if merged:
+        raise ExportError(f"--merged applies to models trained on a base model; {model.model_id} is of kind "
+                          f"{model.kind!r}, exported whole without --merged", exit_code=2)
+    if model.form == SERVE_HF:
+        raise ExportError(f"{model.path} is already a Hugging Face model folder; copy it as it is", exit_code=2)
+    raise ExportError(f"models of kind {model.kind!r} cannot be exported: engine {model.engine!r} declares no "
+                      "export for them", exit_code=2)
 
 
 def export_model(model: ResolvedModel, out: Path, fmt: str = "hf", merged: bool = False,
@@ -108,26 +116,20 @@ def export_model(model: ResolvedModel, out: Path, fmt: str = "hf", merged: bool 
     out = out.expanduser().absolute()
     if out.exists() or out.is_symlink():
         raise ExportError(f"{out} already exists; tt never overwrites it (choose a new folder)", exit_code=2)
-    if model.form == "hf":
-        raise ExportError(f"{model.path} is already a Hugging Face model folder; copy it as it is", exit_code=2)
-    if merged and model.form != "adapter":
-        raise ExportError("--merged applies to adapter models only (a foundation model is exported whole)",
-                          exit_code=2)
+    how = export_plan(model, merged)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = _staging(out)
     shutil.rmtree(staging, ignore_errors=True)
     try:
-        if model.form == "adapter" and not merged:
+        if how.module is None:
             shutil.copytree(model.path, staging)
-            kind = "adapter"
         else:
-            _engine_export(model, staging, offline, log)
-            kind = "merged" if model.form == "adapter" else "foundation-hf"
+            _engine_export(model, how, staging, offline, log)
         _finish(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return {"ok": True, "model": model.model_id, "kind": kind, "source": str(model.path), "path": str(out),
+    return {"ok": True, "model": model.model_id, "kind": how.produces, "source": str(model.path), "path": str(out),
             "files": sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())}
 
 
@@ -146,9 +148,10 @@ def _export_is_current(folder: Path, model: ResolvedModel) -> bool:
 
 
 def serving_folder(model: ResolvedModel, offline: Optional[bool], log: Callable[[str], None]) -> Path:
-    """A verified Hugging Face export of a foundation model, made once and reused (`<run>/export/hf`)."""
-    if model.form != "foundation":
-        raise ModelRefError(f"{model.path} is not a foundation model")
+    """A verified Hugging Face export of a model served through its export, made once and reused
+    (`<run>/export/hf`)."""
+    if model.form != SERVE_EXPORT:
+        raise ModelRefError(f"{model.path} is not served through an export (kind {model.kind!r})")
     if model.run_dir is not None and os.access(model.run_dir, os.W_OK):
         owner = model.run_dir
         folder = owner / "export" / "hf"

@@ -11,7 +11,7 @@ installer targets `sys.executable`'s environment, whatever made it:
   plugin across `pipx upgrade` and `pipx reinstall`.
 
 An argument is a PATH (a project folder or a .whl file), an engine NAME
-(`foundation` means the distribution `tt-engine-foundation`), or any other
+(`NAME` means the distribution `tt-engine-NAME`), or any other
 requirement (`tt-observer-csv`, `tt-engine-x>=1.2`). Bad arguments are refused
 before anything runs.
 """

@@ -4,17 +4,17 @@ MODEL may be:
 
 - a registered model id (`tt models list`);
 - `active` / `base`: the active model and its base (`tt models activate`);
-- a run directory: its final model (foundation: RL, else SFT, else the
-  pretrained base; adapter: the trained adapter);
-- a model folder: a foundation model folder (`<run>/sft/model`), an adapter
-  folder (`<run>/train/adapter`), a folder written by `tt models export`, or
-  any Hugging Face model folder.
+- a run directory: its best finished model, in the order its engine declares
+  (`Engine.model_kinds`, best first);
+- a model folder: one a run wrote, one written by `tt models export`, or any
+  Hugging Face model folder.
 
 Every folder with an `artifact-manifest.json` is verified (sizes and sha256)
-before use. The spec's system message comes from the run's frozen
+before use; its manifest `kind` is looked up among the installed engines'
+`ModelKind`s, which say how it is served and exported. The spec's system
+message comes from the kind's `info_file` or from the run's frozen
 `spec.json` (recompiled, and checked against the sha256 the manifest
-recorded) or from the `tt-adapter.json` / `tt-export.json` the engines write.
-Nothing here imports torch.
+recorded). Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -26,11 +26,8 @@ from types import SimpleNamespace
 from typing import Any, Optional
 
 from tt_host import models as registry
+from tt_host.engine import SERVE_HF, SERVE_ON_BASE, Engine, ModelKind
 from tt_host.spec.compiler import compile_system_message, sha256_text
-
-FOUNDATION_PREFERENCE = ("foundation-rl", "foundation-sft", "foundation-base")
-FOUNDATION_STAGE_DIRS = {"foundation-rl": "rl", "foundation-sft": "sft", "foundation-base": "pretrain"}
-HF_KINDS = ("foundation-hf", "merged")
 
 
 class ModelRefError(Exception):
@@ -43,7 +40,7 @@ class ModelRefError(Exception):
 
 @dataclass
 class ResolvedModel:
-    form: str  # "foundation" (tt model folder), "adapter" (PEFT folder on a base), "hf" (ready HF folder)
+    form: str  # how it is served: tt_host.engine.SERVE_EXPORT, SERVE_ON_BASE, SERVE_HF or SERVE_OWN
     path: Path
     model_id: str
     kind: str
@@ -53,6 +50,7 @@ class ResolvedModel:
     system_message: Optional[str] = None
     system_message_sha256: Optional[str] = None
     manifest: dict[str, Any] = field(default_factory=dict)
+    model_kind: Optional[ModelKind] = None  # as its engine declares it (None: a plain Hugging Face folder)
 
 
 def _read_json(path: Path) -> Optional[dict[str, Any]]:
@@ -78,6 +76,23 @@ def spec_system_message(run_dir: Path) -> Optional[str]:
     neutral = SimpleNamespace(system_prompt=spec.get("system_prompt") or "", guidelines=spec.get("guidelines") or [],
                               constraints=spec.get("constraints") or [])
     return compile_system_message(neutral)
+
+
+def _engines() -> dict[str, Engine]:
+    from tt_host.plugins import plugins
+
+    return plugins().engines
+
+
+def declared_kind(kind: str, engine: Optional[str] = None) -> Optional[tuple[Engine, ModelKind]]:
+    """The installed engine that declares model kind `kind` (the manifest's own engine first)."""
+    engines = _engines()
+    ordered = ([engines[engine]] if engine in engines else []) + [e for n, e in sorted(engines.items()) if n != engine]
+    for candidate in ordered:
+        for model_kind in candidate.model_kinds:
+            if model_kind.kind == kind:
+                return candidate, model_kind
+    return None
 
 
 def _find_run_dir(path: Path) -> Optional[Path]:
@@ -116,22 +131,27 @@ def from_folder(path: Path, model_id: Optional[str] = None) -> ResolvedModel:
     run_dir = _find_run_dir(path)
     entry = _registered_for(path)
     model_id = model_id or (entry or {}).get("id") or _default_id(run_dir, kind, path.name)
-    resolved = ResolvedModel(form="hf", path=path, model_id=model_id, kind=kind, engine=manifest.get("engine"),
+    resolved = ResolvedModel(form=SERVE_HF, path=path, model_id=model_id, kind=kind, engine=manifest.get("engine"),
                              run_dir=run_dir, manifest=manifest,
                              system_message_sha256=manifest.get("system_message_sha256") or None)
-    if kind == "adapter":
-        info = _read_json(path / "tt-adapter.json") or {}
-        base = (info.get("base_model") or {}).get("path")
-        if not base or not (Path(base) / "config.json").is_file():
-            raise ModelRefError(f"{path}: the adapter's base model {base!r} is not available; restore it first")
-        resolved.form, resolved.base_model_path = "adapter", Path(base)
+    declared = declared_kind(kind, manifest.get("engine")) if manifest else None
+    if declared is None and manifest and not (path / "config.json").is_file():
+        raise ModelRefError(f"{path}: no installed engine declares model kind {kind!r} (made by engine "
+                            f"{manifest.get('engine')!r}); install that engine (tt engines install NAME)")
+    if declared is not None:
+        engine, model_kind = declared
+        resolved.form, resolved.model_kind = model_kind.serve, model_kind
+        resolved.engine = resolved.engine or engine.name
+        info = (_read_json(path / model_kind.info_file) or {}) if model_kind.info_file else {}
         resolved.system_message = info.get("system_message")
-    elif (path / "tt-model.json").is_file():
-        resolved.form = "foundation"
-    elif kind in HF_KINDS:
-        info = _read_json(path / "tt-export.json") or {}
-        resolved.system_message = info.get("system_message")
-        resolved.model_id = model_id if entry else (info.get("model_id") or model_id)
+        if model_kind.serve == SERVE_ON_BASE:
+            base = (info.get("base_model") or {}).get("path")
+            if not base or not (Path(base) / "config.json").is_file():
+                raise ModelRefError(f"{path}: the base model {base!r} it is trained on is not available; "
+                                    "restore it first")
+            resolved.base_model_path = Path(base)
+        if model_kind.folder is None and info.get("model_id"):  # an export keeps its source's id
+            resolved.model_id = model_id if entry else (info.get("model_id") or model_id)
     if resolved.system_message is None and run_dir is not None and resolved.system_message_sha256:
         resolved.system_message = spec_system_message(run_dir)
     if resolved.system_message is not None and resolved.system_message_sha256 and \
@@ -146,16 +166,17 @@ def from_run_dir(run_dir: Path) -> ResolvedModel:
     run = _read_json(run_dir / "run.json") or {}
     entries = [e for e in registry.list_models() if Path(e.get("run_dir", "")).absolute() == run_dir]
     by_kind = {e.get("kind"): e for e in entries}
-    order = FOUNDATION_PREFERENCE + ("adapter",)
-    for kind in order:
-        if kind in by_kind:
-            return resolve_registered(by_kind[kind]["id"])
-    # Not registered here (another TT_HOME?): the engines' own run layout.
-    candidates = [(run_dir / FOUNDATION_STAGE_DIRS[k] / "model") for k in FOUNDATION_PREFERENCE]
-    candidates.append(run_dir / "train" / "adapter")
+    engines = _engines()
+    ordered = [engines[run["engine"]]] if run.get("engine") in engines else list(engines.values())
+    kinds = [k for engine in ordered for k in engine.model_kinds if k.folder]
+    for model_kind in kinds:
+        if model_kind.kind in by_kind:
+            return resolve_registered(by_kind[model_kind.kind]["id"])
+    # Not registered here (another TT_HOME?): the folders the engine declares for its kinds.
     stages = run.get("stages") or {}
-    for folder in candidates:
-        stage = folder.parent.name
+    for model_kind in kinds:
+        folder = run_dir / model_kind.folder
+        stage = Path(model_kind.folder).parts[0]
         if folder.is_dir() and (stages.get(stage) or {}).get("state") == "completed":
             return from_folder(folder)
     raise ModelRefError(f"{run_dir}: the run has no finished model yet (status {run.get('status', 'unknown')})")

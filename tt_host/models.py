@@ -1,4 +1,4 @@
-"""The model registry: verified artifacts (adapters, foundation models) that runs produced.
+"""The model registry: verified artifacts (trained weights, exported models) that runs produced.
 
 A model is a directory holding `artifact-manifest.json` (docs/protocol.md). It
 is registered as soon as it verifies, so a later failure in the run does not

@@ -245,11 +245,33 @@ def _check_record(record: object, plugin: str, owners: dict[str, str]) -> str | 
 
     if problem := needs_error(record.stages):
         return f"engine {record.name!r}: {problem}; fix Stage.needs in the plugin"
+    if problem := model_kinds_error(record):
+        return f"engine {record.name!r}: {problem}; fix Engine.model_kinds in the plugin"
     if record.name in owners:
         return (
             f"engine {record.name!r} is claimed by plugins {owners[record.name]!r} and {plugin!r}; "
             "uninstall one of them (or disable one with TT_DISABLE_PLUGINS)"
         )
+    return None
+
+
+def model_kinds_error(record: Engine) -> str | None:
+    """What is wrong with an engine's declared model kinds (None when nothing)."""
+    from tt_host.engine import SERVE_ON_BASE, SERVE_OWN, SERVE_WAYS
+
+    seen: set[str] = set()
+    for declared in record.model_kinds:
+        if declared.kind in seen:
+            return f"model kind {declared.kind!r} is declared twice"
+        seen.add(declared.kind)
+        if declared.serve not in SERVE_WAYS:
+            return f"model kind {declared.kind!r}: serve must be one of {', '.join(SERVE_WAYS)}, not {declared.serve!r}"
+        if declared.serve == SERVE_OWN and record.serve is None:
+            return f"model kind {declared.kind!r} is served by the engine's own server, but Engine.serve is not set"
+        if declared.serve == SERVE_ON_BASE and not declared.info_file:
+            return f"model kind {declared.kind!r} is served on its base, which its info_file must name"
+        if declared.folder is not None and (declared.folder.startswith("/") or ".." in declared.folder.split("/")):
+            return f"model kind {declared.kind!r}: folder {declared.folder!r} must be a path inside the run directory"
     return None
 
 

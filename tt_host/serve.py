@@ -1,12 +1,17 @@
 """`tt serve`: run the OpenAI-compatible server for a model, in the foreground (host side).
 
-The server itself is `python -m tt_engine_adapter.serve REQUEST.json` in the
-adapter engine's hashed environment (it has transformers and PEFT). The host:
+The server is an engine's declared one (`Engine.serve`, tt_host.engine.Serve):
+`python -m MODULE REQUEST.json` in that engine's hashed environment. A model
+of a SERVE_OWN kind goes to its own engine's server; every other model (a
+Hugging Face folder, PEFT weights on their base, an engine format served through
+its export) to a server that loads Hugging Face folders (`Serve.hf_folders`):
+the model's own engine's when it has one, else the first such engine by name.
+The host:
 
 1. refuses a non-loopback `--host` without an API key (exit 2) before doing
    anything else;
-2. resolves MODEL (`tt_host.modelref`); a foundation model is first exported
-   to a Hugging Face folder (`tt_host.export.serving_folder`, cached);
+2. resolves MODEL (`tt_host.modelref`); a model served through its export is
+   first exported to a Hugging Face folder (`tt_host.export.serving_folder`, cached);
 3. writes the request JSON into a private temporary folder (the API key goes
    to the child through the environment, never into a file);
 4. runs the server in its own session with stdout parsed for JSON events (by a
@@ -26,12 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from tt_host.engine import SERVE_EXPORT, SERVE_ON_BASE, SERVE_OWN, Engine
 from tt_host.export import ExportError, engine_python, serving_folder
 from tt_host.fsutil import write_json_atomic
 from tt_host.modelref import ResolvedModel
 from tt_host.runner import EXIT_INTERRUPTED, OutputReader, SignalForwarder, parse_event
-
-SERVE_MODULE = "tt_engine_adapter.serve"
 
 KILL_AFTER_SECONDS = 30.0
 
@@ -111,16 +115,16 @@ def read_api_key_file(path: Path) -> str:
 
 def build_request(model: ResolvedModel, options: ServeOptions, log: Callable[[str], None],
                   ready_file: Optional[Path]) -> dict[str, Any]:
-    if model.form == "foundation":
-        model_path, adapter = serving_folder(model, options.offline, log), None
-    elif model.form == "adapter":
-        model_path, adapter = model.base_model_path, model.path
+    if model.form == SERVE_EXPORT:
+        model_path, on_base = serving_folder(model, options.offline, log), None
+    elif model.form == SERVE_ON_BASE:
+        model_path, on_base = model.base_model_path, model.path
     else:
-        model_path, adapter = model.path, None
+        model_path, on_base = model.path, None
     if options.spec_prompt and model.system_message is None:
         log(f"no spec system message is recorded for {model.model_id}; serving without one")
     return {
-        "model_path": str(model_path), "adapter_path": str(adapter) if adapter else None,
+        "model_path": str(model_path), "adapter_path": str(on_base) if on_base else None,
         "model_name": model.model_id,
         "system_message": model.system_message if options.spec_prompt else None,
         "host": options.host, "port": options.port, "max_concurrency": options.max_concurrency,
@@ -129,11 +133,36 @@ def build_request(model: ResolvedModel, options: ServeOptions, log: Callable[[st
     }
 
 
+def server_for(model: ResolvedModel) -> Engine:
+    """The installed engine whose declared server serves `model` (see the module docstring)."""
+    from tt_host.plugins import UnknownEngineError, plugins
+
+    engines = plugins().engines
+    if model.form == SERVE_OWN:
+        try:
+            engine = plugins().engine(str(model.engine))
+        except UnknownEngineError as exc:
+            raise ServeError(f"{exc}; install the engine that made {model.model_id}", exit_code=2) from None
+        if engine.serve is None:
+            raise ServeError(f"engine {engine.name!r} declares no server, so its {model.kind!r} models cannot be "
+                             "served; export the model instead (tt models export)", exit_code=2)
+        return engine
+    own = engines.get(str(model.engine))
+    candidates = ([own] if own is not None else []) + [engines[name] for name in sorted(engines)]
+    for engine in candidates:
+        if engine.serve is not None and engine.serve.hf_folders:
+            return engine
+    raise ServeError(f"no installed engine declares a server for Hugging Face model folders, so {model.model_id} "
+                     "cannot be served; install one (tt engines list shows each engine's server)", exit_code=2)
+
+
 def run_server(model: ResolvedModel, options: ServeOptions, on_event: Callable[[dict[str, Any]], None],
                log: Callable[[str], None]) -> int:
     """Serve until the server stops; returns the exit code (130 after Ctrl-C / SIGTERM)."""
     check_options(options)
-    python = engine_python("adapter", options.offline, log)
+    engine = server_for(model)
+    assert engine.serve is not None
+    python = engine_python(engine.name, options.offline, log)
     with tempfile.TemporaryDirectory(prefix="tt-serve-") as tmp:
         request = build_request(model, options, log, Path(tmp) / "ready.json")
         request_path = Path(tmp) / "serve-request.json"
@@ -144,7 +173,7 @@ def run_server(model: ResolvedModel, options: ServeOptions, on_event: Callable[[
         env.pop("TT_SERVE_API_KEY", None)
         if options.api_key:
             env["TT_SERVE_API_KEY"] = options.api_key
-        process = subprocess.Popen([str(python), "-m", SERVE_MODULE, str(request_path)], env=env, cwd=tmp,
+        process = subprocess.Popen([str(python), "-m", engine.serve.module, str(request_path)], env=env, cwd=tmp,
                                    stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True,
                                    text=True, bufsize=1, errors="replace")
         # Forward the signal received (a second SIGINT makes uvicorn stop at once); kill after the grace.

@@ -207,7 +207,7 @@ def lock(
 
 @app.command()
 def install(
-    packages: List[str] = typer.Argument(..., help="Engine NAME (foundation), PATH (project folder or .whl), or requirement."),
+    packages: List[str] = typer.Argument(..., help="Engine NAME (tt-engine-NAME), PATH (project folder or .whl), or requirement."),
     editable: bool = typer.Option(False, "--editable", "-e", help="Install a project folder editable (plugin development)."),
     upgrade: bool = typer.Option(False, "--upgrade", "-U", help="Upgrade packages that are already installed."),
     json_mode: bool = JsonOption,

@@ -18,6 +18,7 @@ from tt_host.cli import runs as runs_cli
 from tt_host.cli import serve as serve_cli
 from tt_host.cli.common import (JsonOption, console, emit_json, err, escape, fail, load_plugins, os_errors_refused,
                                 show_table)
+from tt_host.spec.schema import DEFAULT_ENGINE
 
 app = typer.Typer(
     name="tt", no_args_is_help=True, add_completion=False,
@@ -202,7 +203,7 @@ def doctor(
 @app.command()
 def init(
     directory: Path = typer.Argument(..., help="Folder to create the spec in."),
-    engine: str = typer.Option("adapter", "--engine", help="Engine the spec is for."),
+    engine: str = typer.Option(DEFAULT_ENGINE, "--engine", help="Engine the spec is for."),
     json_mode: bool = JsonOption,
 ) -> None:
     """Write a starter tunedtensor.json with placeholders (`tt doctor` flags them)."""
@@ -222,7 +223,7 @@ def init(
         if directory.exists() and not directory.is_dir():
             fail(f"{directory} is a file, not a folder; give a folder for the spec", json_mode=json_mode)
         directory.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(target, json.dumps(starter_spec(engine), indent=2) + "\n")
+        write_text_atomic(target, json.dumps(starter_spec(plugins.engines[engine]), indent=2) + "\n")
     if json_mode:
         emit_json({"ok": True, "spec": str(target.absolute()), "engine": engine})
     else:

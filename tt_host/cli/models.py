@@ -11,7 +11,7 @@ import typer
 
 from tt_host.cli.common import JsonOption, console, emit_json, err, escape, fail, os_errors_refused, show_table
 
-app = typer.Typer(no_args_is_help=True, help="Registered models (adapters, foundation models).")
+app = typer.Typer(no_args_is_help=True, help="Registered models: the verified artifacts runs produced.")
 
 
 @app.command("list")
@@ -52,11 +52,11 @@ def export(
     model: str = typer.Argument(..., help="Registered model id, run directory or model folder."),
     out: Path = typer.Argument(..., help="New folder to write (must not exist)."),
     fmt: str = typer.Option("hf", "--format", help="Output format: hf (Hugging Face folder)."),
-    merged: bool = typer.Option(False, "--merged", help="Adapter models: merge LoRA into full-precision base weights."),
+    merged: bool = typer.Option(False, "--merged", help="Models trained on a base (LoRA): merge them into full-precision base weights."),
     offline: bool = typer.Option(False, "--offline", help="Build engine environments from uv's cache only."),
     json_mode: bool = JsonOption,
 ) -> None:
-    """Write MODEL as a folder transformers loads: a foundation model in full, an adapter (optionally merged)."""
+    """Write MODEL as a folder other tools load, the way its engine declares (LoRA weights: optionally merged)."""
     from tt_host.export import ExportError, export_model
     from tt_host.modelref import ModelRefError, resolve
 

@@ -405,7 +405,7 @@ def _request(call: StageCall, stage_dir: Path, result_path: Path) -> dict[str, A
         "train_rows": loaded.compiled.train_rows if stage.gets_train_rows else [],
         "eval_prompts": loaded.compiled.eval_prompts() if stage.evaluates else [],
         "general_prompts": general.prompts() if general is not None and gate.side(stage) else [],
-        "device": call.call.device or _spec_device(spec_data) or "auto",
+        "device": call.call.device or loaded.engine.spec_device(loaded.spec) or "auto",
         "resume": call.resume, "fingerprint": call.fingerprint, "stages": dict(call.completed),
     }
 
@@ -448,13 +448,3 @@ def _run_one(call: StageCall) -> tuple[dict[str, Any], int, Optional[str]]:
     result = dict(result or {})
     result["_seconds"] = outcome.seconds
     return result, code, err
-
-
-def _spec_device(spec_data: dict[str, Any]) -> Optional[str]:
-    """The spec's own device setting: a top-level `device`, or one inside an engine block."""
-    if isinstance(spec_data.get("device"), str):
-        return spec_data["device"]
-    for value in spec_data.values():
-        if isinstance(value, dict) and isinstance(value.get("device"), str):
-            return value["device"]
-    return None

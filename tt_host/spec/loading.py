@@ -1,7 +1,7 @@
 """Reading a spec file and validating it against its engine's schema.
 
 Errors are collected, never raised one at a time: each has a dotted `loc`
-(`foundation.depth`, `examples.3.input`) and a message, so `tt validate --json`
+(`hyperparameters.batch_size`, `examples.3.input`) and a message, so `tt validate --json`
 can show them all; a field still holding a `tt init` placeholder is one. A
 duplicated key is an error at its dotted path; a value of the wrong type is
 refused, never converted (the models are strict: `"4"`, `4.0` and `true` are
@@ -21,7 +21,7 @@ from tt_host.engine import Engine
 from tt_host.plugins import Plugins, UnknownEngineError
 from tt_host.spec.compiler import CompiledSpec, DuplicatePromptError, compile_spec
 from tt_host.spec.placeholders import find_placeholders
-from tt_host.spec.schema import BehaviorSpec
+from tt_host.spec.schema import DEFAULT_ENGINE, BehaviorSpec
 from tt_stagekit.userinput import InputFileError, JSONInputError, loads, os_reason, read_regular
 
 
@@ -87,7 +87,7 @@ def load_spec(path: Path, plugins: Plugins, require_examples: bool = True) -> Lo
     loaded.raw, loaded.errors = read_json(path)
     if loaded.raw is None:
         return loaded
-    engine_name = loaded.raw.get("engine", "adapter")
+    engine_name = loaded.raw.get("engine", DEFAULT_ENGINE)
     if not isinstance(engine_name, str):
         loaded.errors.append(SpecError("engine", "must be a string naming an installed engine"))
         return loaded
@@ -102,7 +102,7 @@ def load_spec(path: Path, plugins: Plugins, require_examples: bool = True) -> Lo
     data, loaded.warnings, loaded.errors = migrate(loaded.raw, set(loaded.engine.spec_model.model_fields))
     if loaded.errors:
         return loaded
-    placeholders = dict(find_placeholders(data))
+    placeholders = dict(find_placeholders(data, loaded.engine))
     for loc, text in placeholders.items():
         loaded.errors.append(SpecError(loc, f"still holds the `tt init` placeholder {text!r}; replace it with your own value"))
     try:

@@ -2,23 +2,28 @@
 
 Every placeholder is a string beginning with "TODO: ". A field counts as a
 placeholder when its value is exactly one that `tt init` writes (for any
-engine), so a spec about to-do lists may still say "TODO" in its own words.
+engine: the neutral fields here plus the engine's `Engine.starter` fields),
+so a spec about to-do lists may still say "TODO" in its own words.
 `tt validate`, `tt run` and `tt doctor` refuse a spec that still holds one,
 naming the field.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+import json
+from typing import Any, Iterator, Optional
+
+from tt_host.engine import Engine
 
 MARK = "TODO: "
 
 
-def starter_spec(engine: str) -> dict[str, Any]:
+def starter_spec(engine: Optional[Engine]) -> dict[str, Any]:
+    """The neutral starter fields, then the engine's own (`Engine.starter`; none for None)."""
     spec: dict[str, Any] = {
         "name": "TODO: a name for this behavior",
         "description": "",
-        "engine": engine,
+        "engine": engine.name if engine else "",
         "system_prompt": "TODO: describe the behavior you want",
         "guidelines": ["TODO: a guideline"],
         "constraints": [],
@@ -27,12 +32,8 @@ def starter_spec(engine: str) -> dict[str, Any]:
             {"input": "TODO: another example input", "output": "TODO: its output"},
         ],
     }
-    if engine == "adapter":
-        spec["base_model"] = "TODO: a local Hugging Face model folder or a hub id"
-    if engine == "foundation":
-        spec["foundation"] = {
-            "corpus_path": "TODO: pretraining text: a .txt, .jsonl or .parquet file, or a folder of them",
-        }
+    if engine is not None:
+        spec.update(json.loads(json.dumps(dict(engine.starter))))  # a deep copy: the record stays as declared
     return spec
 
 
@@ -47,17 +48,20 @@ def _strings(value: Any) -> Iterator[str]:
             yield from _strings(item)
 
 
-PLACEHOLDERS = frozenset(s for engine in ("adapter", "foundation") for s in _strings(starter_spec(engine))
-                         if s.startswith(MARK))
+def placeholders(engine: Optional[Engine]) -> frozenset[str]:
+    """Every placeholder `tt init` writes for `engine` (the neutral ones alone for None)."""
+    return frozenset(s for s in _strings(starter_spec(engine)) if s.startswith(MARK))
 
 
-def find_placeholders(value: Any, loc: str = "") -> Iterator[tuple[str, str]]:
-    """(dotted field, placeholder) for every value still equal to a `tt init` placeholder."""
-    if isinstance(value, str) and value.strip() in PLACEHOLDERS:
+def find_placeholders(value: Any, engine: Optional[Engine] = None, loc: str = "",
+                      known: Optional[frozenset[str]] = None) -> Iterator[tuple[str, str]]:
+    """(dotted field, placeholder) for every value still equal to a `tt init` placeholder of `engine`."""
+    known = placeholders(engine) if known is None else known
+    if isinstance(value, str) and value.strip() in known:
         yield loc or "(spec)", value.strip()
     elif isinstance(value, dict):
         for key, item in value.items():
-            yield from find_placeholders(item, f"{loc}.{key}" if loc else str(key))
+            yield from find_placeholders(item, engine, f"{loc}.{key}" if loc else str(key), known)
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            yield from find_placeholders(item, f"{loc}.{index}" if loc else str(index))
+            yield from find_placeholders(item, engine, f"{loc}.{index}" if loc else str(index), known)

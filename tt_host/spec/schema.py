@@ -72,6 +72,9 @@ class Evaluation(StrictModel):
 ObserverName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]{0,63}$")]
 SettingName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")]
 
+# The engine a spec without an `engine` field is for: the one place tt_host names an engine.
+DEFAULT_ENGINE = "adapter"
+
 
 class BehaviorSpec(StrictModel):
     """The fields every engine understands."""
@@ -82,7 +85,7 @@ class BehaviorSpec(StrictModel):
     guidelines: list[str] = Field(default_factory=list)
     constraints: list[str] = Field(default_factory=list)
     examples: list[Example] = Field(default_factory=list)
-    engine: str = "adapter"
+    engine: str = DEFAULT_ENGINE
     evaluation: Optional[Evaluation] = None
     # Observer plugins this run enables, with their settings (docs/plugins.md, "Trackers"): tracking only,
     # never a stage input, so adding or changing one never re-runs a stage.

@@ -42,7 +42,7 @@ def make_adapter(base, folder, recorded_base=None):
 
 def run_export(tmp, adapter, out):
     request = tmp / f"request-{out.name}.json"
-    request.write_text(json.dumps({"adapter": str(adapter), "out": str(out), "model_id": "tuned"}))
+    request.write_text(json.dumps({"source": str(adapter), "out": str(out), "model_id": "tuned"}))
     return subprocess.run([sys.executable, "-m", "tt_engine_adapter.export", str(request)], capture_output=True,
                           text=True, timeout=300)
 

@@ -2,9 +2,10 @@
 
     python -m tt_engine_adapter.export REQUEST.json
 
-REQUEST (written by `tt models export --merged`):
+REQUEST (written by `tt models export --merged`, as the engine's ModelKind declares; the same fields as
+every engine's export request):
 
-    {"adapter": "<run>/train/adapter", "out": "<new folder>", "model_id": "...",
+    {"source": "<run>/train/adapter", "out": "<new folder>", "model_id": "...",
      "system_message": "..." | null, "system_message_sha256": "..." | null}
 
 The base model is the one recorded in the adapter's `tt-adapter.json`; a local
@@ -34,10 +35,10 @@ EXPORT_KIND = "merged"
 
 
 def check_request(request: Mapping[str, Any]) -> tuple[Path, Path, dict[str, Any]]:
-    for key in ("adapter", "out"):
+    for key in ("source", "out"):
         if not isinstance(request.get(key), str) or not request[key]:
             raise InvalidInput(f"export request: {key!r} must be a path string")
-    adapter, out = Path(request["adapter"]), Path(request["out"])
+    adapter, out = Path(request["source"]), Path(request["out"])
     for name in ("adapter_config.json", "tt-adapter.json"):
         if not (adapter / name).is_file():
             raise InvalidInput(f"{adapter}: not a tt adapter folder ({name} is missing)")

@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from tt_host.engine import Check, Engine, Stage
+from tt_host.engine import SERVE_HF, SERVE_ON_BASE, Check, Engine, Export, ModelKind, Serve, Stage
 from tt_host.hookspecs import hookimpl
 from tt_host.preflight import torch_device_check
 from tt_host.spec.schema import BehaviorSpec
@@ -198,6 +198,17 @@ def doctor(spec: Optional[BehaviorSpec], device: str) -> Iterable[Check]:
         yield _world_check(spec.hyperparameters, device or "auto")
 
 
+# The trained LoRA weights are served on their base model; `tt models export` copies them as they are (the
+# PEFT format), `--merged` merges them into the base (tt_engine_adapter.export, kind EXPORT_KIND).
+MODEL_KINDS = (
+    ModelKind("adapter", "train/adapter", serve=SERVE_ON_BASE, info_file="tt-adapter.json",
+              export=Export(None, "adapter"), export_merged=Export("tt_engine_adapter.export", "merged")),
+    ModelKind("merged", serve=SERVE_HF, info_file="tt-export.json"),
+)
+
+STARTER = {"base_model": "TODO: a local Hugging Face model folder or a hub id"}
+
+
 ENGINE = Engine(
     name="adapter",
     spec_model=AdapterSpec,
@@ -210,6 +221,11 @@ ENGINE = Engine(
     sync_groups=("runtime",),
     doctor=doctor,
     min_examples=0,
+    model_kinds=MODEL_KINDS,
+    # The OpenAI-compatible server loads any Hugging Face folder, with LoRA weights on it (tt serve).
+    serve=Serve("tt_engine_adapter.serve", hf_folders=True),
+    starter=STARTER,
+    host_api="1.1",
 )
 
 

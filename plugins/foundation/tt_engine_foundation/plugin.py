@@ -12,7 +12,7 @@ import hashlib
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from tt_host.engine import Engine, Stage
+from tt_host.engine import SERVE_EXPORT, SERVE_HF, Engine, Export, ModelKind, Stage
 from tt_host.hookspecs import hookimpl
 
 from tt_stagekit.launcher import stage_arguments
@@ -177,6 +177,25 @@ STAGES = (
 )
 
 
+# The Hugging Face folder tt_engine_foundation.export writes (its EXPORT_KIND); tt serve loads it through an
+# engine whose server reads Hugging Face folders.
+HF_EXPORT = Export("tt_engine_foundation.export", "foundation-hf")
+
+# Best first: a run's final model is its RL model, else its SFT model, else its pretrained base.
+MODEL_KINDS = (
+    ModelKind("foundation-rl", "rl/model", serve=SERVE_EXPORT, export=HF_EXPORT),
+    ModelKind("foundation-sft", "sft/model", serve=SERVE_EXPORT, export=HF_EXPORT),
+    ModelKind("foundation-base", "pretrain/model", serve=SERVE_EXPORT, export=HF_EXPORT, base=True),
+    ModelKind("foundation-hf", serve=SERVE_HF, info_file="tt-export.json"),
+)
+
+STARTER = {"foundation": {"corpus_path": "TODO: pretraining text: a .txt, .jsonl or .parquet file, or a folder of them"}}
+
+
+def spec_device(spec: FoundationSpec) -> str:
+    return spec.foundation.device
+
+
 ENGINE = Engine(
     name="foundation",
     spec_model=FoundationSpec,
@@ -190,7 +209,10 @@ ENGINE = Engine(
     doctor=doctor,
     disk_needs=disk_needs,
     min_examples=2,
-    host_api="1.0",
+    model_kinds=MODEL_KINDS,
+    starter=STARTER,
+    spec_device=spec_device,
+    host_api="1.1",
 )
 
 

@@ -1,4 +1,8 @@
-"""Plugin module of the echo test engine: spec extension, stages, doctor checks."""
+"""Plugin module of the echo test engine: spec extension, stages, doctor checks, model kinds, export, server.
+
+Everything `tt models export` and `tt serve` need is declared here (host API 1.1); tt_host has no code for
+echo models.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
-from tt_host.engine import Check, Engine, Stage
+from tt_host.engine import SERVE_OWN, Check, Engine, Export, ModelKind, Serve, Stage
 from tt_host.hookspecs import hookimpl
 from tt_host.spec.schema import BehaviorSpec, StrictModel
 
@@ -50,4 +54,11 @@ def tt_engines():
         runtime_lock=Path(__file__).resolve().parent / "pylock.runtime.toml",  # written only by tests
         sync_groups=("runtime",),
         doctor=_doctor,
+        model_kinds=(
+            ModelKind("echo", "train/model", serve=SERVE_OWN, export=Export("tt_engine_echo.export", "echo-export")),
+            ModelKind("echo-export", serve=SERVE_OWN, info_file="tt-export.json"),
+        ),
+        serve=Serve("tt_engine_echo.serve"),
+        starter={"echo": {"steps": 5}},
+        host_api="1.1",
     )
