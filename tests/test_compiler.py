@@ -2,7 +2,8 @@
 
 import pytest
 
-from tt_host.spec.compiler import compile_spec, compile_system_message, held_out_count, normalize_prompt
+from tt_host.spec.compiler import compile_spec, compile_system_message, held_out_count
+from tt_stagekit.chatrows import normalize_prompt
 from tt_host.spec.schema import BehaviorSpec
 
 

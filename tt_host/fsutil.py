@@ -1,15 +1,18 @@
-"""Small filesystem primitives: atomic private writes, private folders, file digests, exclusive locks."""
+"""Small filesystem primitives: atomic private writes, private folders, file digests, exclusive locks.
+
+Atomic writes and `sha256_file` are tt_stagekit.files' (one implementation for host and engines).
+"""
 
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from tt_stagekit.files import atomic_write_bytes, file_sha256 as sha256_file  # noqa: F401 (tt_host's name)
 
 PRIVATE_DIR = 0o700
 PRIVATE_FILE = 0o600
@@ -22,27 +25,9 @@ def make_private_dir(path: Path) -> Path:
 
 
 def write_bytes_atomic(path: Path, data: bytes, mode: int = PRIVATE_FILE) -> None:
-    """Write via a temp file in the same folder, fsync, then rename over the target."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    """Write via a temp file in the same (existing) folder, fsync, then rename over the target
+    (tt_stagekit.files.atomic_file, shared with the engines)."""
+    atomic_write_bytes(path, data, mode, make_parents=False)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -62,14 +47,6 @@ def remove_tree(path: Path) -> None:
     trash = path.with_name(f".{path.name}.removing-{os.getpid()}")
     os.rename(path, trash)
     shutil.rmtree(trash)
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 class LockHeld(RuntimeError):

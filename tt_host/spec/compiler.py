@@ -1,7 +1,8 @@
 """The instruction compiler: one canonical system message, chat rows and a deterministic split.
 
-The system message is built exactly as docs/host.md (Specs) shows; every engine and every
-stage uses it unchanged. The train / held-out split is keyed on the spec's
+The system message is built exactly as docs/host.md (Specs) shows (the rules themselves,
+`compile_system_message` and `normalize_prompt`, live once in tt_stagekit.chatrows so engines
+re-check with the same code); every engine and every stage receives it from here unchanged. The train / held-out split is keyed on the spec's
 content (not the run), so the same spec always holds out the same prompts.
 """
 
@@ -9,36 +10,23 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
-import unicodedata
 from dataclasses import dataclass
+from typing import Any
 
 from tt_host.spec.schema import BehaviorSpec
-
-DEFAULT_MESSAGE = "Follow the demonstrated behavior."
+from tt_stagekit import chatrows
+from tt_stagekit.chatrows import normalize_prompt
 HELD_OUT_FRACTION = 0.2
 
 
-def compile_system_message(spec: BehaviorSpec) -> str:
-    """The canonical system message for a spec (format: docs/host.md, Specs)."""
-    blocks: list[str] = []
-    prompt = spec.system_prompt.strip()
-    if prompt:
-        blocks.append(prompt)
-    if spec.guidelines:
-        blocks.append("Guidelines:\n" + "\n".join(f"- {g.strip()}" for g in spec.guidelines))
-    if spec.constraints:
-        blocks.append("Constraints:\n" + "\n".join(f"- {c.strip()}" for c in spec.constraints))
-    return "\n\n".join(blocks) if blocks else DEFAULT_MESSAGE
+def compile_system_message(spec: Any) -> str:
+    """The canonical system message for a spec, or anything with its `system_prompt`, `guidelines` and
+    `constraints` (format: docs/host.md, Specs)."""
+    return chatrows.compile_system_message(spec.system_prompt or "", spec.guidelines or [], spec.constraints or [])
 
 
 def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def normalize_prompt(text: str) -> str:
-    """The form in which two prompts count as duplicates: NFKC, trimmed, spaces collapsed, lower-cased."""
-    return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text).strip()).lower()
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from tt_host.spec.compiler import normalize_prompt
-from tt_stagekit.chatrows import check_row, parsed_lines, read_lines
+from tt_stagekit.chatrows import check_row, normalize_prompt, parsed_lines, read_lines
 
 
 class GeneralSetError(ValueError):

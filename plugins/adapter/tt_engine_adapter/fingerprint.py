@@ -18,21 +18,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import time
 from pathlib import Path
+
+from tt_stagekit.files import atomic_write_bytes, file_sha256 as sha256_file  # noqa: F401 (used as fingerprint.sha256_file)
 
 CHUNK = 1 << 20
 IGNORED_DIRS = {".git", ".cache", "__pycache__"}
 RACY_NS = 2_000_000_000
-
-
-def sha256_file(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _cache_path() -> Path:
@@ -51,11 +44,7 @@ def _load_cache() -> dict:
 def _save_cache(cache: dict) -> None:
     path = _cache_path()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".sha256-cache.", dir=path.parent)
-        with os.fdopen(fd, "w") as handle:
-            json.dump(cache, handle)
-        os.replace(tmp, path)
+        atomic_write_bytes(path, json.dumps(cache).encode("utf-8"))
     except OSError:
         pass  # a cache that cannot be written only costs time
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import platform
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
@@ -21,6 +19,7 @@ from tt_host.spec.schema import BehaviorSpec
 
 from tt_engine_adapter import fingerprint
 from tt_engine_adapter.spec import HEX40, AdapterSpec, Hyperparameters
+from tt_stagekit.gpus import nvidia_gpus
 from tt_stagekit.launcher import stage_arguments
 
 # ---------------------------------------------------------------- stage inputs
@@ -96,21 +95,8 @@ def _hf_cache_dir() -> Path:
 
 
 def _nvidia_gpus() -> list[tuple[str, str]]:
-    """(name, compute capability) of each NVIDIA GPU, without importing torch."""
-    exe = shutil.which("nvidia-smi")
-    if not exe:
-        return []
-    try:
-        out = subprocess.run([exe, "--query-gpu=name,compute_cap", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=15, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    gpus = []
-    for line in out.strip().splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 2:
-            gpus.append((parts[0], parts[1]))
-    return gpus
+    """(name, compute capability) of each visible NVIDIA GPU, without importing torch."""
+    return [(gpu.name, gpu.compute_cap) for gpu in nvidia_gpus() or []]
 
 
 def _base_model_checks(spec: AdapterSpec) -> Iterable[Check]:

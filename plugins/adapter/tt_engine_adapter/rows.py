@@ -2,7 +2,9 @@
 
 Standard library and tt_stagekit only, shared by the host-side plugin (spec validation) and
 the engine runtime, so both refuse exactly the same rows with the same
-file:line messages.
+file:line messages. The system message a row may carry is the host's compiled one (given,
+never rebuilt here); prompts are compared with tt_stagekit.chatrows.normalize_prompt, the
+host compiler's own rule.
 
 A row is `{"messages": [system?, user, assistant]}` with an optional string
 `id`; the optional system message must equal the compiled one.
@@ -10,38 +12,16 @@ A row is `{"messages": [system?, user, assistant]}` with an optional string
 
 from __future__ import annotations
 
-import re
-import unicodedata
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from tt_stagekit.chatrows import check_row, parsed_lines, read_lines
+from tt_stagekit.chatrows import check_row, normalize_prompt, parsed_lines, read_lines
 
-DEFAULT_SYSTEM_MESSAGE = "Follow the demonstrated behavior."
 SPLITS = ("train", "validation", "test")
 
 
 class RowError(ValueError):
     """A bad dataset row; the message starts with `file:line:`."""
-
-
-def normalize_prompt(text: str) -> str:
-    """NFKC, trim, collapse whitespace, lower-case: the key for duplicate and overlap checks."""
-    return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text)).strip().lower()
-
-
-def compile_system_message(system_prompt: str, guidelines: Iterable[str], constraints: Iterable[str]) -> str:
-    """The canonical system message (docs/host.md, Specs; the host's compiler is authoritative at run time)."""
-    blocks = []
-    if system_prompt.strip():
-        blocks.append(system_prompt.strip())
-    guidelines = [g.strip() for g in guidelines]
-    constraints = [c.strip() for c in constraints]
-    if guidelines:
-        blocks.append("Guidelines:\n" + "\n".join(f"- {g}" for g in guidelines))
-    if constraints:
-        blocks.append("Constraints:\n" + "\n".join(f"- {c}" for c in constraints))
-    return "\n\n".join(blocks) if blocks else DEFAULT_SYSTEM_MESSAGE
 
 
 def _check_row(value: Any, where: str, system_message: Optional[str]) -> tuple[Optional[str], list[dict]]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import platform
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Iterable, Iterator, Optional
 
@@ -19,6 +18,7 @@ from tt_host.preflight import torch_device_check
 
 from tt_engine_foundation.runtime.corpus import list_shards
 from tt_engine_foundation.spec import FoundationSpec
+from tt_stagekit.gpus import nvidia_gpus
 
 
 def _path_checks(name: str, path: Optional[Path]) -> Iterable[Check]:
@@ -52,21 +52,9 @@ def _device_check(device: str) -> Check:
 
 
 def cuda_device_count() -> Optional[int]:
-    """GPUs that `nvidia-smi -L` lists (None when nvidia-smi is missing or fails); never imports torch."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None
-    try:
-        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if out.returncode != 0:
-        return None
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    count = sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
-    if visible is not None:
-        count = min(count, len([v for v in visible.split(",") if v.strip() and v.strip() != "-1"]))
-    return count
+    """GPUs that nvidia-smi lists (None when nvidia-smi is missing or fails); never imports torch."""
+    gpus = nvidia_gpus()
+    return None if gpus is None else len(gpus)
 
 
 def world_check(name: str, nproc: int, nnodes: int, device: str) -> Check:
@@ -76,10 +64,10 @@ def world_check(name: str, nproc: int, nnodes: int, device: str) -> Check:
     count = cuda_device_count() if device in ("cuda", "auto") else None
     if device == "cuda" or (device == "auto" and count):
         if count is None:
-            return Check(name, "fail" if device == "cuda" else "warn", f"{where}; nvidia-smi -L lists no GPU",
+            return Check(name, "fail" if device == "cuda" else "warn", f"{where}; nvidia-smi lists no GPU",
                          "install the NVIDIA driver or use device cpu (gloo)")
         if nproc > count:
-            return Check(name, "fail", f"{where}, but this node has {count} CUDA device(s) (nvidia-smi -L)",
+            return Check(name, "fail", f"{where}, but this node has {count} CUDA device(s) (nvidia-smi)",
                          f"set nproc_per_node to at most {count}")
         return Check(name, "ok", f"{where}; NCCL on {nproc} of {count} CUDA device(s)")
     if world == 1:

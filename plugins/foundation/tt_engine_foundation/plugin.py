@@ -8,13 +8,13 @@ and the stdlib only; torch lives in the engine environment.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from tt_host.engine import SERVE_EXPORT, SERVE_HF, Engine, Export, ModelKind, Stage
 from tt_host.hookspecs import hookimpl
 
+from tt_stagekit.files import file_sha256
 from tt_stagekit.launcher import stage_arguments
 from tt_engine_foundation.doctor import disk_needs, doctor
 from tt_engine_foundation.runtime.corpus import list_shards
@@ -27,11 +27,7 @@ def _sha256(path: Path) -> str:
     stat = path.stat()
     key = (str(path), stat.st_size, stat.st_mtime_ns)
     if key not in _DIGESTS:
-        digest = hashlib.sha256()
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-        _DIGESTS[key] = digest.hexdigest()
+        _DIGESTS[key] = file_sha256(path)
     return _DIGESTS[key]
 
 

@@ -10,15 +10,42 @@ UTF-8, JSON the parser refuses beyond syntax (an integer thousands of digits
 long, nesting deeper than `tt_stagekit.userinput.MAX_DEPTH`, a duplicated key)
 and a FIFO or device given as the file are all refused with `file:line`
 (or the file), never a traceback or a hang.
+
+It also holds the instruction compiler's two rules that an engine's own checks
+need (`compile_system_message`, `normalize_prompt`): tt_host.spec.compiler
+builds every run's system message and rows with them, and engines re-check
+their datasets with the same functions instead of copies.
 """
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from typing import Any, Iterable, Iterator, Optional
 
 from tt_stagekit.userinput import InputFileError, JSONInputError, loads, read_regular
 
 ROLES = ("system", "user", "assistant")
+DEFAULT_SYSTEM_MESSAGE = "Follow the demonstrated behavior."
+
+
+def compile_system_message(system_prompt: str, guidelines: Iterable[str], constraints: Iterable[str]) -> str:
+    """The canonical system message (docs/host.md, Specs): the prompt, then `Guidelines:` and `Constraints:`
+    as `- ` lists, blocks separated by a blank line; DEFAULT_SYSTEM_MESSAGE when all are empty."""
+    blocks: list[str] = []
+    if system_prompt.strip():
+        blocks.append(system_prompt.strip())
+    guidelines, constraints = [g.strip() for g in guidelines], [c.strip() for c in constraints]
+    if guidelines:
+        blocks.append("Guidelines:\n" + "\n".join(f"- {g}" for g in guidelines))
+    if constraints:
+        blocks.append("Constraints:\n" + "\n".join(f"- {c}" for c in constraints))
+    return "\n\n".join(blocks) if blocks else DEFAULT_SYSTEM_MESSAGE
+
+
+def normalize_prompt(text: str) -> str:
+    """The form in which two prompts count as duplicates: NFKC, trimmed, spaces collapsed, lower-cased."""
+    return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text)).strip().lower()
 
 
 def read_lines(path: Any, error: type[Exception]) -> tuple[bytes, list[bytes]]:

@@ -10,23 +10,15 @@ nvidia-smi, when present) the driver version.
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import sys
 from typing import Any
 
+from tt_stagekit.gpus import nvidia_gpus
+
 
 def _driver_version() -> str | None:
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None
-    try:
-        out = subprocess.run([exe, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    lines = out.stdout.strip().splitlines()
-    return lines[0].strip() if out.returncode == 0 and lines else None
+    gpus = nvidia_gpus()
+    return gpus[0].driver_version or None if gpus else None
 
 
 def probe(wanted: str) -> dict[str, Any]:

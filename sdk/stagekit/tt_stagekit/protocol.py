@@ -17,18 +17,17 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import hashlib
 import json
 import os
 import shutil
 import signal
 import sys
-import tempfile
 import traceback
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterator, Mapping, Optional, Sequence, TextIO
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, TextIO
 
 from tt_stagekit import signals
+from tt_stagekit.files import atomic_file, atomic_write_bytes, file_sha256, fsync_dir  # noqa: F401 (re-exported)
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -146,49 +145,6 @@ def artifact(kind: str, path: str | Path) -> None:
     emit({"type": "artifact", "kind": kind, "path": str(path)})
 
 
-def fsync_dir(path: str | Path) -> None:
-    """Make a rename or a new file in `path` durable (best effort where folders cannot be opened)."""
-    try:
-        fd = os.open(str(path), os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-@contextlib.contextmanager
-def atomic_file(path: str | Path, mode: int = 0o600) -> Iterator[BinaryIO]:
-    """A binary file handle whose content replaces `path` only when the block ends without error.
-
-    Written to a temp file in the same folder, then flushed, fsynced and renamed; on error the temp
-    file is removed and `path` is untouched.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    fsync_dir(path.parent)
-
-
-def atomic_write_bytes(path: str | Path, data: bytes, mode: int = 0o600) -> None:
-    with atomic_file(path, mode) as handle:
-        handle.write(data)
-
-
 def atomic_write_json(path: str | Path, value: Any) -> None:
     text = json.dumps(value, indent=2, ensure_ascii=False, default=_json_default) + "\n"
     atomic_write_bytes(path, text.encode("utf-8"))
@@ -197,14 +153,6 @@ def atomic_write_json(path: str | Path, value: Any) -> None:
 def atomic_write_jsonl(path: str | Path, rows: Sequence[Mapping[str, Any]]) -> None:
     text = "".join(json.dumps(row, ensure_ascii=False, default=_json_default) + "\n" for row in rows)
     atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(chunk), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @contextlib.contextmanager

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from tt_engine_adapter import rows as rowlib
+from tt_stagekit.chatrows import compile_system_message, normalize_prompt
 
 MODULES = {
     "prepare": "tt_engine_adapter.stages.prepare",
@@ -45,7 +45,7 @@ class Run:
                      **{k: v for k, v in spec.items() if k != "hyperparameters"}}
         self.spec.setdefault("examples", examples_train + examples_eval)
         self.spec.setdefault("device", "auto")
-        self.system = rowlib.compile_system_message(self.spec.get("system_prompt", ""),
+        self.system = compile_system_message(self.spec.get("system_prompt", ""),
                                                     self.spec.get("guidelines", []), self.spec.get("constraints", []))
         self.train_rows = [self._row(f"train-{i}", e, True) for i, e in enumerate(examples_train)]
         self.eval_prompts = [self._row(f"eval-{i}", e, False) for i, e in enumerate(examples_eval)]
@@ -108,7 +108,7 @@ class Run:
 
     def exact_match(self, stage: str) -> float:
         preds = self.predictions(stage)
-        hits = sum(rowlib.normalize_prompt(preds[k]) == rowlib.normalize_prompt(v) for k, v in self.references.items())
+        hits = sum(normalize_prompt(preds[k]) == normalize_prompt(v) for k, v in self.references.items())
         return hits / max(1, len(self.references))
 
 

@@ -35,7 +35,7 @@ import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save_file
 
-from tt_stagekit.protocol import InvalidInput, StageError, atomic_write_json, fsync_dir
+from tt_stagekit.protocol import InvalidInput, StageError, atomic_write_json, file_sha256, fsync_dir
 
 STEP_RE = re.compile(r"^step-(\d{9})$")
 FILES = ("model.safetensors", "optimizer.pt", "trainer-state.pt")
@@ -192,13 +192,11 @@ def _write_raw(directory: Path, name: str, weights: dict, optimizer_state: dict,
 
 
 def _hash_file(path: Path) -> dict[str, Any]:
-    digest = hashlib.sha256()
+    digest = file_sha256(path, 1 << 22)
     with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
         os.fsync(handle.fileno())
     os.chmod(path, 0o600)
-    return {"path": path.name, "size": path.stat().st_size, "sha256": digest.hexdigest()}
+    return {"path": path.name, "size": path.stat().st_size, "sha256": digest}
 
 
 def _finalize(tmp: Path, final: Path, counters: dict, config: dict, fingerprint: str) -> None:
@@ -310,11 +308,7 @@ def verify(path: Path) -> tuple[bool, str, Optional[dict[str, Any]]]:
         size = file_path.stat().st_size
         if size != entry["size"]:
             return False, f"{entry['path']} is {size} bytes, expected {entry['size']} (truncated?)", None
-        digest = hashlib.sha256()
-        with open(file_path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-        if digest.hexdigest() != entry["sha256"]:
+        if file_sha256(file_path) != entry["sha256"]:
             return False, f"{entry['path']} does not match its sha256 (corrupted)", None
     return True, "intact", metadata
 
