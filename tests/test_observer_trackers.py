@@ -91,3 +91,15 @@ def test_a_bad_observers_block_is_refused_naming_the_field(tt, tmp_path, block, 
     proc = tt("validate", spec)
     assert proc.returncode == 2 and field in proc.stdout + proc.stderr, proc.stdout + proc.stderr
     assert not (tmp_path / "spec" / ".tuned-tensor").exists()
+
+
+def test_an_observer_name_no_plugin_answers_to_is_reported_and_the_run_completes(tt, tmp_path):
+    tt.env["TT_OBSERVERS"] = "tensorbaord"
+    spec = write_spec(tmp_path / "spec", {**echo_spec(steps=1), "observers": {"tensorboard": {}}})
+    proc = tt("run", spec, "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(proc.stdout)["report"]["status"] == "completed"  # stdout stays JSON
+    assert proc.stderr.count("observers.tensorbaord: no installed observer plugin is named 'tensorbaord'") == 1
+    assert "observers.tensorboard" not in proc.stderr  # the shipped tracker answers to its name
+    run_dir = next((tmp_path / "spec" / ".tuned-tensor" / "runs").iterdir())
+    assert "train/loss" in tensorboard_scalars(run_dir / "tensorboard")

@@ -21,7 +21,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional
 
 import pluggy
 
@@ -127,12 +127,30 @@ class Observers:
                              f"{self.limit:g}s (TT_OBSERVER_TIMEOUT_SECONDS); tt stops calling it for this run")
 
     def close(self) -> None:
-        """Let every observer finish its queued calls (each under the time limit), then report."""
+        """Let every observer finish its queued calls (each under the time limit), then report.
+        Ctrl-C while waiting stops the wait: the run is already recorded, only tracking is cut short."""
         for worker in self._workers:
             if not worker.hung:
                 worker.queue.put(None)
-        for worker in self._workers:
-            while worker.thread.is_alive() and not worker.hung:
-                worker.thread.join(_POLL_SECONDS)
-                self.check()
+        try:
+            for worker in self._workers:
+                while worker.thread.is_alive() and not worker.hung:
+                    worker.thread.join(_POLL_SECONDS)
+                    self.check()
+        except KeyboardInterrupt:
+            waiting = [w.name for w in self._workers if w.thread.is_alive() and not w.hung]
+            self._report(f"stopped waiting for observers {', '.join(map(repr, waiting))}; their tracking may be "
+                         "incomplete")
+            return
         self.check()
+
+    def unknown(self, names: Iterable[str]) -> list[str]:
+        """The enabled observer names (spec `observers`, TT_OBSERVERS) no observer plugin answers to: a plugin
+        answers to its entry point name, with or without the `observer-` prefix."""
+        plugins = set(self.names)
+        return [n for n in names if n not in plugins and f"observer-{n}" not in plugins]
+
+    @property
+    def names(self) -> list[str]:
+        """The observer plugins of this run (entry point names)."""
+        return [w.name for w in self._workers]

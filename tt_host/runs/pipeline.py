@@ -246,6 +246,11 @@ def _drive(call: RunCall, plan: list, decisions: list[Decision]) -> RunOutcome:
     state = _open_state(call, env, plan)
     call = replace(call, observers=Observers(call.plugins, _observer_problems(call.reporter)),
                    info=_run_info(call, state))
+    for name in call.observers.unknown(call.info.observers):
+        installed = ", ".join(call.observers.names) or "none"
+        _observer_problems(call.reporter)(f"observers.{name}: no installed observer plugin is named {name!r} or "
+                                          f"'observer-{name}' (installed: {installed}); check the spelling or "
+                                          "`tt engines install` it")
     call.observers.run_start(call.info)
     try:
         return _stages(call, env, state, plan, decisions)
