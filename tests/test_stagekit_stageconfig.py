@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Mapping, Optional, Union
 
@@ -90,9 +92,17 @@ def test_the_request_parses_with_protocol_defaults_and_earlier_stages(tmp_path):
 
 
 STAGE = """
-import sys
+import dataclasses, sys
 from tt_stagekit import protocol as P
-from test_stagekit_stageconfig import Request
+from tt_stagekit.stageconfig import StageRequest
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    steps: int
+
+@dataclasses.dataclass(frozen=True)
+class Request(StageRequest):
+    spec: Spec
 
 def body(request):
     P.log(f"steps={request.spec.steps!r}")
@@ -103,17 +113,12 @@ P.run_main(body, [sys.argv[1]], request_type=Request)
 
 
 def run_stage_module(tmp_path, spec: dict[str, Any]):
-    import subprocess
-    import sys
-
     request = tmp_path / "request.json"
     request.write_text(json.dumps({"run_dir": str(tmp_path), "stage_dir": str(tmp_path / "s"), "spec": spec,
                                    "result_path": str(tmp_path / "s" / "result.json")}))
     script = tmp_path / "stage.py"
     script.write_text(STAGE)
-    env = {**__import__("os").environ, "PYTHONPATH": str(Path(__file__).parent)}
-    proc = subprocess.run([sys.executable, str(script), str(request)], capture_output=True, text=True, env=env,
-                          timeout=60)
+    proc = subprocess.run([sys.executable, str(script), str(request)], capture_output=True, text=True, timeout=60)
     return proc.returncode, [json.loads(line) for line in proc.stdout.splitlines()]
 
 
