@@ -36,6 +36,7 @@ from tt_host.export import ExportError, engine_python, serving_folder
 from tt_host.fsutil import write_json_atomic
 from tt_host.modelref import ResolvedModel
 from tt_host.runner import EXIT_INTERRUPTED, OutputReader, SignalForwarder, parse_event
+from tt_stagekit.addresses import is_loopback
 
 KILL_AFTER_SECONDS = 30.0
 
@@ -57,15 +58,6 @@ class ServeOptions:
     offline: Optional[bool] = None
     allowed_hosts: tuple[str, ...] = ()
     default_max_tokens: Optional[int] = None
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def check_options(options: ServeOptions) -> None:

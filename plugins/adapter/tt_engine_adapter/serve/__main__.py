@@ -21,7 +21,6 @@ could not load or the port could not be bound.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import signal
@@ -29,6 +28,8 @@ import socket
 import sys
 from pathlib import Path
 from typing import Any, Optional
+
+from tt_stagekit.addresses import is_loopback
 
 EXIT_FAILED, EXIT_INVALID, EXIT_INTERRUPTED = 1, 2, 130
 HEADER_TIMEOUT_SECONDS = 10.0
@@ -53,15 +54,6 @@ def _interrupt(signum: int, frame: Any) -> None:
 def emit(event: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(event) + "\n")
     sys.stdout.flush()
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def check(request: Any) -> dict[str, Any]:
