@@ -12,6 +12,7 @@ and `gitignore` becomes `.gitignore`.
 
 from __future__ import annotations
 
+import json
 import keyword
 import os
 import re
@@ -70,7 +71,21 @@ def values(name: str) -> dict[str, str]:
         "class": "".join(part.capitalize() for part in name.split("_") if part),
         "host_api": HOST_API_VERSION,
         "tt_version": __version__,
+        "stagekit_source": _stagekit_source(),
     }
+
+
+def _stagekit_source() -> str:
+    """A `[tool.uv.sources]` entry for tt-stagekit when tt runs from a checkout (its project folder is
+    at hand), so the new package locks against the same stagekit; else nothing (it comes from the index,
+    like tt itself)."""
+    import tt_stagekit
+
+    project = Path(tt_stagekit.__file__).resolve().parents[1]
+    if not (project / "pyproject.toml").is_file():
+        return ""
+    return ("[tool.uv.sources]\n# tt-stagekit from the tt checkout that generated this package; remove these two lines\n"
+            f"# to take it from the package index.\ntt-stagekit = {{ path = {json.dumps(str(project))}, editable = true }}\n\n")
 
 
 def render(text: str, mapping: dict[str, str]) -> str:
