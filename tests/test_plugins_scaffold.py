@@ -38,9 +38,13 @@ def test_new_package_installs_next_to_tt_and_runs(tmp_path):
     assert "tt_engine_demo/pylock.runtime.toml" in made["files"] and 'name = "textdistance"' in shipped.read_text()
     assert 'name = "pytest"' not in shipped.read_text()
     assert {"pyproject.toml", "README.md", "tests/test_demo.py", "tt_engine_demo/plugin.py",
-            "tt_engine_demo/stages/train.py", "tt_engine_demo/protocol.py"} <= set(made["files"])
+            "tt_engine_demo/stages/train.py"} <= set(made["files"])
+    # the stage side of the protocol comes from tt-stagekit, never a copy in the package
+    assert "tt_engine_demo/protocol.py" not in made["files"]
+    assert '"tt-stagekit>=0.1,<0.2"' in (package / "pyproject.toml").read_text()
     stage_source = (package / "tt_engine_demo" / "stages" / "train.py").read_text()
     assert "tt_host" not in stage_source.replace("never imports `tt_host`", "")
+    assert "from tt_stagekit.protocol import" in stage_source and "run_main(main)" in stage_source
 
     venv = tmp_path / "venv"
     uv = uv_binary()
