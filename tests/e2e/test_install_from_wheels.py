@@ -90,6 +90,9 @@ def tool(wheels, tmp_path_factory):
            if k not in ("PYTHONPATH", "VIRTUAL_ENV", "TT_PLUGINS", "TT_DISABLE_PLUGINS", "PYTHONDONTWRITEBYTECODE")}
     env.update(UV_TOOL_DIR=str(root / "tools"), UV_TOOL_BIN_DIR=str(root / "bin"), TT_HOME=str(root / "tt-home"),
                TT_ENVS_DIR=str(root / "envs"), TT_NUM_THREADS="1")
+    # The built wheels stand in for the package index every uv call sees, as PyPI would for a user: a
+    # scaffolded engine depends on tt-stagekit and locks it from there (tt_host.scaffold).
+    env["UV_FIND_LINKS"] = str(wheels)
     cwd = root / "work"
     cwd.mkdir()
     sh(uv_binary(), "tool", "install", "--quiet", "--python", getattr(sys, "_base_executable", sys.executable),
