@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import platform
-import shutil
 from pathlib import Path
 from typing import Iterable, Iterator, Optional
 
@@ -33,7 +32,7 @@ def _path_checks(name: str, path: Optional[Path]) -> Iterable[Check]:
 
 
 def _device_check(device: str) -> Check:
-    has_nvidia = Path("/dev/nvidia0").exists() or shutil.which("nvidia-smi") is not None
+    has_nvidia = Path("/dev/nvidia0").exists() or bool(nvidia_gpus())
     has_mps = platform.system() == "Darwin" and platform.machine() == "arm64"
     if device == "cuda":
         if has_nvidia:
