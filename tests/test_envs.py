@@ -145,9 +145,24 @@ def test_gc_removes_only_environments_tt_made_and_nobody_uses(tt, tmp_path):
 
 
 def test_run_uses_a_prepared_environment(tt, tmp_path):
+    """`tt run` finds the environment `tt engines prepare` built (same key) and uses it as it is: no rebuild."""
+    tt.env["TT_ENVS_DIR"] = str(tmp_path / "envs")
+    code, prepared = tt.json("engines", "prepare", "echo")
+    assert code == 0, prepared
+    code, listing = tt.json("engines", "list")
+    entry = echo_entry(listing)
+    env_path = Path(entry["env_path"])
+    assert entry["env_ready"] and Path(prepared["python"]).is_relative_to(env_path)
+    marker = env_path / ".tt-env-complete.json"
+    before = (marker.read_bytes(), marker.stat().st_mtime_ns, env_path.stat().st_ino)
     path = write_spec(tmp_path / "s", echo_spec(steps=1))
-    code, out = tt.json("run", path)
-    assert code == 0 and out["report"]["metrics"]["prepare.rows"] == 8
+    proc = tt("run", path, "--resume", tmp_path / "run", "--json")
+    out = json.loads(proc.stdout)
+    assert proc.returncode == 0 and out["report"]["metrics"]["prepare.rows"] == 8, out
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["env_key"] == entry["env_key"]
+    assert (marker.read_bytes(), marker.stat().st_mtime_ns, env_path.stat().st_ino) == before, "rebuilt"
+    assert "built environment" not in proc.stderr + proc.stdout
+    assert sorted(p.name for p in (tmp_path / "envs").iterdir() if not p.name.endswith(".lock")) == [env_path.name]
 
 
 def test_environment_gets_the_runtime_groups_never_the_default_dev_group(tt):

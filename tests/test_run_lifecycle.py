@@ -1,6 +1,7 @@
 """Runs: locking, SIGTERM forwarding and resume, fingerprints that refuse stale work, failures, the host never imports torch."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -118,11 +119,54 @@ def test_failed_stage_keeps_earlier_work_and_resumes_after_fix(tt, tmp_path):
     assert (run / "prepare" / "result.json").stat().st_mtime_ns == prepare_result
 
 
-def test_host_does_not_import_torch():
-    code = ("import sys, tt_host.cli.main, tt_host.runs.pipeline, tt_host.plugins as p; p.plugins(); "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'tokenizers', 'numpy')))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+HEAVY = ("torch", "transformers", "tokenizers", "numpy", "safetensors", "peft")
+AUDIT = """import atexit, json, os, sys
+def _report():
+    if "tt_host" in sys.modules:  # the host process only (stages run without PYTHONPATH)
+        import importlib.util
+        heavy = sorted(m for m in sys.modules if m.split(".")[0] in {heavy!r})
+        installed = sorted(m for m in {heavy!r} if importlib.util.find_spec(m) is not None)
+        path = os.path.join(os.environ["TT_TEST_IMPORT_AUDIT"], f"{{os.getpid()}}.json")
+        with open(path, "w") as out:
+            json.dump({{"argv": sys.argv, "imported": heavy, "installed": installed}}, out)
+atexit.register(_report)
+"""
+
+
+def test_host_never_imports_torch_even_where_torch_is_installed(tt, tmp_path):
+    """`tt run`, `tt models export` and `tt serve` of the echo engine, run by the adapter environment's Python
+    (torch, transformers, numpy installed) with the host's packages first on its path: no heavy module is
+    ever in the host's sys.modules (recorded at exit by a sitecustomize)."""
+    import sysconfig
+
+    code, prepared = tt.json("engines", "prepare", "adapter")
+    assert code == 0, prepared
+    audit = tmp_path / "audit"
+    audit.mkdir()
+    (audit / "sitecustomize.py").write_text(AUDIT.format(heavy=HEAVY))
+    host_site = sysconfig.get_paths()["purelib"]
+    repo = Path(__file__).resolve().parents[1]
+    env = dict(tt.env, TT_TEST_IMPORT_AUDIT=str(audit),
+               PYTHONPATH=os.pathsep.join([str(audit), tt.env["PYTHONPATH"], host_site, str(repo)]))
+    host = [prepared["python"], "-c", "import sys; from tt_host.cli.main import main; sys.argv[0] = 'tt'; main()"]
+
+    def host_tt(*args):
+        proc = subprocess.run([*host, *map(str, args), "--json"], env=env, cwd=tmp_path, capture_output=True,
+                              text=True, timeout=600)
+        assert "Traceback" not in proc.stderr, proc.stderr
+        return proc.returncode, json.loads(proc.stdout)
+
+    code, out = host_tt("run", write_spec(tmp_path / "s", echo_spec(steps=2)), "--resume", tmp_path / "run")
+    assert code == 0, out
+    code, out = host_tt("models", "export", tmp_path / "run", tmp_path / "exported")
+    assert code in (1, 2) and out["error"], out  # the echo engine has no model to export: refused by the host
+    code, out = host_tt("serve", tmp_path / "run", "--port", "0")
+    assert code in (1, 2) and out["error"], out
+    reports = [json.loads(p.read_text()) for p in sorted(audit.glob("*.json"))]
+    assert len(reports) == 3, reports
+    for report in reports:
+        assert {"torch", "numpy", "transformers"} <= set(report["installed"]), report  # they could be imported
+        assert report["imported"] == [], report
 
 
 def test_stage_that_rejects_its_input_ends_the_run_with_exit_2(tt, tmp_path):

@@ -84,8 +84,14 @@ def test_two_processes_match_one_process(tmp_path, single):
     assert metrics["pretrain.world_size"] == 2 and metrics["pretrain.steps"] == STEPS
     assert abs(metrics["sft.final_loss"] - ref["sft.final_loss"]) <= 1e-3 * abs(ref["sft.final_loss"])
     assert checkpoints(run_dir) == [f"step-{s:09d}" for s in (10, 20, 30)]
-    # Rank 1 never speaks the protocol: every JSON event line in the log came from rank 0.
+    # Rank 1 never speaks the protocol: its plain-text lines carry no "[rank 1]" warning, and every JSON
+    # event in the log is rank 0's alone (progress once per step, one result; a second speaker doubles them).
     assert "[rank 1]" not in log
+    events = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+    steps = [e["step"] for e in events if e.get("type") == "progress"]
+    assert steps and steps == sorted(set(steps)) and steps[-1] == STEPS, steps
+    assert sum(e.get("type") == "artifact" for e in events) == len({(e["kind"], e["path"]) for e in events
+                                                                    if e.get("type") == "artifact"})
     print(f"2-process tt run: {time.monotonic() - started:.1f}s")
 
 
