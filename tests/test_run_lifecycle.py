@@ -119,6 +119,38 @@ def test_failed_stage_keeps_earlier_work_and_resumes_after_fix(tt, tmp_path):
     assert (run / "prepare" / "result.json").stat().st_mtime_ns == prepare_result
 
 
+def stage_pids(run: Path) -> list[int]:
+    """Pids of the echo train stage of this run (found through /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            cmd = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if entry.name.isdigit() and "tt_engine_echo.stages.train" in cmd and str(run) in cmd:
+            found.append(int(entry.name))
+    return found
+
+
+def test_a_stage_that_ignores_sigterm_is_killed_after_the_grace_period(tt, tmp_path):
+    """TT_STAGE_GRACE_SECONDS=2: the stage ignores the forwarded SIGTERM, the host kills its group after 2 s
+    (bound stated: not before 2 s, and well within 60 s on a loaded machine); the run ends interrupted."""
+    tt.env["TT_STAGE_GRACE_SECONDS"] = "2"
+    run = tmp_path / "run"
+    proc = tt.popen("run", write_spec(tmp_path / "s", echo_spec(steps=100000, step_seconds=0.02, ignore_stop=True)),
+                    "--resume", run)
+    assert wait_for(lambda: train_step(run) >= 2), proc.stderr.read() if proc.poll() is not None else "no progress"
+    assert stage_pids(run)
+    signalled = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    code = proc.wait(timeout=120)
+    elapsed = time.monotonic() - signalled
+    assert code == 130, proc.stderr.read()
+    assert 2 <= elapsed < 60, elapsed
+    assert not stage_pids(run), "the stage outlived the grace period"
+    assert json.loads((run / "run.json").read_text())["stages"]["train"]["state"] == "interrupted"
+
+
 HEAVY = ("torch", "transformers", "tokenizers", "numpy", "safetensors", "peft")
 AUDIT = """import atexit, json, os, sys
 def _report():

@@ -38,6 +38,15 @@ def losses(run_dir: Path) -> dict[int, float]:
     return {row["step"]: row["loss"] for row in map(json.loads, path.read_text().splitlines())}
 
 
+def json_event(line: str) -> dict:
+    """The protocol event on a stage-log line, or {} for a plain-text line."""
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return {}
+    return event if isinstance(event, dict) else {}
+
+
 def rank_pids(run_dir: Path) -> dict[int, int]:
     """{rank: pid} of the torchrun workers of this run's pretrain stage (not the launcher)."""
     found = {}
@@ -85,13 +94,11 @@ def test_two_processes_match_one_process(tmp_path, single):
     assert abs(metrics["sft.final_loss"] - ref["sft.final_loss"]) <= 1e-3 * abs(ref["sft.final_loss"])
     assert checkpoints(run_dir) == [f"step-{s:09d}" for s in (10, 20, 30)]
     # Rank 1 never speaks the protocol: its plain-text lines carry no "[rank 1]" warning, and every JSON
-    # event in the log is rank 0's alone (progress once per step, one result; a second speaker doubles them).
+    # event in the log is rank 0's alone: each step's progress appears once.
     assert "[rank 1]" not in log
-    events = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
-    steps = [e["step"] for e in events if e.get("type") == "progress"]
-    assert steps and steps == sorted(set(steps)) and steps[-1] == STEPS, steps
-    assert sum(e.get("type") == "artifact" for e in events) == len({(e["kind"], e["path"]) for e in events
-                                                                    if e.get("type") == "artifact"})
+    steps = [event["step"] for event in map(json_event, log.splitlines())
+             if event.get("type") == "progress" and event.get("unit") == "step"]
+    assert steps and steps == sorted(set(steps)) and steps[-1] == STEPS, steps  # a second speaker doubles them
     print(f"2-process tt run: {time.monotonic() - started:.1f}s")
 
 

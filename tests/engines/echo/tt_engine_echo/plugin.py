@@ -22,6 +22,7 @@ class EchoConfig(StrictModel):
     fail_at_step: Optional[int] = Field(None, ge=1)
     learning_rate: float = Field(0.1, gt=0)
     reject_input: bool = False  # the prepare stage finds its input invalid (exit 2)
+    ignore_stop: bool = False  # the train stage ignores SIGTERM/SIGINT (the host's kill must end it)
 
 
 class EchoSpec(BehaviorSpec):

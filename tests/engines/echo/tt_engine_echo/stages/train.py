@@ -3,6 +3,7 @@
 import hashlib
 import json
 import os
+import signal
 import sys
 import time
 
@@ -11,6 +12,9 @@ from tt_engine_echo.protocol import StopFlag, emit, read_request, write_json
 request = read_request()
 config = request["spec"]["echo"]
 stop = StopFlag()
+if config.get("ignore_stop"):  # a stage that never stops when asked: only the host's kill ends it
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 state_path = os.path.join(request["stage_dir"], "state.json")
 step = 0
 if request["resume"] and os.path.exists(state_path):
