@@ -61,7 +61,6 @@ class _Worker:
     busy_since: Optional[float] = None
     busy_with: str = ""
     failure: Optional[str] = None
-    failures: int = 0
     reported: bool = False
     hung: bool = False
 
@@ -76,7 +75,6 @@ class _Worker:
             try:
                 call_hookimpl(self.impls[hook], hook, **kwargs)
             except BaseException as exc:  # noqa: BLE001 - call_hookimpl contains SystemExit/KeyboardInterrupt already
-                self.failures += 1
                 if self.failure is None:
                     self.failure = f"observer {self.name!r} failed on {self.busy_with}: {str(exc) or type(exc).__name__}"
             finally:
