@@ -114,7 +114,7 @@ def resolve_init_model(value: str, info: ValidationInfo) -> str:
             resolved = modelref.resolve_registered(text)
     except modelref.ModelRefError as exc:
         raise ValueError(str(exc)) from None
-    if resolved.form != "foundation" or resolved.kind not in FOUNDATION_KINDS:
+    if resolved.kind not in FOUNDATION_KINDS:  # the kinds name the engine; `form` says how a model is served
         raise ValueError(f"{resolved.path} is a {resolved.kind!r} model, not a foundation model folder "
                          "(pretrain/model, sft/model or rl/model of a foundation run, or its registered id)")
     return str(resolved.path)
