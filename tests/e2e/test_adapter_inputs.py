@@ -37,10 +37,10 @@ def _spec(folder: Path, **changes) -> Path:
     return path
 
 
-def _two_users(folder: Path) -> dict:
-    two = {"messages": [{"role": "user", "content": "hi"}, {"role": "user", "content": "again"},
-                        {"role": "assistant", "content": "positive"}]}
-    return {"datasets": {"train": _jsonl(folder / "train.jsonl", [_chat("fine", "positive"), two])}}
+def _no_answer_last(folder: Path) -> dict:
+    row = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "positive"},
+                        {"role": "user", "content": "again"}]}
+    return {"datasets": {"train": _jsonl(folder / "train.jsonl", [_chat("fine", "positive"), row])}}
 
 
 def _overlap(folder: Path) -> dict:
@@ -54,7 +54,7 @@ CASES = {
     "revision neither commit nor branch": (lambda f: {"base_model": "org/some-model",
                                                       "base_model_revision": "main branch"},
                                            "base_model_revision", "branch or tag"),
-    "row with two user messages": (_two_users, "datasets.train", "train.jsonl:2"),
+    "row not ending with an answer": (_no_answer_last, "datasets.train", "train.jsonl:2"),
     "train/validation overlap": (_overlap, "datasets", "validation.jsonl:2"),
     "missing local model folder": (lambda f: {"base_model": "./no-such-model"}, "base_model", "no-such-model"),
 }

@@ -30,8 +30,7 @@ def _instruction(spec: AdapterSpec) -> dict[str, Any]:
         "guidelines": list(spec.guidelines),
         "constraints": list(spec.constraints),
         "examples": [example.model_dump() for example in spec.examples],
-        "datasets": {split: {"path": str(p), "sha256": fingerprint.sha256_file(p)}
-                     for split, p in (spec.datasets.paths().items() if spec.datasets else [])},
+        "datasets": spec.datasets.fingerprint() if spec.datasets else {},
     }
 
 
@@ -45,7 +44,8 @@ EVAL_KEYS = ("max_seq_length", "max_eval_examples", "max_new_tokens", "eval_batc
 
 
 def _prefetch_inputs(spec: AdapterSpec) -> dict[str, Any]:
-    return {**_base_model(spec), "max_seq_length": spec.hyperparameters.max_seq_length}
+    return {**_base_model(spec), "max_seq_length": spec.hyperparameters.max_seq_length,
+            "train_on_turns": spec.hyperparameters.train_on_turns}
 
 
 def _eval_inputs(spec: AdapterSpec) -> dict[str, Any]:

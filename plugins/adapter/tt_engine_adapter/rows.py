@@ -6,8 +6,13 @@ file:line messages. The system message a row may carry is the host's compiled on
 never rebuilt here); prompts are compared with tt_stagekit.chatrows.normalize_prompt, the
 host compiler's own rule.
 
-A row is `{"messages": [system?, user, assistant]}` with an optional string
-`id`; the optional system message must equal the compiled one.
+A row is `{"messages": [system?, user, assistant, ...]}` (a chat of user,
+assistant, tool and further system turns that ends with an assistant answer)
+or `{"prompt": ..., "completion": ...}` (strings, or lists of messages as in
+TRL's conversational prompt-completion format), with an optional string `id`.
+A leading system message must equal the compiled one (the compiled message
+leads every row anyway). Other keys are ignored: the readers count them so the
+caller warns once.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from tt_stagekit.chatrows import check_row, normalize_prompt, parsed_lines, read_lines
+from tt_stagekit.chatrows import check_row, check_turns, normalize_prompt, normalize_row, parsed_lines, read_lines
 
 SPLITS = ("train", "validation", "test")
 
@@ -24,22 +29,29 @@ class RowError(ValueError):
     """A bad dataset row; the message starts with `file:line:`."""
 
 
-def _check_row(value: Any, where: str, system_message: Optional[str]) -> tuple[Optional[str], list[dict]]:
-    row_id, messages = check_row(value, where, RowError)
+ROLES = ("system", "user", "assistant", "tool")
+
+
+def _check_row(value: Any, where: str, system_message: Optional[str],
+               ignored: Optional[dict] = None) -> tuple[Optional[str], list[dict]]:
+    row_id, messages = check_row(normalize_row(value, where, RowError, ignored), where, RowError, ROLES)
     roles = [m["role"] for m in messages]
-    body = messages[1:] if roles[0] == "system" else messages
-    if [m["role"] for m in body] != ["user", "assistant"]:
-        raise RowError(
-            f"{where}: a row must be an optional system message, one user message and one assistant answer "
-            f"(got roles {roles})"
-        )
+    body = check_turns(messages, where, RowError)
     if roles[0] == "system" and system_message is not None and messages[0]["content"] != system_message:
         raise RowError(f"{where}: the system message differs from the spec's compiled system message")
     return row_id, body
 
 
-def read_chat_jsonl(path: str | Path, split: str, system_message: Optional[str] = None) -> list[dict]:
-    """Read and check one prebuilt dataset; rows come back as `{"id", "messages": [user, assistant]}`."""
+def prompt_key(messages: list[dict]) -> str:
+    """The normalized prompt of a row (every turn before its answer but system messages): duplicate/overlap key."""
+    return normalize_prompt("\n".join(m["content"] for m in messages[:-1] if m["role"] != "system"))
+
+
+def read_chat_jsonl(path: str | Path, split: str, system_message: Optional[str] = None,
+                    ignored: Optional[dict] = None) -> list[dict]:
+    """Read and check one prebuilt dataset; rows come back as `{"id", "messages": [user, ..., assistant], "line"}`.
+
+    Keys a row has beyond the accepted ones are counted into `ignored` (key -> rows)."""
     path = Path(path)
     if path.is_symlink():
         raise RowError(f"{path}: symbolic links are refused")
@@ -47,12 +59,12 @@ def read_chat_jsonl(path: str | Path, split: str, system_message: Optional[str] 
     ids: set[str] = set()
     _, lines = read_lines(path, RowError)  # not UTF-8, a FIFO or a device: refused naming file (and line)
     for line_no, where, value in parsed_lines(lines, path, RowError):
-        row_id, messages = _check_row(value, where, system_message)
+        row_id, messages = _check_row(value, where, system_message, ignored)
         row_id = row_id or f"{split}-{line_no:06d}"
         if row_id in ids:
             raise RowError(f"{where}: duplicate id {row_id!r}")
         ids.add(row_id)
-        rows.append({"id": row_id, "messages": messages, "line": line_no})
+        rows.append({"id": row_id, "messages": messages, "line": line_no, "where": where})
     if not rows:
         raise RowError(f"{path}: no rows")
     return rows
@@ -62,28 +74,35 @@ def check_datasets(
     paths: dict[str, Path],
     system_message: Optional[str],
     example_inputs: Iterable[str] = (),
+    ignored: Optional[dict] = None,
 ) -> dict[str, list[dict]]:
-    """Load every set split; refuse duplicate evaluation prompts and train/evaluation overlap.
+    """Load every set JSONL split and check them together (`check_overlaps`)."""
+    loaded = {split: read_chat_jsonl(path, split, system_message, ignored) for split, path in paths.items()}
+    check_overlaps(loaded, example_inputs)
+    return loaded
+
+
+def check_overlaps(loaded: dict[str, list[dict]], example_inputs: Iterable[str] = ()) -> None:
+    """Refuse duplicate evaluation prompts and train/evaluation overlap; rows carry `where` (file:line, dataset:index).
 
     `example_inputs` are the spec's own examples: a prebuilt prompt equal to one
     of them is an overlap too (the host holds some of them out).
     """
-    loaded = {split: read_chat_jsonl(path, split, system_message) for split, path in paths.items()}
     examples = {normalize_prompt(text): index for index, text in enumerate(example_inputs)}
     train_keys: dict[str, str] = {}
     for row in loaded.get("train", []):
-        key = normalize_prompt(row["messages"][0]["content"])
-        train_keys.setdefault(key, f"{paths['train']}:{row['line']}")
+        key = prompt_key(row["messages"])
+        train_keys.setdefault(key, row["where"])
         if key in examples:
             raise RowError(
-                f"{paths['train']}:{row['line']}: prompt overlaps examples[{examples[key]}].input "
+                f"{row['where']}: prompt overlaps examples[{examples[key]}].input "
                 "(examples are split into train and held-out by the host)"
             )
     eval_keys: dict[str, str] = {}
     for split in ("validation", "test"):
         for row in loaded.get(split, []):
-            where = f"{paths[split]}:{row['line']}"
-            key = normalize_prompt(row["messages"][0]["content"])
+            where = row["where"]
+            key = prompt_key(row["messages"])
             if key in eval_keys:
                 raise RowError(f"{where}: duplicate evaluation prompt (first at {eval_keys[key]})")
             if key in train_keys:
@@ -91,4 +110,3 @@ def check_datasets(
             if key in examples:
                 raise RowError(f"{where}: evaluation prompt overlaps examples[{examples[key]}].input")
             eval_keys[key] = where
-    return loaded

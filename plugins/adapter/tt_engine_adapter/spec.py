@@ -10,14 +10,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Literal, Optional, Union
+from typing import Any, Literal, Optional, Union
 
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from tt_host.spec.compiler import compile_system_message
 from tt_host.spec.schema import BehaviorSpec, StrictModel, resolve_path
 
-from tt_engine_adapter import lengthcheck, rows
+from tt_engine_adapter import fingerprint, lengthcheck, rows
 from tt_stagekit.launcher import endpoint_error, nodes_error
 
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
@@ -66,6 +66,11 @@ class Hyperparameters(StrictModel):
     nnodes: int = Field(1, ge=1, le=1024, description="Machines taking part in training; above 1 needs rdzv_endpoint.")
     node_rank: int = Field(0, ge=0, le=1023, description="This machine's index among nnodes.")
     rdzv_endpoint: Optional[str] = Field(None, min_length=1, max_length=255, description="host:port of node 0 (multi-node).")
+    train_on_turns: Literal["all", "last"] = Field(
+        "all", description="Loss on every assistant turn of a multi-turn row, or on its last answer only.")
+    packing: bool = Field(False, description="Lay each micro-batch's rows end to end in sequences of at most "
+                                             "max_seq_length tokens (no padding between rows, attention and "
+                                             "positions reset per row).")
 
     @field_validator("rdzv_endpoint")
     @classmethod
@@ -101,27 +106,98 @@ class Hyperparameters(StrictModel):
         return value
 
 
-class Datasets(StrictModel):
-    """Optional prebuilt chat JSONL datasets, paths beside the spec."""
+def _local_source(value: str, info: ValidationInfo, where: str) -> str:
+    """A local dataset beside the spec: a JSONL file (checked here, row by row), a parquet file or a `datasets`
+    save_to_disk folder (their rows are checked by the prepare stage, which can read them)."""
+    path = resolve_path(value, info)
+    if path.is_dir():
+        if (path / "dataset_dict.json").is_file():
+            raise ValueError(f"{path} is a DatasetDict folder; give one split's folder (e.g. {path / 'train'})")
+        if not (path / "state.json").is_file():
+            raise ValueError(f"{path} is a folder but not a `datasets` save_to_disk folder (no state.json)")
+        return str(path)
+    if path.suffix == ".parquet":
+        if not path.is_file():
+            raise ValueError(f"{path}: file not found")
+        return str(path)
+    try:
+        rows.read_chat_jsonl(path, where, None)
+    except rows.RowError as exc:
+        raise ValueError(str(exc)) from None
+    return str(path)
 
-    train: Optional[str] = None
-    validation: Optional[str] = None
-    test: Optional[str] = None
+
+class Source(StrictModel):
+    """One dataset source: a local `path` or a `hub` dataset at a pinned `revision`, with a mixing `weight`."""
+
+    path: Optional[str] = Field(None, description="JSONL file, parquet file or datasets save_to_disk folder.")
+    hub: Optional[str] = Field(None, description="Hub dataset id org/name (fetched by the prepare stage).")
+    revision: Optional[str] = Field(None, description="Commit, branch or tag of the hub dataset (required with hub).")
+    split: str = Field("train", min_length=1, max_length=100, description="Hub dataset split whose files are read.")
+    weight: float = Field(1.0, gt=0, le=1000, description="Rows repeated (2: twice) or a seeded share kept (0.5).")
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, value: Optional[str], info: ValidationInfo) -> Optional[str]:
+        return None if value is None else _local_source(value, info, "train")
+
+    @model_validator(mode="after")
+    def _one(self) -> "Source":
+        if (self.path is None) == (self.hub is None):
+            raise ValueError("give either path or hub")
+        if self.hub is not None:
+            if not HUB_ID.match(self.hub) or "/" not in self.hub:
+                raise ValueError(f"hub: {self.hub!r} is not a dataset id org/name")
+            if not self.revision or not (HEX40.match(self.revision) or REF_NAME.match(self.revision)):
+                raise ValueError("revision: a hub dataset needs a pinned revision (40-hex commit, branch or tag)")
+        elif self.revision is not None:
+            raise ValueError("revision applies only to a hub dataset")
+        return self
+
+
+class Datasets(StrictModel):
+    """Optional prebuilt datasets: a path beside the spec (JSONL, parquet, save_to_disk folder) or sources;
+    `train` may mix several sources with weights."""
+
+    train: Optional[Union[str, Source, list[Source]]] = None
+    validation: Optional[Union[str, Source]] = None
+    test: Optional[Union[str, Source]] = None
 
     @field_validator("train", "validation", "test")
     @classmethod
-    def _exists(cls, value: Optional[str], info: ValidationInfo) -> Optional[str]:
-        path = resolve_path(value, info)
-        if path is None:
-            return None
-        try:
-            rows.read_chat_jsonl(path, info.field_name, None)
-        except rows.RowError as exc:
-            raise ValueError(str(exc)) from None
-        return str(path)
+    def _exists(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, str):
+            return _local_source(value, info, info.field_name)
+        if isinstance(value, list) and not value:
+            raise ValueError("give at least one source")
+        return value
+
+    def sources(self, split: str) -> list[Source]:
+        value = getattr(self, split)
+        if value is None:
+            return []
+        if isinstance(value, str):
+            return [Source(path=value)]
+        return value if isinstance(value, list) else [value]
 
     def paths(self) -> dict[str, Path]:
-        return {split: Path(getattr(self, split)) for split in rows.SPLITS if getattr(self, split)}
+        """The JSONL files among the sources, one per split (what the host checks row by row)."""
+        out = {}
+        for split in rows.SPLITS:
+            for source in self.sources(split):
+                if source.path and Path(source.path).is_file() and Path(source.path).suffix != ".parquet":
+                    out.setdefault(split, Path(source.path))
+        return out
+
+    def fingerprint(self) -> dict[str, Any]:
+        def one(source: Source) -> dict[str, Any]:
+            if source.hub:
+                return {"hub": source.hub, "revision": source.revision, "split": source.split, "weight": source.weight}
+            path = Path(source.path)
+            digest = fingerprint.folder_fingerprint(path) if path.is_dir() else fingerprint.sha256_file(path)
+            return {"path": str(path), "sha256": digest, "weight": source.weight}
+
+        return {split: [one(s) for s in self.sources(split)] for split in rows.SPLITS if self.sources(split)}
 
 
 class AdapterSpec(BehaviorSpec):

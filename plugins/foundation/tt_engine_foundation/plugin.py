@@ -119,7 +119,8 @@ def bpb_inputs(spec: FoundationSpec) -> Mapping[str, Any]:
 
 def sft_inputs(spec: FoundationSpec) -> Mapping[str, Any]:
     return _pick(spec, "finetune_steps", "sequence_length", "batch_size", "learning_rate", "weight_decay",
-                 "gradient_clip", "seed", "bf16", init_model=model_digest(spec.foundation.init_model))
+                 "gradient_clip", "seed", "bf16", init_model=model_digest(spec.foundation.init_model),
+                 sft_datasets=[{"path": str(p), "sha256": _sha256(p)} for p in spec.foundation.sft_datasets])
 
 
 def rl_inputs(spec: FoundationSpec) -> Mapping[str, Any]:

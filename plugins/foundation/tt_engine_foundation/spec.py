@@ -18,6 +18,7 @@ from typing import Literal, Optional
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from tt_host.spec.schema import BehaviorSpec, StrictModel, resolve_path, symlink_in
+from tt_stagekit.chatrows import read_chat_file
 from tt_stagekit.launcher import endpoint_error, nodes_error
 from tt_stagekit.promptfit import length_message, words
 from tt_stagekit.userinput import loads, os_reason, special_kind
@@ -155,6 +156,7 @@ class FoundationConfig(StrictModel):
     rdzv_endpoint: Optional[str] = Field(None, min_length=1, max_length=255, description="host:port of node 0 for a multi-node run (torchrun's master address and port).")
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     compile: bool = Field(False, description="torch.compile the model for pretraining.")
+    sft_datasets: list[Path] = Field(default_factory=list, max_length=64, description="Chat JSONL files (messages or prompt/completion rows, multi-turn) that SFT trains on besides the spec's training examples.")
 
     @field_validator("corpus_path", "validation_path", "checkpoint_backup_dir", mode="before")
     @classmethod
@@ -188,6 +190,23 @@ class FoundationConfig(StrictModel):
             if b.startswith(a.rstrip(os.sep) + os.sep):
                 raise ValueError(f"the training corpus {corpus} lies inside {value}, so validation is not held out")
         return value
+
+    @field_validator("sft_datasets", mode="before")
+    @classmethod
+    def _sft_datasets(cls, value, info: ValidationInfo):
+        if not isinstance(value, list):
+            return value
+        paths = []
+        for item in value:
+            if not isinstance(item, str) or not item.strip():
+                raise ValueError("each entry must be a non-empty path string")
+            path = resolve_path(item, info)
+            try:
+                read_chat_file(path, ValueError)
+            except ValueError as exc:
+                raise ValueError(str(exc)) from None
+            paths.append(path)
+        return paths
 
     @field_validator("checkpoint_backup_dir")
     @classmethod
@@ -276,6 +295,20 @@ class FoundationSpec(BehaviorSpec):
             raise ValueError(length_message("foundation.sequence_length", needed - 1, value.sequence_length,
                                             exact=False))
         return value
+
+    @model_validator(mode="after")
+    def _sft_system(self) -> "FoundationSpec":
+        """A dataset row's leading system message must be the compiled one (it leads every row anyway)."""
+        if self.foundation.sft_datasets:
+            from tt_host.spec.compiler import compile_system_message
+
+            system = compile_system_message(self)
+            for path in self.foundation.sft_datasets:
+                try:
+                    read_chat_file(path, ValueError, system_message=system)
+                except ValueError as exc:
+                    raise ValueError(f"foundation.sft_datasets: {exc}") from None
+        return self
 
     @model_validator(mode="after")
     def _rl_reachable(self) -> "FoundationSpec":

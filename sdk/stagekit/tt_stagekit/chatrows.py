@@ -26,6 +26,7 @@ from typing import Any, Iterable, Iterator, Optional
 from tt_stagekit.userinput import InputFileError, JSONInputError, loads, read_regular
 
 ROLES = ("system", "user", "assistant")
+ROW_KEYS = ("id", "messages", "prompt", "completion")
 DEFAULT_SYSTEM_MESSAGE = "Follow the demonstrated behavior."
 
 
@@ -77,8 +78,11 @@ def parsed_lines(lines: Iterable[str | bytes], path: Any, error: type[Exception]
         yield line_no, where, value
 
 
-def check_row(value: Any, where: str, error: type[Exception]) -> tuple[Optional[str], list[dict[str, str]]]:
-    """(the row's id or None, a copy of its messages); raises `error` naming `where` and the problem."""
+def check_row(value: Any, where: str, error: type[Exception],
+              roles: tuple[str, ...] = ROLES) -> tuple[Optional[str], list[dict[str, str]]]:
+    """(the row's id or None, a copy of its messages); raises `error` naming `where` and the problem.
+
+    `roles`: the message roles the caller accepts (the adapter also takes `tool` turns)."""
     if not isinstance(value, dict):
         raise error(f"{where}: a row must be a JSON object")
     unknown = sorted(set(value) - {"id", "messages"})
@@ -93,8 +97,73 @@ def check_row(value: Any, where: str, error: type[Exception]) -> tuple[Optional[
     for index, message in enumerate(messages):
         if not isinstance(message, dict) or set(message) != {"role", "content"}:
             raise error(f"{where}: messages[{index}] must be an object with exactly 'role' and 'content'")
-        if message["role"] not in ROLES:
-            raise error(f"{where}: messages[{index}].role must be system, user or assistant")
+        if message["role"] not in roles:
+            raise error(f"{where}: messages[{index}].role must be {', '.join(roles[:-1])} or {roles[-1]}")
         if not isinstance(message["content"], str) or not message["content"].strip():
             raise error(f"{where}: messages[{index}].content must be a non-empty string")
     return row_id, [dict(m) for m in messages]
+
+
+def _as_messages(value: Any, where: str, key: str, role: str, error: type[Exception]) -> list:
+    if isinstance(value, str):
+        return [{"role": role, "content": value}]
+    if isinstance(value, list):
+        return value
+    raise error(f"{where}: {key!r} must be a string or a list of messages")
+
+
+def normalize_row(value: Any, where: str, error: type[Exception], ignored: Optional[dict] = None) -> Any:
+    """A `{"id"?, "messages"}` object from a chat row or a prompt/completion row (`prompt` and `completion`
+    each a string — a user message, an answer — or a list of messages, TRL's conversational form).
+
+    Keys beyond id/messages/prompt/completion are dropped and counted into `ignored` (key -> rows), so the
+    caller can warn once. Anything not an object is returned as is (check_row refuses it)."""
+    if not isinstance(value, dict):
+        return value
+    if ignored is not None:
+        for key in sorted(k for k in value if k not in ROW_KEYS):
+            ignored[key] = ignored.get(key, 0) + 1
+    if "prompt" in value or "completion" in value:
+        if "messages" in value:
+            raise error(f"{where}: give 'messages' or 'prompt' + 'completion', not both")
+        if "prompt" not in value or "completion" not in value:
+            missing = "completion" if "prompt" in value else "prompt"
+            raise error(f"{where}: a prompt/completion row needs {missing!r} too")
+        row = {"messages": _as_messages(value["prompt"], where, "prompt", "user", error)
+               + _as_messages(value["completion"], where, "completion", "assistant", error)}
+    else:
+        row = {"messages": value.get("messages")}
+    if "id" in value:
+        row["id"] = value["id"]
+    return row
+
+
+def check_turns(messages: list[dict], where: str, error: type[Exception]) -> list[dict]:
+    """The turns after an optional leading system message, which must start with a user message and end with
+    an assistant answer (a multi-turn chat); raises `error` naming `where` otherwise."""
+    roles = [m["role"] for m in messages]
+    body = messages[1:] if roles[0] == "system" else messages
+    if not body or body[-1]["role"] != "assistant" or "user" not in roles or \
+            roles.index("user") > roles.index("assistant"):
+        raise error(
+            f"{where}: a row must be an optional system message, then turns starting with a user message and "
+            f"ending with an assistant answer (got roles {roles})"
+        )
+    return body
+
+
+def read_chat_file(path: Any, error: type[Exception], roles: tuple[str, ...] = ROLES,
+                   system_message: Optional[str] = None, ignored: Optional[dict] = None) -> list[dict]:
+    """Rows `{"id", "messages", "where"}` of a chat JSONL file (chat or prompt/completion rows, multi-turn);
+    a leading system message must equal `system_message` when one is given. Raises `error` naming file:line."""
+    rows: list[dict] = []
+    _, lines = read_lines(path, error)
+    for line_no, where, value in parsed_lines(lines, path, error):
+        row_id, messages = check_row(normalize_row(value, where, error, ignored), where, error, roles)
+        check_turns(messages, where, error)
+        if messages[0]["role"] == "system" and system_message is not None and messages[0]["content"] != system_message:
+            raise error(f"{where}: the system message differs from the spec's compiled system message")
+        rows.append({"id": row_id or f"{path}:{line_no}", "messages": messages, "where": where})
+    if not rows:
+        raise error(f"{path}: no rows")
+    return rows

@@ -99,43 +99,85 @@ def pad_token_id(tokenizer: Any) -> int:
     return int(pad)
 
 
-def _row_parts(tokenizer: Any, row_id: str, messages: Sequence[dict], eot_id: int) -> tuple[list[int], list[int]]:
-    """(prompt ids, answer ids up to and including end-of-turn) of one rendered row."""
-    prompt_text = render_prompt(tokenizer, messages[:-1])
-    full_text = render_conversation(tokenizer, messages)
-    if not full_text.startswith(prompt_text):
-        raise ChatError(f"row {row_id}: the chat template does not render the prompt as a prefix of the conversation")
-    answer_ids = encode_text(tokenizer, full_text[len(prompt_text):])
-    if eot_id not in answer_ids:
-        raise ChatError(f"row {row_id}: the rendered answer has no end-of-turn token")
-    return encode_text(tokenizer, prompt_text), answer_ids[: answer_ids.index(eot_id) + 1]  # drop what follows
+TURNS = ("all", "last")
 
 
-def encode_row(tokenizer: Any, row_id: str, messages: Sequence[dict], max_seq_length: int, eot_id: int) -> Encoded:
-    """Tokenize one [system?, user, assistant] row; supervise answer + end-of-turn only.
+def _segments(tokenizer: Any, row_id: str, messages: Sequence[dict], eot_id: int,
+              turns: str) -> list[tuple[str, bool]]:
+    """The rendered row cut into (text, supervised) pieces: every assistant turn (or the last only) is
+    supervised from its first character up to and including its end-of-turn token; text the template
+    writes after the last answer's end-of-turn is dropped.
 
-    A row longer than `max_seq_length` keeps its system message and answer
-    whole and loses the start of its user text (tt_stagekit.promptfit); a row
-    whose instruction and answer cannot fit even with an empty user message,
-    or with no supervised token, is an error naming the setting.
+    An answer starts where the generation prompt of the turns before it ends when that prompt is a prefix
+    of the whole rendering (the evaluation-time prompt, always the case for the last turn of the usual
+    templates); otherwise (templates that render earlier turns differently, e.g. Qwen3 drops their
+    thinking block) at its own content.
+    """
+    full = render_conversation(tokenizer, messages)
+    eot_text = tokenizer.convert_ids_to_tokens(eot_id)
+    answers = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    if turns == "last":
+        answers = answers[-1:]
+    pieces: list[tuple[str, bool]] = []
+    cursor = 0
+    for index in answers:
+        prompt = render_prompt(tokenizer, messages[:index])
+        content = messages[index]["content"].strip()
+        if len(prompt) >= cursor and full.startswith(prompt):
+            start = len(prompt)
+        else:
+            start = full.find(content, cursor)
+            if start < 0:
+                raise ChatError(f"row {row_id}: the chat template does not render messages[{index}] (an assistant "
+                                "turn) verbatim, so its tokens cannot be found")
+        end = full.find(eot_text, start)
+        if end < 0 or content not in full[start:end]:
+            raise ChatError(f"row {row_id}: the rendered answer of messages[{index}] has no end-of-turn token")
+        end += len(eot_text)
+        pieces += [(full[cursor:start], False), (full[start:end], True)]
+        cursor = end
+    if answers and answers[-1] != len(messages) - 1:
+        pieces.append((full[cursor:], False))
+    return [(text, sup) for text, sup in pieces if text]
+
+
+def _encode_pieces(tokenizer: Any, row_id: str, pieces: list[tuple[str, bool]], eot_id: int) -> tuple[list[int], list[int]]:
+    ids: list[int] = []
+    labels: list[int] = []
+    for text, supervised in pieces:
+        piece = encode_text(tokenizer, text)
+        if supervised and (len(piece) <= 1 or piece[-1] != eot_id):
+            raise ChatError(f"row {row_id}: an answer has no supervised token besides end-of-turn")
+        ids += piece
+        labels += piece if supervised else [IGNORE_INDEX] * len(piece)
+    return ids, labels
+
+
+def encode_row(tokenizer: Any, row_id: str, messages: Sequence[dict], max_seq_length: int, eot_id: int,
+               turns: str = "all") -> Encoded:
+    """Tokenize one chat row ([system?, user, assistant, ...], ending with an assistant answer).
+
+    Loss on every assistant turn's tokens plus its end-of-turn (`turns="all"`) or on the last answer only
+    (`"last"`); everything else is label -100. A row longer than `max_seq_length` keeps its system
+    messages and last answer whole and loses its oldest turns, then the start of its last user text
+    (tt_stagekit.promptfit); a row whose instruction and answer cannot fit even with an empty user
+    message, or with no supervised token, is an error naming the setting.
     """
     if not messages or messages[-1].get("role") != "assistant":
         raise ChatError(f"row {row_id}: the last message must be the assistant answer")
 
     def count(candidate: list[dict]) -> int:
-        prompt, answer = _row_parts(tokenizer, row_id, candidate, eot_id)
-        return len(prompt) + len(answer)
+        return sum(len(encode_text(tokenizer, text)) for text, _ in _segments(tokenizer, row_id, candidate, eot_id, turns))
 
     try:
         fitted = promptfit.fit_chat(messages, count, max_seq_length, keep_answer=True)
     except promptfit.PromptTooLong as exc:
         raise ChatError(f"row {row_id}: " + promptfit.length_message(
             "hyperparameters.max_seq_length", exc.needed, max_seq_length, "its instruction and answer")) from None
-    prompt_ids, answer_ids = _row_parts(tokenizer, row_id, fitted.messages, eot_id)
-    if len(answer_ids) <= 1:
-        raise ChatError(f"row {row_id}: the answer has no supervised token besides end-of-turn")
-    ids = prompt_ids + answer_ids
-    labels = [IGNORE_INDEX] * len(prompt_ids) + answer_ids
+    except ValueError as exc:  # e.g. a tool turn right before the answer: no user text to trim
+        raise ChatError(f"row {row_id}: longer than hyperparameters.max_seq_length ({max_seq_length}) and cannot be "
+                        f"trimmed ({exc}); raise hyperparameters.max_seq_length or shorten the row") from None
+    ids, labels = _encode_pieces(tokenizer, row_id, _segments(tokenizer, row_id, fitted.messages, eot_id, turns), eot_id)
     return Encoded(row_id=row_id, input_ids=ids, labels=labels, trimmed=fitted.trimmed)
 
 

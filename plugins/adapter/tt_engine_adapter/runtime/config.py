@@ -49,6 +49,8 @@ class Hyperparameters:
     nnodes: int = 1
     node_rank: int = 0
     rdzv_endpoint: Optional[str] = None
+    train_on_turns: Literal["all", "last"] = "all"
+    packing: bool = False
 
     @property
     def target_modules(self) -> Union[str, list[str]]:
@@ -58,15 +60,31 @@ class Hyperparameters:
 
 
 @dataclass(frozen=True)
+class Source:
+    """One dataset source (`plugin.Source`): a local path or a hub dataset at a revision, with a mixing weight."""
+
+    path: Optional[Path] = None
+    hub: Optional[str] = None
+    revision: Optional[str] = None
+    split: str = "train"
+    weight: float = 1.0
+
+
+@dataclass(frozen=True)
 class Datasets:
-    """`spec.datasets`: prebuilt chat JSONL files (absolute paths, checked by the host)."""
+    """`spec.datasets`: prebuilt datasets (absolute paths, checked by the host) or sources."""
 
-    train: Optional[Path] = None
-    validation: Optional[Path] = None
-    test: Optional[Path] = None
+    train: Union[Path, Source, tuple[Source, ...], None] = None
+    validation: Union[Path, Source, None] = None
+    test: Union[Path, Source, None] = None
 
-    def paths(self) -> dict[str, Path]:
-        return {split: getattr(self, split) for split in SPLITS if getattr(self, split) is not None}
+    def sources(self, split: str) -> tuple[Source, ...]:
+        value = getattr(self, split)
+        if value is None:
+            return ()
+        if isinstance(value, Path):
+            return (Source(path=value),)
+        return value if isinstance(value, tuple) else (value,)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from tt_engine_adapter.runtime import checkpoint
+from tt_engine_adapter.runtime import batches, checkpoint
 from tt_stagekit import distributed as D
 from tt_engine_adapter.runtime.chat import IGNORE_INDEX, Encoded
 from tt_engine_adapter.runtime.config import Hyperparameters
@@ -54,22 +54,6 @@ def lr_at(step: int, total: int, base_lr: float, warmup_ratio: float, kind: str)
     return base_lr * 0.5 * (1.0 + math.cos(math.pi * progress_))
 
 
-def collate(rows: Sequence[Encoded], pad_id: int):
-    """Right-padded input_ids / attention_mask / labels tensors (pad never supervised)."""
-    import torch
-
-    width = max(len(r.input_ids) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    labels = torch.full((len(rows), width), IGNORE_INDEX, dtype=torch.long)
-    for i, row in enumerate(rows):
-        n = len(row.input_ids)
-        ids[i, :n] = torch.tensor(row.input_ids)
-        mask[i, :n] = 1
-        labels[i, :n] = torch.tensor(row.labels)
-    return ids, mask, labels
-
-
 def supervised_targets(rows: Sequence[Encoded]) -> int:
     """Tokens that carry loss after the causal shift (a label at position 0 has no context)."""
     return sum(sum(1 for label in r.labels[1:] if label != IGNORE_INDEX) for r in rows)
@@ -81,6 +65,7 @@ class TrainState:
     tokens: int = 0
     seconds: float = 0.0
     losses: list = None  # [[step, loss], ...]
+    padding: dict = None  # padding(...) of the whole schedule (not checkpointed: recomputed)
 
     def __post_init__(self) -> None:
         if self.losses is None:
@@ -140,6 +125,7 @@ def train(
             log(f"resumed from {path.name} at step {state.step}/{total}")
         else:
             log("no usable checkpoint; training from the start", "warning")
+    state.padding = padding(rows, schedule, hp.packing, hp.max_seq_length)
     net = D.wrap(model, device)
 
     def save_checkpoint() -> None:
@@ -167,13 +153,13 @@ def train(
         step_tokens = 0
         for index, batch in enumerate(micro_batches):
             mine = batch[ctx.rank::ctx.world_size] if ctx.enabled else batch
-            ids, mask, labels = collate(mine or batch[:1], pad_id)
+            inputs = batches.collate(mine or batch[:1], pad_id, hp.packing, hp.max_seq_length).inputs
             if not mine:  # more ranks than rows in this micro-batch: a zero-weight row keeps DDP in step
-                labels.fill_(IGNORE_INDEX)
-            ids, mask, labels = ids.to(device), mask.to(device), labels.to(device)
+                inputs["labels"].fill_(IGNORE_INDEX)
+            inputs = {k: v.to(device) for k, v in inputs.items()}
             with D.no_sync(net, index < len(micro_batches) - 1), D.collective("gradient all-reduce"):
                 with torch.autocast(device_type=device, dtype=autocast_dtype, enabled=use_autocast):
-                    out = net(input_ids=ids, attention_mask=mask, labels=labels, num_items_in_batch=targets)
+                    out = net(**inputs, use_cache=False, num_items_in_batch=targets)
                 (out.loss * ctx.world_size if ctx.enabled else out.loss).backward()
             step_loss += out.loss.detach().float()
             step_tokens += sum(len(r.input_ids) for r in batch)
@@ -226,6 +212,20 @@ def _restore_everywhere(path: Path, model: Any, optimizer: Any) -> None:
         checkpoint.set_rng(payload[2][ctx.rank])
 
 
+def padding(rows: Sequence[Encoded], schedule: Sequence[Sequence[Sequence[int]]], packing: bool,
+            capacity: int) -> dict[str, int]:
+    """Real and pad tokens the whole schedule feeds the model, as laid out and as plain padding would
+    (one process's view; what packing saves)."""
+    real = padded = unpacked = 0
+    for step in schedule:
+        for micro in step:
+            batch = [rows[i] for i in micro]
+            real += sum(len(r.input_ids) for r in batch)
+            padded += batches.padded_tokens(batch, packing, capacity)
+            unpacked += batches.padded_tokens(batch, False, capacity)
+    return {"tokens": real, "pad_tokens": padded - real, "pad_tokens_unpacked": unpacked - real}
+
+
 def mean_loss(model: Any, rows: Sequence[Encoded], batch_size: int, pad_id: int, device: str, autocast_dtype: Any) -> float:
     """Mean supervised-token loss over `rows` (no gradient)."""
     import torch
@@ -236,9 +236,9 @@ def mean_loss(model: Any, rows: Sequence[Encoded], batch_size: int, pad_id: int,
         for start in range(0, len(rows), batch_size):
             batch = rows[start:start + batch_size]
             targets = supervised_targets(batch)
-            ids, mask, labels = (t.to(device) for t in collate(batch, pad_id))
+            inputs = batches.collate(batch, pad_id).to(device).inputs
             with torch.autocast(device_type=device, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-                out = model(input_ids=ids, attention_mask=mask, labels=labels, num_items_in_batch=targets)
+                out = model(**inputs, use_cache=False, num_items_in_batch=targets)
             total_loss += float(out.loss) * targets
             total_targets += targets
     model.train()

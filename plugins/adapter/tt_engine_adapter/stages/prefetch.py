@@ -33,7 +33,7 @@ def main(request: AdapterRequest) -> dict:
     tokenizer = model_source.load_tokenizer(base["path"])
     hp = request.hp
     rows = read_jsonl(request.prepared["train"])
-    encoded = encode_rows(tokenizer, rows, hp.max_seq_length)
+    encoded = encode_rows(tokenizer, rows, hp.max_seq_length, hp.train_on_turns)
     trimmed = sum(1 for e in encoded if e.trimmed)
     notes = [trimmed_note(trimmed, len(encoded), "training rows", "hyperparameters.max_seq_length",
                           hp.max_seq_length)] if trimmed else []

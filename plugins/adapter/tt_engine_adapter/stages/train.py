@@ -35,8 +35,8 @@ def main(request: AdapterRequest) -> dict:
     dtype = model_source.pick_dtype(device, hp.precision)
     tokenizer = model_source.load_tokenizer(base["path"])
     outputs = request.prepared
-    rows = encode_rows(tokenizer, read_jsonl(outputs["train"]), hp.max_seq_length)
-    validation = encode_rows(tokenizer, read_jsonl(outputs["validation"]), hp.max_seq_length) \
+    rows = encode_rows(tokenizer, read_jsonl(outputs["train"]), hp.max_seq_length, hp.train_on_turns)
+    validation = encode_rows(tokenizer, read_jsonl(outputs["validation"]), hp.max_seq_length, hp.train_on_turns) \
         if outputs.get("validation") else []
     pad = chat.pad_token_id(tokenizer)
 
@@ -62,6 +62,11 @@ def main(request: AdapterRequest) -> dict:
     state = loop.train(model, rows, hp, pad_id=pad, device=device, autocast_dtype=autocast,
                        checkpoint_dir=checkpoints, stage_fingerprint=request.fingerprint,
                        resume=request.resume, on_step=on_step)
+    padding = state.padding
+    fed = padding["tokens"] + padding["pad_tokens"]
+    log(f"{padding['pad_tokens']} pad tokens fed beside {padding['tokens']} row tokens "
+        f"({100 * padding['pad_tokens'] / max(fed, 1):.1f}% of the batches)"
+        + (f"; plain padding would have fed {padding['pad_tokens_unpacked']}" if hp.packing else ""))
     metrics = {
         "train.final_loss": state.losses[-1][1] if state.losses else None,
         "train.steps": state.step,
@@ -69,6 +74,8 @@ def main(request: AdapterRequest) -> dict:
         "train.seconds": round(state.seconds, 3),
         "train.trainable_parameters": trainable,
         "train.world_size": D.context().world_size,
+        "train.pad_tokens": padding["pad_tokens"],
+        "train.pad_tokens_unpacked": padding["pad_tokens_unpacked"] if hp.packing else None,
     }
     adapter_dir = stage_dir / "adapter"
     if not speaks():  # the node's first rank writes the adapter and the result

@@ -54,6 +54,7 @@ class FoundationConfig:
     rdzv_endpoint: Optional[str] = None
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     compile: bool = False
+    sft_datasets: tuple[Path, ...] = ()
 
     def peak_learning_rate(self, width: Optional[int] = None) -> float:
         """`learning_rate`, else derived from the model width: `width` when given (SFT and RL, whose model may

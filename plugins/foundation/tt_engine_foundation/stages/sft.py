@@ -13,6 +13,27 @@ from tt_stagekit import protocol as P
 from tt_engine_foundation.runtime.config import FoundationRequest
 
 
+def sft_rows(request: FoundationRequest) -> list[dict]:
+    """The spec's training rows, then every row of `foundation.sft_datasets` led by the compiled system message."""
+    from tt_stagekit.chatrows import read_chat_file
+
+    rows = [dict(row) for row in request.train_rows]
+    system = request.system_message
+    ignored: dict = {}
+    for path in request.cfg.sft_datasets:
+        try:
+            loaded = read_chat_file(path, P.InvalidInput, system_message=system, ignored=ignored)
+        except P.InvalidInput as exc:
+            raise P.InvalidInput(f"foundation.sft_datasets: {exc}") from None
+        for row in loaded:
+            body = row["messages"][1:] if row["messages"][0]["role"] == "system" else row["messages"]
+            rows.append({"id": row["id"], "messages": [{"role": "system", "content": system}, *body]})
+    if ignored:
+        P.log("foundation.sft_datasets: ignored keys " + ", ".join(f"{k!r} ({n} rows)" for k, n in sorted(ignored.items())),
+              "warning")
+    return rows
+
+
 def main(request: FoundationRequest) -> dict[str, Any]:
     from tt_stagekit import distributed as D
     from tt_engine_foundation.runtime import tokenizer as T
@@ -26,7 +47,7 @@ def main(request: FoundationRequest) -> dict[str, Any]:
     lay = request.layout
     device = D.init(torch_device(request.device_choice))
     tok = T.load_run_tokenizer(lay.tokenizer_json)
-    rows = list(request.train_rows)
+    rows = sft_rows(request)
     model = load_model_dir(lay.base_model, device)
     peak_lr = cfg.peak_learning_rate(model.cfg.hidden_size)
     every = cfg.log_interval_steps
