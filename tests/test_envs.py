@@ -1,5 +1,7 @@
 """Hashed engine environments: distinct keys, key changes, interrupted builds, offline builds, gc, runtime groups only."""
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -46,18 +48,69 @@ def test_keys_are_distinct_and_one_lock_byte_changes_only_that_engine(tt, tmp_pa
     assert {k: v for k, v in after.items() if k != "echo"} == {k: v for k, v in before.items() if k != "echo"}
 
 
-def test_sigkill_during_build_leaves_nothing_used_and_next_prepare_rebuilds(tt, tmp_path):
+@contextlib.contextmanager
+def uv_cache_held(cache: Path):
+    """Hold uv's cache lock: a build tt starts waits inside uv until the block ends (an event, not a race)."""
+    cache.mkdir(parents=True, exist_ok=True)
+    fd = os.open(cache / ".lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def uv_building(env_path: Path) -> list[int]:
+    """Pids of live uv processes building `env_path` (found through /proc)."""
+    marker = f"UV_PROJECT_ENVIRONMENT={env_path}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker in (entry / "environ").read_bytes().split(b"\0") and alive(int(entry.name)):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def waiting_for_a_lock(pid: int) -> bool:
+    """True while `pid` is blocked on a file lock (a `->` line in /proc/locks)."""
+    return any(line.split()[1] == "->" and line.split()[5] == str(pid)
+               for line in Path("/proc/locks").read_text().splitlines() if len(line.split()) > 5)
+
+
+def wait_until(condition, what: str, timeout: float = 60):
+    """Poll for a state; the bound is generous (a loaded 2-core machine) and never the point."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def test_sigkill_during_build_kills_uv_leaves_nothing_used_and_next_prepare_rebuilds(tt, tmp_path):
+    """uv waits on its cache lock (held here), so the build cannot finish first: SIGKILL to tt takes its uv
+    with it (PR_SET_PDEATHSIG; otherwise uv would wait forever), nothing is used, the next prepare rebuilds."""
     tt.env["TT_ENVS_DIR"] = str(tmp_path / "envs")
-    tt.env["UV_CACHE_DIR"] = str(tmp_path / "uv-cache")  # cold cache: the build takes long enough to interrupt
+    tt.env["UV_CACHE_DIR"] = str(tmp_path / "uv-cache")
     code, listing = tt.json("engines", "list")
     env_path = Path(echo_entry(listing)["env_path"])
-    proc = tt.popen("engines", "prepare", "echo")
-    deadline = time.monotonic() + 60
-    while not (env_path / "bin" / "python").exists() and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.005)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert not (env_path / ".tt-env-complete.json").exists(), "the build finished before it could be killed"
+    with uv_cache_held(tmp_path / "uv-cache"):
+        proc = tt.popen("engines", "prepare", "echo")
+        uv = wait_until(lambda: uv_building(env_path), "tt to start uv")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        wait_until(lambda: not any(alive(pid) for pid in uv), "uv to die with tt", timeout=30)
+    assert not (env_path / ".tt-env-complete.json").exists()
     code, listing = tt.json("engines", "list")
     assert echo_entry(listing)["env_ready"] is False
     code, built = tt.json("engines", "prepare", "echo")
@@ -67,6 +120,25 @@ def test_sigkill_during_build_leaves_nothing_used_and_next_prepare_rebuilds(tt, 
     assert check.returncode == 0, check.stderr
     code, again = tt.json("engines", "prepare", "echo")
     assert again["built"] is False
+
+
+def test_two_prepares_at_once_build_the_environment_once(tt, tmp_path):
+    """The second `tt engines prepare` waits on the environment's build lock while the first builds (held
+    inside uv by the cache lock), then finds the environment ready: one build, one uv."""
+    tt.env["TT_ENVS_DIR"] = str(tmp_path / "envs")
+    tt.env["UV_CACHE_DIR"] = str(tmp_path / "uv-cache")
+    code, listing = tt.json("engines", "list")
+    env_path = Path(echo_entry(listing)["env_path"])
+    with uv_cache_held(tmp_path / "uv-cache"):
+        first = tt.popen("engines", "prepare", "echo", "--json")
+        uv = wait_until(lambda: uv_building(env_path), "the first prepare to start uv")
+        second = tt.popen("engines", "prepare", "echo", "--json")
+        wait_until(lambda: waiting_for_a_lock(second.pid), "the second prepare to wait on the build lock")
+        assert uv_building(env_path) == uv and first.poll() is None
+    outs = [json.loads(p.communicate(timeout=300)[0]) for p in (first, second)]
+    assert [p.returncode for p in (first, second)] == [0, 0], outs
+    assert [o["built"] for o in outs] == [True, False], outs
+    assert outs[0]["python"] == outs[1]["python"]
 
 
 def test_offline_build_uses_only_uv_cache(tt, tmp_path):
