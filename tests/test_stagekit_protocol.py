@@ -235,3 +235,27 @@ def test_a_stage_stops_and_saves_when_its_host_dies(tmp_path):
     assert gone < 3, gone
     host.stdout.close()
     assert "saved after SIGTERM (tt exited)" in log.read_text()
+
+
+SPEAKER = """
+from tt_stagekit import protocol as P
+P.progress(1, 2, "step", {"loss": 1.0})
+P.metrics({"x": 1})
+P.artifact("model", "/m")
+P.emit({"type": "log", "level": "info", "message": "hello"})
+P.emit({"type": "log", "level": "warning", "message": "careful"})
+"""
+
+
+@pytest.mark.parametrize("local_rank", ["0", "1"])
+def test_only_a_nodes_first_rank_speaks_the_protocol(local_rank):
+    """Under torchrun, LOCAL_RANK 0 emits JSON events on stdout; any other rank emits none: its warnings go to
+    stderr as plain text naming the rank (so a 2-process log never holds a second speaker's events)."""
+    env = dict(os.environ, LOCAL_RANK=local_rank, RANK=local_rank)
+    out = subprocess.run([sys.executable, "-c", SPEAKER], env=env, capture_output=True, text=True, check=True)
+    events = [json.loads(line) for line in out.stdout.splitlines()]
+    if local_rank == "0":
+        assert [e["type"] for e in events] == ["progress", "metrics", "artifact", "log", "log"]
+        assert out.stderr == ""
+    else:
+        assert events == [] and out.stderr == "[rank 1] warning: careful\n"
