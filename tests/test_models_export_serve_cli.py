@@ -82,6 +82,8 @@ def test_api_key_from_a_file_or_the_environment_not_the_command_line(tt, tmp_pat
 def test_serving_limits_and_names_are_checked(tt, tmp_path):
     for args, named in ((["--allowed-host", "evil.example:80"], "--allowed-host"),
                         (["--allowed-host", "http://x"], "--allowed-host"),
-                        (["--default-max-tokens", "0"], "--default-max-tokens")):
+                        (["--default-max-tokens", "0"], "--default-max-tokens"),
+                        (["--max-queue", "-1"], "--max-queue"), (["--queue-timeout", "0"], "--queue-timeout"),
+                        (["--max-batch-tokens", "0"], "--max-batch-tokens")):
         code, out = tt.json("serve", "no-such-model", *args)
         assert code == 2 and named in out["error"], out

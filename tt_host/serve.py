@@ -52,7 +52,10 @@ class ServeOptions:
     host: str = "127.0.0.1"
     port: int = 8000
     api_key: Optional[str] = None
-    max_concurrency: int = 4
+    max_concurrency: int = 8
+    max_queue: int = 64
+    queue_timeout: float = 60.0
+    max_batch_tokens: Optional[int] = None
     spec_prompt: bool = True
     device: str = "auto"
     offline: Optional[bool] = None
@@ -74,6 +77,12 @@ def check_options(options: ServeOptions) -> None:
         raise ServeError("--max-concurrency must be between 1 and 1024")
     if options.device not in ("auto", "cpu", "cuda", "mps"):
         raise ServeError(f"--device must be one of auto, cpu, cuda, mps, not {options.device!r}")
+    if not 0 <= options.max_queue <= 100000:
+        raise ServeError("--max-queue must be between 0 and 100000")
+    if not 0 < options.queue_timeout <= 86400:
+        raise ServeError("--queue-timeout must be a number of seconds between 0 and 86400")
+    if options.max_batch_tokens is not None and options.max_batch_tokens < 1:
+        raise ServeError("--max-batch-tokens must be at least 1")
     if options.default_max_tokens is not None and options.default_max_tokens < 1:
         raise ServeError("--default-max-tokens must be at least 1")
     for name in options.allowed_hosts:
@@ -122,6 +131,8 @@ def build_request(model: ResolvedModel, options: ServeOptions, log: Callable[[st
         "host": options.host, "port": options.port, "max_concurrency": options.max_concurrency,
         "device": options.device, "ready_file": str(ready_file) if ready_file else None,
         "allowed_hosts": list(options.allowed_hosts), "default_max_tokens": options.default_max_tokens,
+        "max_queue": options.max_queue, "queue_timeout": options.queue_timeout,
+        "max_batch_tokens": options.max_batch_tokens,
     }
 
 

@@ -30,7 +30,14 @@ def serve(
                                                "--api-key-file."),
     api_key_file: Optional[Path] = typer.Option(None, "--api-key-file",
                                                 help="Read the API key from this file (the key alone on one line)."),
-    max_concurrency: int = typer.Option(4, "--max-concurrency", help="Requests accepted at once; more get 429."),
+    max_concurrency: int = typer.Option(8, "--max-concurrency",
+                                        help="Requests generated together in one batch (1: one at a time)."),
+    max_queue: int = typer.Option(64, "--max-queue", help="Requests that may wait for a place; more get 429."),
+    queue_timeout: float = typer.Option(60.0, "--queue-timeout",
+                                        help="Seconds a request may wait for a place before it gets 503."),
+    max_batch_tokens: Optional[int] = typer.Option(None, "--max-batch-tokens",
+                                                   help="Bound on the batch's KV cache: requests x longest (prompt + "
+                                                        "max_tokens) (default: max-concurrency x context)."),
     allowed_host: list[str] = typer.Option([], "--allowed-host",
                                            help="Another name clients use for this server (Host header); "
                                                 "repeatable. The bound address is always allowed."),
@@ -68,6 +75,7 @@ def serve(
     except ServeError as exc:
         fail(str(exc), code=exc.exit_code, json_mode=json_mode)
     options = ServeOptions(host=host, port=port, api_key=api_key or None, max_concurrency=max_concurrency,
+                           max_queue=max_queue, queue_timeout=queue_timeout, max_batch_tokens=max_batch_tokens,
                            spec_prompt=not no_spec_prompt, device=device, offline=offline or None,
                            allowed_hosts=tuple(allowed_host), default_max_tokens=default_max_tokens)
 

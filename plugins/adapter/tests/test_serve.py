@@ -196,7 +196,8 @@ def test_unknown_route_method_and_oversized_body(server):
 
 
 def test_api_key_concurrency_limit_and_clean_shutdown(tiny, tmp_path):
-    srv = serving.start(tmp_path, tiny, model_name="tiny-model", api_key="s3cret", max_concurrency=1)
+    srv = serving.start(tmp_path, tiny, model_name="tiny-model", api_key="s3cret", max_concurrency=1,
+                        max_queue=0)
     try:
         good = {"Authorization": "Bearer s3cret"}
         assert httpx.get(f"{srv.url}/v1/models").status_code == 401

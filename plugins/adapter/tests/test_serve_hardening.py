@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 
 import httpx
 import pytest
 
 from tt_engine_adapter.testing import serving
+from tt_engine_adapter.testing.serving import metrics, wait_for
 
 SYSTEM = "Classify the sentiment of the movie review."
 PROMPT = [{"role": "user", "content": "the film was great"}]
@@ -32,7 +32,7 @@ def tiny(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(tiny, tmp_path_factory):
     with serving.start(tmp_path_factory.mktemp("harden-srv"), tiny, model_name="tiny-model", system_message=SYSTEM,
-                       max_concurrency=1, allowed_hosts=["tt.example"], default_max_tokens=5,
+                       max_concurrency=1, max_queue=0, allowed_hosts=["tt.example"], default_max_tokens=5,
                        header_timeout=1.0) as srv:
         yield srv
 
@@ -41,22 +41,6 @@ def chat(url: str, body, headers=None, **kwargs) -> httpx.Response:
     content = body if isinstance(body, (bytes, str)) else json.dumps(body)
     return httpx.post(f"{url}/v1/chat/completions", content=content, timeout=60,
                       headers={"Content-Type": "application/json", **(headers or {})}, **kwargs)
-
-
-def metrics(url: str) -> dict[str, float]:
-    text = httpx.get(f"{url}/metrics", timeout=30).text
-    return {name: float(value) for name, value in (line.split() for line in text.splitlines()
-                                                   if line and not line.startswith("#"))}
-
-
-def wait_for(condition, what: str, timeout: float = 60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_host_header_must_name_this_server(server):
@@ -182,9 +166,8 @@ def test_error_bodies_hold_no_exception_text_or_paths(loaded, monkeypatch, capfd
 
     def broken(self, *args, **kwargs):
         raise OSError("/secret/weights/model.safetensors: disk on fire")
-        yield  # a generator, as the real one
 
-    monkeypatch.setattr(generation.ChatModel, "run", broken)
+    monkeypatch.setattr(generation.ChatModel, "pick", broken)
     body = {"model": "tiny-model", "messages": PROMPT, "max_tokens": 2}
     with _in_process(loaded) as client:
         plain = client.post("/v1/chat/completions", json=body)

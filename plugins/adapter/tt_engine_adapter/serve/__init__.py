@@ -3,5 +3,7 @@
 `python -m tt_engine_adapter.serve REQUEST.json` (see `__main__`); `tt serve`
 writes the request and runs it in the adapter engine's environment. Modules:
 `request` (body validation, OpenAI errors), `generation` (model, prompt,
-streaming token loop), `app` (Starlette routes, auth, concurrency limit).
+token picking, text deltas), `batching` (continuous batching and the queue),
+`app` (Starlette routes, limits), `guard` (Host, JSON, API key), `protocol`
+(header-read timeout), `metrics` (`/metrics`).
 """

@@ -6,7 +6,11 @@ REQUEST (written by `tt serve`, see docs/serving.md):
      "model_name": "<id shown in /v1/models>", "system_message": "..." | null,
      "host": "127.0.0.1", "port": 8000, "max_concurrency": 4, "device": "auto",
      "ready_file": "<path>" | null, "allowed_hosts": ["name", ...],
-     "default_max_tokens": N | null, "header_timeout": 10.0}
+     "default_max_tokens": N | null, "header_timeout": 10.0, "max_queue": 64,
+     "queue_timeout": 60.0, "max_batch_tokens": N | null}
+
+`max_concurrency` sequences are decoded together (continuous batching,
+`batching`); `max_queue` more requests wait for a place; more get 429.
 
 The API key comes from the environment (`TT_SERVE_API_KEY`), never from the
 request file. A non-loopback host without a key is refused (exit 2) before
@@ -33,6 +37,7 @@ from tt_stagekit.addresses import is_loopback
 
 EXIT_FAILED, EXIT_INVALID, EXIT_INTERRUPTED = 1, 2, 130
 HEADER_TIMEOUT_SECONDS = 10.0
+MAX_QUEUE, QUEUE_TIMEOUT_SECONDS = 64, 60.0
 
 
 class Refused(Exception):
@@ -82,13 +87,27 @@ def check(request: Any) -> dict[str, Any]:
                                     or default_max < 1):
         raise Refused("serve request: 'default_max_tokens' must be a positive integer or null")
     timeout = request.get("header_timeout", HEADER_TIMEOUT_SECONDS)
-    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not 0 < timeout <= 3600:
+    if not _number(timeout) or not 0 < timeout <= 3600:
         raise Refused("serve request: 'header_timeout' must be a number of seconds between 0 and 3600")
+    queue, queue_timeout = request.get("max_queue", MAX_QUEUE), request.get("queue_timeout", QUEUE_TIMEOUT_SECONDS)
+    if not isinstance(queue, int) or isinstance(queue, bool) or not 0 <= queue <= 100000:
+        raise Refused("serve request: 'max_queue' must be an integer between 0 and 100000")
+    if not _number(queue_timeout) or not 0 < queue_timeout <= 86400:
+        raise Refused("serve request: 'queue_timeout' must be a number of seconds between 0 and 86400")
+    batch_tokens = request.get("max_batch_tokens")
+    if batch_tokens is not None and (not isinstance(batch_tokens, int) or isinstance(batch_tokens, bool)
+                                     or batch_tokens < 1):
+        raise Refused("serve request: 'max_batch_tokens' must be a positive integer or null")
     if not is_loopback(request["host"]) and not os.environ.get("TT_SERVE_API_KEY"):
         raise Refused(f"refusing to listen on {request['host']} without an API key: any address other than "
                       "loopback needs --api-key (or TT_API_KEY)")
     return {**request, "port": port, "max_concurrency": limit, "allowed_hosts": hosts,
-            "default_max_tokens": default_max, "header_timeout": float(timeout)}
+            "default_max_tokens": default_max, "header_timeout": float(timeout), "max_queue": queue,
+            "queue_timeout": float(queue_timeout), "max_batch_tokens": batch_tokens}
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -127,7 +146,9 @@ def serve(request: dict[str, Any]) -> int:
         signal.signal(sig, lambda signum, frame: signals.append(signum))
     app = create_app(model, model_name=request["model_name"], system_message=request.get("system_message"),
                      api_key=os.environ.get("TT_SERVE_API_KEY") or None,
-                     max_concurrency=request["max_concurrency"], bound_host=request["host"],
+                     max_concurrency=request["max_concurrency"], max_queue=request["max_queue"],
+                     queue_timeout=request["queue_timeout"], max_batch_tokens=request["max_batch_tokens"],
+                     bound_host=request["host"],
                      allowed_hosts=request["allowed_hosts"])
     sock = bind(request["host"], request["port"])
     host, port = sock.getsockname()[:2]

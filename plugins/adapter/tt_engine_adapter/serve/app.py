@@ -37,14 +37,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tt_engine_adapter.serve.generation import Cancelled, ChatModel, Delta, Finish
+from tt_engine_adapter.serve.batching import DONE, Job, Scheduler, Started
+from tt_engine_adapter.serve.generation import ChatModel, Delta, Finish
 from tt_engine_adapter.serve.guard import HostCheck, HostPolicy, is_json, key_matches, not_json
 from tt_engine_adapter.serve.request import ApiError, apply_system_message, parse_chat
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
 BODY_TIMEOUT_SECONDS = 30.0
 GENERIC_500 = "the server failed to answer this request; the server log has the details"
-_DONE = object()
 
 
 def error_response(error: ApiError, headers: Optional[dict[str, str]] = None) -> JSONResponse:
@@ -92,9 +92,9 @@ class _StreamWithSlot(StreamingResponse):
             self._lease.release()
 
 
-async def _events(model: ChatModel, params, prompt: list[int], max_new: int,
-                  cancel: threading.Event) -> AsyncIterator[Any]:
-    """Run generation in a worker thread and yield its Delta/Finish items as they come."""
+def _submit(scheduler: Scheduler, params: Any, prompt: list[int], max_new: int, cancel: threading.Event,
+            queue_timeout: float) -> asyncio.Queue:
+    """Hand a request to the scheduler; its items arrive on the returned queue (from the scheduler thread)."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
 
@@ -104,26 +104,19 @@ async def _events(model: ChatModel, params, prompt: list[int], max_new: int,
         except RuntimeError:  # the loop is closed (server shutting down)
             pass
 
-    def work() -> None:
-        try:
-            for item in model.run(params, prompt, max_new, cancel):
-                put(item)
-        except Cancelled:
-            model.metrics.add("tt_serve_requests_cancelled_total")
-        except BaseException as exc:  # reported to the request (without its text), never kills the server
-            traceback.print_exc()
-            put(exc)
-        finally:
-            put(_DONE)
+    scheduler.submit(Job(params, prompt, max_new, put, cancel, time.monotonic() + queue_timeout))
+    return queue
 
-    threading.Thread(target=work, name="tt-generate", daemon=True).start()
+
+async def _items(queue: asyncio.Queue, cancel: threading.Event) -> AsyncIterator[Any]:
+    """A job's Delta/Finish items until DONE; an ApiError item is raised. Leaving early cancels the job."""
     try:
         while True:
             item = await queue.get()
-            if item is _DONE:
+            if item is DONE:
                 return
-            if isinstance(item, BaseException):
-                raise ApiError(500, GENERIC_500, None, "generation_failed", "server_error")
+            if isinstance(item, ApiError):
+                raise item
             yield item
     finally:
         cancel.set()
@@ -139,10 +132,14 @@ async def _watch_disconnect(request: Request, cancel: threading.Event) -> None:
 
 
 def create_app(model: ChatModel, *, model_name: str, system_message: Optional[str], api_key: Optional[str],
-               max_concurrency: int, bound_host: str = "127.0.0.1", allowed_hosts: Iterable[str] = (),
-               body_timeout: float = BODY_TIMEOUT_SECONDS) -> HostCheck:
-    slots = Slots(max_concurrency)
+               max_concurrency: int, max_queue: int = 0, queue_timeout: float = 60.0,
+               max_batch_tokens: Optional[int] = None, bound_host: str = "127.0.0.1",
+               allowed_hosts: Iterable[str] = (), body_timeout: float = BODY_TIMEOUT_SECONDS) -> HostCheck:
+    """The app; `max_concurrency` sequences decode together, `max_queue` more requests wait (then 429)."""
+    slots = Slots(max_concurrency + max_queue)
     metrics = model.metrics
+    scheduler = Scheduler(model, max_concurrency, max_batch_tokens or max_concurrency * model.context_length)
+    scheduler.start()
     created = int(time.time())
 
     def authorized(request: Request) -> bool:
@@ -162,6 +159,9 @@ def create_app(model: ChatModel, *, model_name: str, system_message: Optional[st
         if not authorized(request):
             return unauthorized()
         metrics.set("tt_serve_requests_accepted", slots.used)
+        running = scheduler.running
+        metrics.set("tt_serve_requests_running", running)
+        metrics.set("tt_serve_requests_waiting", max(0, slots.used - running))
         return PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4")
 
     async def list_models(request: Request) -> Response:
@@ -204,9 +204,9 @@ def create_app(model: ChatModel, *, model_name: str, system_message: Optional[st
         lease = slots.try_take()
         if lease is None:
             metrics.add("tt_serve_requests_refused_total")
-            return error_response(ApiError(429, f"the server is busy ({max_concurrency} requests in progress); "
-                                                "retry shortly", None, "rate_limit_exceeded", "rate_limit_error"),
-                                  headers={"Retry-After": "1"})
+            return error_response(ApiError(429, f"the server is full ({max_concurrency} requests generating, "
+                                                f"{max_queue} waiting: --max-queue); retry shortly", None,
+                                           "rate_limit_exceeded", "rate_limit_error"), headers={"Retry-After": "1"})
         try:
             try:
                 raw = await asyncio.wait_for(read_body(request), body_timeout)
@@ -221,26 +221,35 @@ def create_app(model: ChatModel, *, model_name: str, system_message: Optional[st
             lease.release()
             raise
         cancel = threading.Event()
-        completion_id = f"chatcmpl-{uuid.uuid4().hex}"
-        stamp = int(time.time())
-        if params.stream:
-            body = _sse(_events(model, params, prompt, max_new, cancel), completion_id, stamp, model_name,
-                        params.include_usage)
-            return _StreamWithSlot(body, lease, cancel)
         watcher = asyncio.create_task(_watch_disconnect(request, cancel))
+        streaming = False
         try:
+            queue = _submit(scheduler, params, prompt, max_new, cancel, queue_timeout)
+            items = _items(queue, cancel)
+            first = await queue.get()  # Started, or an error / DONE while waiting (timeout, client gone)
+            if first is not DONE and not isinstance(first, Started):
+                raise first if isinstance(first, ApiError) else ApiError(500, GENERIC_500)
+            if first is DONE:  # the client went away while waiting; nobody reads this
+                return error_response(ApiError(400, "the client closed the connection", None, "client_closed"))
+            completion_id, stamp = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+            if params.stream:
+                watcher.cancel()  # the streaming response listens for the disconnect itself
+                streaming = True
+                return _StreamWithSlot(_sse(items, completion_id, stamp, model_name, params.include_usage), lease,
+                                       cancel)
             text, finish = [], None
-            async for item in _events(model, params, prompt, max_new, cancel):
+            async for item in items:
                 if isinstance(item, Delta):
                     text.append(item.text)
                 else:
                     finish = item
         except ApiError as exc:
-            return error_response(exc)
+            return error_response(exc, headers={"Retry-After": "1"} if exc.code == "queue_timeout" else None)
         finally:
             watcher.cancel()
-            cancel.set()
-            lease.release()
+            if not streaming:
+                cancel.set()
+                lease.release()
         if finish is None:  # the client went away; nobody reads this
             return error_response(ApiError(400, "the client closed the connection", None, "client_closed"))
         return JSONResponse({

@@ -1,8 +1,9 @@
-"""The served model: loading, prompt rendering, and token-by-token generation with text deltas.
+"""The served model: loading, prompt rendering, token picking, and the text deltas of a growing answer.
 
-One code path serves both streamed and non-streamed requests: `ChatModel.run`
-yields `Delta(text)` pieces and one final `Finish`. Joined deltas are exactly
-the non-streamed text, because both come from the same `TextTracker`:
+One code path serves both streamed and non-streamed requests: the scheduler
+(`batching`) sends `Delta(text)` pieces and one final `Finish` per request.
+Joined deltas are exactly the non-streamed text, because both come from the
+same `TextTracker`:
 
 - prompts are rendered with the model's own chat template (`runtime.chat`,
   the path training and evaluation use), tokenized without extra specials,
@@ -17,18 +18,15 @@ the non-streamed text, because both come from the same `TextTracker`:
   change (an incomplete UTF-8 character, trailing whitespace, the start of a
   stop sequence) is held back until it is certain.
 
-Only one generation runs at a time (a lock around the model); the app limits
-how many requests may wait.
+The model is used by the scheduler thread only (`batching`).
 """
 
 from __future__ import annotations
 
 import os
-import secrets
 import sys
-import threading
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Union
+from typing import Any, Optional
 
 from tt_engine_adapter.runtime import chat
 from tt_stagekit import promptfit
@@ -54,10 +52,6 @@ class Finish:
 
 class BadSetting(ValueError):
     """A server setting that does not fit the loaded model (exit 2)."""
-
-
-class Cancelled(Exception):
-    """The client went away; generation stopped early."""
 
 
 class TextTracker:
@@ -127,7 +121,6 @@ class ChatModel:
         self.stop_ids = set(_stop_ids(self.tokenizer))
         config = model.config
         self.context_length = int(getattr(config, "max_position_embeddings", 0) or self.tokenizer.model_max_length)
-        self.lock = threading.Lock()
         self.metrics = Metrics()
         if default_max_tokens is not None and not 1 <= default_max_tokens < self.context_length:
             raise BadSetting(f"--default-max-tokens {default_max_tokens} must be less than this model's context "
@@ -169,42 +162,7 @@ class ChatModel:
                            "context_length_exceeded") from None
         return self.prompt_ids(fitted.messages), budget
 
-    def run(self, params: ChatParams, prompt: list[int], max_new: int,
-            cancel: threading.Event) -> Iterator[Union[Delta, Finish]]:
-        """Generate; yields text deltas then one Finish. Holds the model lock throughout."""
-        torch = self.torch
-        tracker = TextTracker(self.tokenizer, params.stop)
-        generator = torch.Generator(device="cpu")
-        generator.manual_seed(params.seed if params.seed is not None else secrets.randbits(63))
-        produced, reason = 0, "length"
-        with self.lock, torch.inference_mode():
-            past = None
-            step = torch.tensor([prompt], dtype=torch.long, device=self.device)
-            while produced < max_new:
-                if cancel.is_set():
-                    raise Cancelled()
-                out = self.model(input_ids=step, past_key_values=past, use_cache=True)
-                self.metrics.add("tt_serve_prefills_total" if past is None else "tt_serve_decode_steps_total")
-                past = out.past_key_values
-                token = self._pick(out.logits[0, -1].float(), params, generator)
-                produced += 1
-                self.metrics.add("tt_serve_generated_tokens_total")
-                if token in self.stop_ids:
-                    reason = "stop"
-                    break
-                delta = tracker.add(token)
-                if delta:
-                    yield Delta(delta)
-                if tracker.stopped:
-                    reason = "stop"
-                    break
-                step = torch.tensor([[token]], dtype=torch.long, device=self.device)
-        rest = tracker.finish()
-        if rest:
-            yield Delta(rest)
-        yield Finish(reason, len(prompt), produced)
-
-    def _pick(self, logits, params: ChatParams, generator) -> int:
+    def pick(self, logits, params: ChatParams, generator) -> int:
         torch = self.torch
         if params.temperature <= 0:
             return int(torch.argmax(logits).item())

@@ -20,6 +20,7 @@ HELP = {
     "tt_serve_generated_tokens_total": ("counter", "tokens generated, all sequences"),
     "tt_serve_decode_steps_total": ("counter", "forward passes of the model during decoding (one per batch step)"),
     "tt_serve_prefills_total": ("counter", "prompt forward passes"),
+    "tt_serve_batch_rows_max": ("gauge", "the most sequences decoded in one step since the server started"),
 }
 
 
@@ -35,6 +36,11 @@ class Metrics:
     def set(self, name: str, value: float) -> None:
         with self._lock:
             self._values[name] = value
+
+    def high(self, name: str, value: float) -> None:
+        """Raise a high-water mark."""
+        with self._lock:
+            self._values[name] = max(self._values[name], value)
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:

@@ -76,3 +76,26 @@ def start(tmp: Path, model_path: str | Path, *, adapter_path: Optional[str | Pat
         time.sleep(0.05)
     process.kill()
     raise TimeoutError(f"the server did not become ready in {timeout}s:\n{log.read_text(errors='replace')}")
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """`/metrics` (Prometheus text) as {name: value}."""
+    return {name: float(value) for name, value in (line.split() for line in text.splitlines()
+                                                   if line and not line.startswith("#"))}
+
+
+def metrics(url: str) -> dict[str, float]:
+    import httpx
+
+    return parse_metrics(httpx.get(f"{url}/metrics", timeout=30).text)
+
+
+def wait_for(condition, what: str, timeout: float = 60):
+    """Poll `condition` until it returns something true (returned), or fail naming `what` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
