@@ -10,8 +10,8 @@ A keyless server on loopback is reachable by any web page the user opens:
   the page can read the answers; the browser still sends that name in `Host`,
   so `Host` must name the bound address (for a loopback bind also `localhost`,
   `127.0.0.1`, `::1`) or a name given with `--allowed-host`. A wildcard bind
-  (`0.0.0.0`, `::`, which needs an API key) also accepts any IP-address
-  literal: rebinding always goes through a name.
+  (`0.0.0.0`, `::`, which needs an API key) also accepts `localhost` and any
+  IP-address literal: rebinding always goes through a name.
 
 `HostCheck` is plain ASGI middleware so it covers every route, 404s included.
 """
@@ -24,6 +24,7 @@ from typing import Any, Iterable, Optional
 from urllib.parse import urlsplit
 
 from starlette.responses import JSONResponse
+from tt_stagekit.addresses import is_loopback
 
 from tt_engine_adapter.serve.request import ApiError
 
@@ -37,10 +38,6 @@ def _is_ip(name: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _is_loopback(name: str) -> bool:
-    return name == "localhost" or (_is_ip(name) and ipaddress.ip_address(name).is_loopback)
 
 
 def host_name(header: str) -> Optional[str]:
@@ -63,7 +60,7 @@ class HostPolicy:
     def __init__(self, bound: str, extra: Iterable[str] = ()):
         bound = bound.strip("[]").lower()
         self.names = {bound} | {name.strip("[]").lower().rstrip(".") for name in extra}
-        if _is_loopback(bound):
+        if is_loopback(bound) or bound in WILDCARDS:  # a wildcard bind listens on loopback too
             self.names |= LOOPBACK_NAMES
         self.any_ip = bound in WILDCARDS
 
