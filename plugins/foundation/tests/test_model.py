@@ -113,3 +113,31 @@ def test_flops_estimate_matches_torch_flop_counter():
     measured = counter.get_total_flops() / (batch * seq)
     estimate = model.flops_per_token(seq)
     assert math.isfinite(estimate) and abs(measured - estimate) <= 0.002 * estimate, (measured, estimate)
+
+
+def _saved_bytes_loss_grads(model, idx):
+    """Loss, gradients and the bytes autograd keeps for the backward pass (saved_tensors_hooks)."""
+    saved = []
+
+    def pack(t):
+        saved.append(t.numel() * t.element_size())
+        return t
+
+    model.zero_grad(set_to_none=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        logits = model(idx[:, :-1])
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), idx[:, 1:].reshape(-1))
+    loss.backward()
+    return loss.item(), {n: p.grad.clone() for n, p in model.named_parameters()}, sum(saved)
+
+
+def test_gradient_checkpointing_same_loss_and_gradients_less_saved():
+    model = _model(depth=2, vocab=97, seq=32).train()
+    idx = torch.randint(0, 97, (2, 32), generator=torch.Generator().manual_seed(3))
+    loss, grads, plain_bytes = _saved_bytes_loss_grads(model, idx)
+    model.gradient_checkpointing = True
+    loss_ckpt, grads_ckpt, ckpt_bytes = _saved_bytes_loss_grads(model, idx)
+    assert loss_ckpt == pytest.approx(loss, rel=1e-6, abs=1e-6)
+    for name, grad in grads.items():
+        torch.testing.assert_close(grads_ckpt[name], grad, rtol=1e-5, atol=1e-6, msg=name)
+    assert ckpt_bytes < plain_bytes / 2, (ckpt_bytes, plain_bytes)

@@ -157,6 +157,7 @@ class FoundationConfig(StrictModel):
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     compile: bool = Field(False, description="torch.compile the model for pretraining.")
     sft_datasets: list[Path] = Field(default_factory=list, max_length=64, description="Chat JSONL files (messages or prompt/completion rows, multi-turn) that SFT trains on besides the spec's training examples.")
+    gradient_checkpointing: bool = Field(False, description="Recompute each layer's activations in the backward pass (pretraining and SFT): less memory, about a third more compute, same results.")
 
     @field_validator("corpus_path", "validation_path", "checkpoint_backup_dir", mode="before")
     @classmethod

@@ -55,6 +55,7 @@ class FoundationConfig:
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     compile: bool = False
     sft_datasets: tuple[Path, ...] = ()
+    gradient_checkpointing: bool = False
 
     def peak_learning_rate(self, width: Optional[int] = None) -> float:
         """`learning_rate`, else derived from the model width: `width` when given (SFT and RL, whose model may

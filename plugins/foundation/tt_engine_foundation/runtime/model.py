@@ -6,6 +6,10 @@ parameter names (`model.embed_tokens.weight`, `model.layers.N.self_attn.q_proj.w
 ..., `model.norm.weight`, `lm_head.weight`), so the saved safetensors load into
 transformers with the `config.json` written by `hf_config()` and no conversion.
 
+`GPT.gradient_checkpointing` (the spec's foundation.gradient_checkpointing)
+recomputes each decoder layer in the backward pass instead of storing its
+activations.
+
 Sizes follow nanochat: width = depth * 64, one head per 64 channels.
 """
 
@@ -18,6 +22,7 @@ from typing import Optional
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 HEAD_DIM = 64
 ASPECT_RATIO = 64
@@ -216,6 +221,9 @@ class GPT(nn.Module):
         self.cfg = cfg
         self.model = LlamaBody(cfg)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        # Recompute each decoder layer's activations in the backward pass instead of keeping them
+        # (torch.utils.checkpoint, non-reentrant): less memory, one more forward; same loss and gradients.
+        self.gradient_checkpointing = False
 
     @torch.no_grad()
     def init_weights(self, seed: int) -> None:
@@ -253,8 +261,12 @@ class GPT(nn.Module):
             total = cache.length + t
             mask = torch.ones(t, total, dtype=torch.bool, device=idx.device).tril(diagonal=cache.length)
             mask = mask[None, None]
+        recompute = self.gradient_checkpointing and self.training and cache is None and torch.is_grad_enabled()
         for i, layer in enumerate(self.model.layers):
-            x = layer(x, cos, sin, i, cache, mask)
+            if recompute:
+                x = checkpoint(layer, x, cos, sin, i, None, mask, use_reentrant=False)
+            else:
+                x = layer(x, cos, sin, i, cache, mask)
         if cache is not None:
             cache.length += t
         x = self.model.norm(x)

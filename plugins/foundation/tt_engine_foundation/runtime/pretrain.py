@@ -91,6 +91,7 @@ def run_pretraining(
     np.random.seed(seed % (2**32))
     model = GPT(model_cfg)
     model.init_weights(seed)
+    model.gradient_checkpointing = cfg.gradient_checkpointing
     model.to(device)
     optimizer = build_adamw(model, peak_lr, cfg.weight_decay, device)
     if choice.path is not None:

@@ -165,6 +165,7 @@ def run_sft(
         log(f"SFT resumed from {choice.path.name} at step {first}/{steps}")
     net = D.wrap(model, device)
     clip = cfg.gradient_clip
+    model.gradient_checkpointing = cfg.gradient_checkpointing
     model.train()
     order = np.random.default_rng([cfg.seed, 1, epoch]).permutation(len(examples))
 
