@@ -17,7 +17,7 @@ from tt_host.hookspecs import hookimpl
 from tt_host.preflight import torch_device_check
 from tt_host.spec.schema import BehaviorSpec
 
-from tt_engine_adapter import fingerprint
+from tt_engine_adapter import fingerprint, memory_estimate
 from tt_engine_adapter.spec import HEX40, AdapterSpec, Hyperparameters
 from tt_stagekit.gpus import nvidia_gpus
 from tt_stagekit.launcher import stage_arguments
@@ -40,7 +40,7 @@ def _base_model(spec: AdapterSpec) -> dict[str, Any]:
     return {"base_model": spec.base_model, "revision": spec.base_model_revision}
 
 
-EVAL_KEYS = ("max_seq_length", "max_eval_examples", "max_new_tokens", "eval_batch_size", "precision")
+EVAL_KEYS = ("max_seq_length", "max_eval_examples", "max_new_tokens", "eval_batch_size", "precision", "load_in_4bit")
 
 
 def _prefetch_inputs(spec: AdapterSpec) -> dict[str, Any]:
@@ -55,9 +55,9 @@ def _eval_inputs(spec: AdapterSpec) -> dict[str, Any]:
 
 def _train_inputs(spec: AdapterSpec) -> dict[str, Any]:
     hp = spec.hyperparameters.model_dump(mode="json")
-    training = {k: v for k, v in hp.items() if k not in EVAL_KEYS or k in ("max_seq_length", "precision")}
-    for key in ("checkpoint_interval_steps", "keep_checkpoints", "log_interval_steps"):
-        training.pop(key)  # bookkeeping, not results
+    training = {k: v for k, v in hp.items() if k not in EVAL_KEYS or k in ("max_seq_length", "precision", "load_in_4bit")}
+    for key in ("checkpoint_interval_steps", "keep_checkpoints", "log_interval_steps", "gradient_checkpointing"):
+        training.pop(key)  # bookkeeping (or memory, not arithmetic), not results
     for key in DISTRIBUTED_KEYS:
         training.pop(key)  # how many processes compute it, not what (a checkpoint refuses another world size)
     return {**_base_model(spec), **_instruction(spec), "training": training}
@@ -140,7 +140,7 @@ def _device_checks(device: str) -> Iterable[Check]:
             except ValueError:
                 bf16 = False
             yield Check("bf16", "ok" if bf16 else "warn", f"compute capability {cap}",
-                        "" if bf16 else "bf16 needs compute capability 8.0+; training falls back to fp32")
+                        "" if bf16 else "bf16 needs compute capability 8.0+; training uses fp16 with a gradient scaler")
         elif device == "cuda":
             yield Check("device", "fail", "no NVIDIA GPU found (nvidia-smi)", "install the driver or use --device cpu")
         else:
@@ -152,6 +152,48 @@ def _device_checks(device: str) -> Iterable[Check]:
                     "" if ok else "use --device cpu")
     else:
         yield Check("device", "ok", f"{device}: {os.cpu_count()} CPU cores")
+
+
+def _model_folder(spec: AdapterSpec) -> Optional[Path]:
+    """The base model's files on this machine: the local folder, or the cached snapshot of its revision."""
+    if Path(spec.base_model).is_absolute():
+        return Path(spec.base_model)
+    repo = _hf_cache_dir() / f"models--{spec.base_model.replace('/', '--')}"
+    revision = str(spec.base_model_revision)
+    ref = repo / "refs" / revision
+    commit = revision if HEX40.match(revision) else (ref.read_text(encoding="utf-8").strip() if ref.is_file() else "")
+    return repo / "snapshots" / commit if commit else None
+
+
+def _nvidia_memory() -> Optional[int]:
+    """Total memory of the first NVIDIA GPU in bytes (nvidia-smi), None without one."""
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return None
+    try:
+        out = subprocess.run([exe, "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=15, check=True).stdout
+        return int(float(out.strip().splitlines()[0])) * 1024 * 1024
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
+def _memory_check(spec: AdapterSpec, device: str) -> Optional[Check]:
+    hp = spec.hyperparameters
+    gpus = _nvidia_gpus() if device in ("cuda", "auto") else []
+    if gpus:
+        name, cap = gpus[0]
+        try:
+            bf16 = float(cap) >= 8.0
+        except ValueError:
+            bf16 = False
+        fp16 = hp.precision == "fp16" or (hp.precision == "auto" and not bf16)
+        size = 4 if hp.precision == "fp32" else 2
+        return memory_estimate.memory_check(hp, _model_folder(spec), f"cuda: {name}", _nvidia_memory(), size, fp16)
+    if device in ("cpu", "auto"):
+        return memory_estimate.memory_check(hp, _model_folder(spec), "cpu (available memory)",
+                                            memory_estimate.available_cpu_bytes(), 4)
+    return None
 
 
 def _world_check(hp: Hyperparameters, device: str) -> Check:
@@ -182,6 +224,9 @@ def doctor(spec: Optional[BehaviorSpec], device: str) -> Iterable[Check]:
     if isinstance(spec, AdapterSpec):
         yield torch_device_check(ENGINE, device or "auto", "torch device")  # torch's own view, in the environment
         yield _world_check(spec.hyperparameters, device or "auto")
+        memory = _memory_check(spec, device or "auto")
+        if memory is not None:
+            yield memory
 
 
 # The trained LoRA weights are served on their base model; `tt models export` copies them as they are (the

@@ -5,6 +5,10 @@ safetensors, the optimizer state, the RNG states (every rank's, with the world
 size, when training ran under torchrun) and `meta.json` (step,
 stage fingerprint, loss series, tokens and time so far, file sha256s).
 Written to a temp folder and renamed, rolled to `keep` newest.
+
+`<train>/checkpoints/best/` (with hyperparameters.eval_interval_steps) holds the
+PEFT adapter of the step with the lowest validation loss so far and
+`best.json` (step, validation loss); the train stage registers that adapter.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from tt_engine_adapter import fingerprint
 from tt_stagekit.protocol import InvalidInput, atomic_write_json, fsync_dir, log
 
 PREFIX = "step-"
+BEST = "best"
 
 
 def _dir_name(step: int) -> str:
@@ -62,6 +67,20 @@ def save(root: Path, step: int, model: Any, optimizer: Any, meta: dict[str, Any]
     fsync_dir(root)
     for old in sorted(p for p in root.glob(f"{PREFIX}*") if p.is_dir())[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def save_best(root: Path, step: int, loss: float, model: Any) -> Path:
+    """The PEFT adapter of `model` as the best so far (lowest validation loss), replacing the previous best."""
+    root.mkdir(parents=True, exist_ok=True)
+    final, tmp = root / BEST, root / f".{BEST}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(str(tmp), safe_serialization=True)
+    atomic_write_json(tmp / "best.json", {"step": step, "validation_loss": loss})
+    fsync_dir(tmp)
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    fsync_dir(root)
     return final
 
 

@@ -40,7 +40,11 @@ class Hyperparameters:
     lr_scheduler: Literal["cosine", "linear", "constant"] = "cosine"
     weight_decay: float = 0.0
     max_grad_norm: Optional[float] = 1.0
-    precision: Literal["auto", "bf16", "fp32"] = "auto"
+    precision: Literal["auto", "bf16", "fp16", "fp32"] = "auto"
+    gradient_checkpointing: bool = False
+    load_in_4bit: bool = False
+    eval_interval_steps: Optional[int] = None
+    early_stopping_patience: Optional[int] = None
     checkpoint_interval_steps: int = 50
     keep_checkpoints: int = 2
     log_interval_steps: int = 1

@@ -111,6 +111,10 @@ def pick_device(request: AdapterRequest) -> str:
 
 
 def pick_dtype(device: str, precision: str):
+    """The compute dtype: fp32, bf16 (CUDA with bf16), fp16 (CUDA; training adds a gradient scaler).
+
+    auto: bf16 where the GPU supports it, fp16 on other CUDA GPUs (T4, V100), fp32 elsewhere.
+    """
     import torch
 
     if precision == "fp32":
@@ -118,9 +122,29 @@ def pick_dtype(device: str, precision: str):
     bf16_ok = device == "cuda" and torch.cuda.is_bf16_supported()
     if precision == "bf16":
         if not bf16_ok:
-            raise InvalidInput("hyperparameters.precision: bf16 needs a CUDA device that supports it")
+            raise InvalidInput("hyperparameters.precision: bf16 needs a CUDA device that supports it; "
+                               "use \"fp16\" or \"auto\"")
         return torch.bfloat16
-    return torch.bfloat16 if bf16_ok else torch.float32
+    if precision == "fp16":
+        if device != "cuda":
+            raise InvalidInput(f"hyperparameters.precision: fp16 training needs a CUDA device (this stage runs on "
+                               f"{device}); use \"auto\" or \"fp32\"")
+        return torch.float16
+    if bf16_ok:
+        return torch.bfloat16
+    return torch.float16 if device == "cuda" else torch.float32
+
+
+def quantization(device: str, dtype):
+    """The usual QLoRA settings (NF4, double quantization, compute in the run's dtype) for `load_in_4bit`."""
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    if device != "cuda":
+        raise InvalidInput(f"hyperparameters.load_in_4bit: 4-bit QLoRA needs a CUDA device (this stage runs on "
+                           f"{device}); set it to false")
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                              bnb_4bit_compute_dtype=dtype if dtype != torch.float32 else torch.bfloat16)
 
 
 def load_tokenizer(path: str):
@@ -132,11 +156,18 @@ def load_tokenizer(path: str):
         raise StageError(f"base_model: cannot load the tokenizer from {path}: {type(exc).__name__}: {exc}") from None
 
 
-def load_model(path: str, device: str, dtype):
+def load_model(path: str, device: str, dtype, load_in_4bit: bool = False):
+    """The base model on `device` in `dtype`; with `load_in_4bit` its linear layers in 4-bit NF4 (CUDA)."""
     from transformers import AutoModelForCausalLM
 
+    kwargs = {"dtype": dtype}
+    if load_in_4bit:
+        import torch
+
+        kwargs = {"quantization_config": quantization(device, dtype), "dtype": dtype,
+                  "device_map": {"": torch.cuda.current_device()}}
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, **kwargs)
     except Exception as exc:
         raise StageError(f"base_model: cannot load the model from {path}: {type(exc).__name__}: {exc}") from None
-    return model.to(device)
+    return model if load_in_4bit else model.to(device)

@@ -66,10 +66,30 @@ class TrainState:
     seconds: float = 0.0
     losses: list = None  # [[step, loss], ...]
     padding: dict = None  # padding(...) of the whole schedule (not checkpointed: recomputed)
+    validation: list = None  # [[step, validation loss], ...] (eval_interval_steps)
+    best_step: Optional[int] = None  # the step with the lowest validation loss so far
+    best_loss: Optional[float] = None
+    stale: int = 0  # evaluations since the best one (early_stopping_patience)
+    stopped_early: bool = False
 
     def __post_init__(self) -> None:
         if self.losses is None:
             self.losses = []
+        if self.validation is None:
+            self.validation = []
+
+    def evaluation_meta(self) -> dict:
+        return {"validation": self.validation, "best_step": self.best_step, "best_loss": self.best_loss,
+                "stale": self.stale}
+
+
+@dataclass
+class Evaluation:
+    """Validation during training: `measure()` is the validation loss now; `on_best(step, loss)` keeps the
+    weights (called on every rank after an evaluation that lowered the validation loss)."""
+
+    measure: Callable[[], float]
+    on_best: Callable[[int, float], Any]
 
 
 def wrap_lora(model: Any, hp: Hyperparameters):
@@ -98,8 +118,14 @@ def train(
     stage_fingerprint: str,
     resume: bool,
     on_step: Optional[Callable[[int, int, float, float, float], None]] = None,
+    evaluation: Optional[Evaluation] = None,
+    scaler: Any = None,
 ) -> TrainState:
-    """Train the PEFT `model` in place; returns the final state. Raises Interrupted after a checkpoint on SIGTERM."""
+    """Train the PEFT `model` in place; returns the final state. Raises Interrupted after a checkpoint on SIGTERM.
+
+    `evaluation` (with hp.eval_interval_steps): the validation loss every N steps and at the end; training stops
+    after hp.early_stopping_patience evaluations without a new best. `scaler`: a torch GradScaler (fp16).
+    """
     import torch
 
     random.seed(hp.seed)
@@ -121,7 +147,8 @@ def train(
         if found:
             path, meta = found
             _restore_everywhere(path, model, optimizer)
-            state = TrainState(step=meta["step"], tokens=meta["tokens"], seconds=meta["seconds"], losses=meta["losses"])
+            state = TrainState(step=meta["step"], tokens=meta["tokens"], seconds=meta["seconds"], losses=meta["losses"],
+                               **meta.get("evaluation", {}))
             log(f"resumed from {path.name} at step {state.step}/{total}")
         else:
             log("no usable checkpoint; training from the start", "warning")
@@ -130,7 +157,7 @@ def train(
 
     def save_checkpoint() -> None:
         meta = {"fingerprint": stage_fingerprint, "tokens": state.tokens, "seconds": state.seconds,
-                "losses": state.losses, "total_steps": total}
+                "losses": state.losses, "total_steps": total, "evaluation": state.evaluation_meta()}
         rank_rng = D.gather_objects(checkpoint.rng_state(), "RNG gather for the checkpoint") if ctx.enabled else None
         if ctx.is_main:
             checkpoint.save(checkpoint_dir, state.step, model, optimizer, meta, hp.keep_checkpoints, rank_rng)
@@ -160,16 +187,23 @@ def train(
             with D.no_sync(net, index < len(micro_batches) - 1), D.collective("gradient all-reduce"):
                 with torch.autocast(device_type=device, dtype=autocast_dtype, enabled=use_autocast):
                     out = net(**inputs, use_cache=False, num_items_in_batch=targets)
-                (out.loss * ctx.world_size if ctx.enabled else out.loss).backward()
+                loss = out.loss * ctx.world_size if ctx.enabled else out.loss
+                (scaler.scale(loss) if scaler is not None else loss).backward()
             step_loss += out.loss.detach().float()
             step_tokens += sum(len(r.input_ids) for r in batch)
         if ctx.enabled:  # the step's loss over all ranks, and whether any rank was asked to stop
             stats = torch.stack([step_loss, torch.tensor(float(STOP.requested), device=device)])
             step_loss, stops = D.all_reduce_sum(stats, "loss and stop-flag all-reduce").unbind()
             stopping = bool(stops > 0)
+        if scaler is not None:
+            scaler.unscale_(optimizer)  # clip the true gradients; a step with inf/nan is skipped by scaler.step
         if hp.max_grad_norm:
             torch.nn.utils.clip_grad_norm_(trainable, hp.max_grad_norm)
-        optimizer.step()
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         step_loss = float(step_loss)
         if device == "cuda":
@@ -180,9 +214,28 @@ def train(
         state.losses.append([state.step, round(step_loss, 6)])
         if on_step:
             on_step(state.step, total, step_loss, lr, state.tokens / max(state.seconds, 1e-9))
+        if evaluation is not None and (state.step % hp.eval_interval_steps == 0 or state.step == total):
+            _evaluate(state, evaluation, hp.early_stopping_patience)
+            if state.stopped_early:
+                break
         if state.step % hp.checkpoint_interval_steps == 0 and state.step < total:
             save_checkpoint()
     return state
+
+
+def _evaluate(state: TrainState, evaluation: Evaluation, patience: Optional[int]) -> None:
+    loss = evaluation.measure()
+    state.validation.append([state.step, round(loss, 6)])
+    if state.best_loss is None or loss < state.best_loss:
+        state.best_step, state.best_loss, state.stale = state.step, loss, 0
+        evaluation.on_best(state.step, loss)
+    else:
+        state.stale += 1
+    log(f"step {state.step}: validation loss {loss:.6f} (best {state.best_loss:.6f} at step {state.best_step})")
+    if patience and state.stale >= patience:
+        state.stopped_early = True
+        log(f"early stopping at step {state.step}: no lower validation loss in {patience} evaluation(s); "
+            f"the adapter is the one from step {state.best_step}")
 
 
 def _restore_everywhere(path: Path, model: Any, optimizer: Any) -> None:

@@ -41,7 +41,7 @@ def main(request: AdapterRequest) -> dict:
     test_rows = read_jsonl(request.prepared["test"]) if request.prepared.get("test") else []
     general = list(request.general_prompts)
 
-    model = model_source.load_model(base["path"], device, dtype)
+    model = model_source.load_model(base["path"], device, dtype, hp.load_in_4bit)
     if prefix == "candidate":
         from peft import PeftModel
 

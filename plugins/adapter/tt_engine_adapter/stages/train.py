@@ -17,13 +17,13 @@ import shutil
 
 from tt_engine_adapter.runtime import model_source
 from tt_engine_adapter.runtime.config import AdapterRequest
-from tt_stagekit.protocol import artifact, fsync_dir, log, progress, run_main, speaks
+from tt_stagekit.protocol import InvalidInput, artifact, fsync_dir, log, progress, run_main, speaks
 
 model_source.go_offline()
 
 
 def main(request: AdapterRequest) -> dict:
-    from tt_engine_adapter.runtime import chat, manifest
+    from tt_engine_adapter.runtime import chat, checkpoint, manifest, memory
     from tt_stagekit import distributed as D
     from tt_engine_adapter.runtime import train as loop
     from tt_engine_adapter.runtime.data import encode_rows, read_jsonl
@@ -43,12 +43,13 @@ def main(request: AdapterRequest) -> dict:
     import torch
 
     torch.manual_seed(hp.seed)
-    model = model_source.load_model(base["path"], device, dtype)
-    model.config.use_cache = False
-    model = loop.wrap_lora(model, hp)
+    model = model_source.load_model(base["path"], device, memory.load_dtype(dtype, hp), hp.load_in_4bit)
+    model = loop.wrap_lora(memory.prepare_base(model, hp), hp)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     log(f"LoRA r={hp.lora_rank} on {hp.target_modules}: {trainable} trainable parameters; "
-        f"{len(rows)} rows on {device} ({str(dtype).replace('torch.', '')})"
+        f"{len(rows)} rows on {device} ({str(dtype).replace('torch.', '')}"
+        + (", 4-bit NF4 base" if hp.load_in_4bit else "") + (", gradient checkpointing" if hp.gradient_checkpointing
+                                                              else "") + ")"
         + (f" with {D.context().world_size} processes ({D.context().backend})" if D.context().enabled else ""))
     checkpoints = stage_dir / "checkpoints"
     if not request.resume and D.context().is_main:
@@ -59,9 +60,18 @@ def main(request: AdapterRequest) -> dict:
             progress(step, total, "step", {"loss": round(loss, 6), "lr": lr, "tokens_per_second": round(tps, 1)})
 
     autocast = dtype if dtype != torch.float32 else None
+    evaluation = None
+    if hp.eval_interval_steps:
+        if not validation:
+            raise InvalidInput("hyperparameters.eval_interval_steps: this run has no validation rows; give "
+                               "datasets.validation, or unset it")
+        evaluation = loop.Evaluation(
+            measure=lambda: loop.mean_loss(model, validation, hp.batch_size, pad, device, autocast),
+            on_best=lambda step, loss: speaks() and checkpoint.save_best(checkpoints, step, loss, model))
     state = loop.train(model, rows, hp, pad_id=pad, device=device, autocast_dtype=autocast,
                        checkpoint_dir=checkpoints, stage_fingerprint=request.fingerprint,
-                       resume=request.resume, on_step=on_step)
+                       resume=request.resume, on_step=on_step, evaluation=evaluation,
+                       scaler=memory.grad_scaler(device, dtype))
     padding = state.padding
     fed = padding["tokens"] + padding["pad_tokens"]
     log(f"{padding['pad_tokens']} pad tokens fed beside {padding['tokens']} row tokens "
@@ -80,14 +90,20 @@ def main(request: AdapterRequest) -> dict:
     adapter_dir = stage_dir / "adapter"
     if not speaks():  # the node's first rank writes the adapter and the result
         return {"metrics": metrics, "outputs": {"adapter": str(adapter_dir)}}
-    if validation:
+    if state.best_step is not None:  # evaluation during training: the best step's adapter is the one registered
+        metrics.update({"train.validation_loss": round(state.best_loss, 6), "train.best_step": state.best_step,
+                        "train.stopped_early": int(state.stopped_early)})
+    elif validation:
         metrics["train.validation_loss"] = round(
             loop.mean_loss(model, validation, hp.batch_size, pad, device, autocast), 6)
     metrics = {k: v for k, v in metrics.items() if v is not None}
 
     tmp = stage_dir / ".adapter.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(str(tmp), safe_serialization=True)
+    if state.best_step is not None:
+        shutil.copytree(checkpoints / checkpoint.BEST, tmp, ignore=shutil.ignore_patterns("best.json"))
+    else:
+        model.save_pretrained(str(tmp), safe_serialization=True)
     info = {
         "format": 1,
         "base_model": base,
@@ -107,10 +123,11 @@ def main(request: AdapterRequest) -> dict:
     tmp.rename(adapter_dir)
     fsync_dir(stage_dir)
     artifact("adapter", adapter_dir)
-    log(f"adapter saved to {adapter_dir} (final loss {metrics.get('train.final_loss')})")
+    log(f"adapter saved to {adapter_dir} (final loss {metrics.get('train.final_loss')}"
+        + (f"; the best step {state.best_step} by validation loss" if state.best_step is not None else "") + ")")
     return {
         "metrics": metrics,
-        "series": {"train.loss": state.losses},
+        "series": {"train.loss": state.losses, **({"train.validation_loss": state.validation} if state.validation else {})},
         "outputs": {"adapter": str(adapter_dir)},
         "artifacts": [{"kind": "adapter", "path": str(adapter_dir), "manifest": manifest.MANIFEST}],
     }

@@ -1,0 +1,81 @@
+"""Adapter memory settings on the host side: `tt validate` refuses CUDA-only options on a CPU spec (exit 2,
+naming the field, nothing written), evaluation during training needs validation rows, and the doctor's
+peak-memory estimate tells a 7B LoRA run that does not fit a 24 GiB card from one that does."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import write_spec
+from tt_engine_adapter import memory_estimate
+from tt_engine_adapter.runtime.config import Hyperparameters
+
+LLAMA_7B = {"hidden_size": 4096, "num_hidden_layers": 32, "vocab_size": 32000, "intermediate_size": 11008,
+            "num_attention_heads": 32, "num_key_value_heads": 32, "tie_word_embeddings": False}
+
+
+def _spec(folder: Path, device: str, **hyperparameters) -> Path:
+    model = folder / "model"
+    model.mkdir(parents=True, exist_ok=True)
+    (model / "config.json").write_text(json.dumps(LLAMA_7B))
+    return write_spec(folder, {
+        "name": "memory", "engine": "adapter", "base_model": "model", "device": device,
+        "system_prompt": "Classify the review.",
+        "examples": [{"input": f"review {i}", "output": "positive" if i % 2 else "negative"} for i in range(4)],
+        "hyperparameters": {"max_seq_length": 64, **hyperparameters},
+    })
+
+
+@pytest.mark.parametrize("field, value", [("load_in_4bit", True), ("precision", "fp16")])
+def test_cuda_only_options_on_cpu_are_refused_naming_the_field(tt, tmp_path, field, value):
+    path = _spec(tmp_path / "s", "cpu", **{field: value})
+    before = sorted(p.name for p in path.parent.iterdir())
+    code, out = tt.json("validate", path)
+    assert code == 2, out
+    assert any(f"hyperparameters.{field}" in e["msg"] and "CUDA" in e["msg"] for e in out["errors"]), out
+    assert sorted(p.name for p in path.parent.iterdir()) == before
+    if field == "load_in_4bit":  # the same setting on a CUDA spec is fine
+        code, out = tt.json("validate", _spec(tmp_path / "gpu", "cuda", **{field: value}))
+        assert code == 0, out
+
+
+def test_eval_interval_needs_validation_rows_and_patience_needs_the_interval(tt, tmp_path):
+    code, out = tt.json("validate", _spec(tmp_path / "a", "cpu", eval_interval_steps=5))
+    assert code == 2 and any("hyperparameters.eval_interval_steps" in e["msg"] and "datasets.validation" in e["msg"]
+                             for e in out["errors"]), out
+    code, out = tt.json("validate", _spec(tmp_path / "b", "cpu", early_stopping_patience=2))
+    assert code == 2 and any("hyperparameters.early_stopping_patience" in e["msg"] for e in out["errors"]), out
+
+
+def _peak(**settings) -> memory_estimate.Estimate:
+    hp = {"batch_size": 4, "max_seq_length": 2048, "lora_rank": 16, "compute_bytes": 2, "load_in_4bit": False,
+          "gradient_checkpointing": False, **settings}
+    return memory_estimate.estimate(LLAMA_7B, **hp)
+
+
+def test_peak_estimate_of_a_7b_lora_run_and_its_savers():
+    gib = memory_estimate.GIB
+    plain, ckpt, qlora = _peak(), _peak(gradient_checkpointing=True), _peak(gradient_checkpointing=True, load_in_4bit=True)
+    assert 12.5 * gib < plain.weights < 13.5 * gib  # 6.7B parameters in bf16
+    assert 3.3 * gib < qlora.weights < 4.5 * gib  # NF4 linears, bf16 embeddings and head
+    assert ckpt.activations < plain.activations / 8
+    assert plain.total > 24 * gib > ckpt.total > qlora.total
+    hp = Hyperparameters(batch_size=4, max_seq_length=2048)
+    folder = Path(__file__).parent  # no config.json here: no estimate, no check
+    assert memory_estimate.memory_check(hp, folder, "cuda: test", 24 * gib, 2) is None
+
+
+def test_doctor_memory_check_warns_before_a_run_that_will_not_fit(tmp_path):
+    gib = memory_estimate.GIB
+    _spec(tmp_path, "cuda")
+    folder = tmp_path / "model"
+    big = memory_estimate.memory_check(Hyperparameters(batch_size=4, max_seq_length=2048), folder, "cuda: card",
+                                       24 * gib, 2)
+    assert big.status == "warn" and "of 24.0 GiB on cuda: card" in big.detail
+    assert "gradient_checkpointing" in big.hint and "load_in_4bit" in big.hint
+    fits = memory_estimate.memory_check(Hyperparameters(batch_size=4, max_seq_length=2048, gradient_checkpointing=True,
+                                                        load_in_4bit=True), folder, "cuda: card", 24 * gib, 2)
+    assert fits.status == "ok"
