@@ -37,21 +37,9 @@ def chat(url: str, body, **kwargs) -> httpx.Response:
                       headers={"Content-Type": "application/json", **kwargs.pop("headers", {})}, **kwargs)
 
 
-def metrics(url: str, headers=None) -> dict[str, float]:
-    text = httpx.get(f"{url}/metrics", headers=headers or {}, timeout=30).text
-    return {name: float(value) for name, value in (line.split() for line in text.splitlines()
-                                                   if line and not line.startswith("#"))}
-
-
-def wait_for(condition, what: str, timeout: float = 60):
-    """Poll `condition` until it is truthy (returned) or `timeout` seconds pass (a generous bound, not the point)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+def metrics(url: str, headers: dict) -> dict[str, float]:
+    """`/metrics` of a server that needs its API key there too."""
+    return serving.parse_metrics(httpx.get(f"{url}/metrics", headers=headers, timeout=30).text)
 
 
 def test_openai_client_chat_and_stream_agree(server):
@@ -232,7 +220,7 @@ def test_api_key_concurrency_limit_and_clean_shutdown(tiny, tmp_path):
                 assert busy.json()["error"]["type"] == "rate_limit_error" and busy.headers["retry-after"] == "1"
                 before = metrics(srv.url, good)
                 # the client goes away mid-stream: generation must stop (counted) and the slot come back
-        after = wait_for(lambda: (m := metrics(srv.url, good))["tt_serve_requests_accepted"] == 0 and m,
+        after = serving.wait_for(lambda: (m := metrics(srv.url, good))["tt_serve_requests_accepted"] == 0 and m,
                          "the slot to free")
         assert after["tt_serve_requests_cancelled_total"] == before["tt_serve_requests_cancelled_total"] + 1
         # the full answer is 400 tokens (no stop, greedy): fewer were generated, so cancellation ended it
