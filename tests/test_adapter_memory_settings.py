@@ -79,3 +79,23 @@ def test_doctor_memory_check_warns_before_a_run_that_will_not_fit(tmp_path):
     fits = memory_estimate.memory_check(Hyperparameters(batch_size=4, max_seq_length=2048, gradient_checkpointing=True,
                                                         load_in_4bit=True), folder, "cuda: card", 24 * gib, 2)
     assert fits.status == "ok"
+
+
+def test_doctor_reads_the_card_memory_through_nvidia_smi(tmp_path, monkeypatch):
+    """The doctor's cuda memory check sizes the run against the card nvidia-smi reports (a fake one here)."""
+    from tt_engine_adapter import plugin
+    from tt_engine_adapter.spec import AdapterSpec
+    from tt_host.spec.loading import read_json
+
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text('#!/bin/sh\ncase "$1" in --query-gpu=memory.total) echo "24576";; '
+                   '*) echo "NVIDIA L4, 8.9, 570.86";; esac\n')
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}:{__import__('os').environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    raw, errors = read_json(_spec(tmp_path, "cuda", batch_size=4))
+    assert not errors
+    spec = AdapterSpec.model_validate({**raw, "base_model": str(tmp_path / "model")})
+    check = plugin._memory_check(spec, "cuda")
+    assert check is not None and "of 24.0 GiB on cuda: NVIDIA L4" in check.detail, check

@@ -19,7 +19,7 @@ from tt_host.spec.schema import BehaviorSpec
 
 from tt_engine_adapter import fingerprint, memory_estimate
 from tt_engine_adapter.spec import HEX40, AdapterSpec, Hyperparameters
-from tt_stagekit.gpus import nvidia_gpus
+from tt_stagekit.gpus import first_gpu_memory_bytes, nvidia_gpus
 from tt_stagekit.launcher import stage_arguments
 
 # ---------------------------------------------------------------- stage inputs
@@ -165,19 +165,6 @@ def _model_folder(spec: AdapterSpec) -> Optional[Path]:
     return repo / "snapshots" / commit if commit else None
 
 
-def _nvidia_memory() -> Optional[int]:
-    """Total memory of the first NVIDIA GPU in bytes (nvidia-smi), None without one."""
-    exe = shutil.which("nvidia-smi")
-    if not exe:
-        return None
-    try:
-        out = subprocess.run([exe, "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=15, check=True).stdout
-        return int(float(out.strip().splitlines()[0])) * 1024 * 1024
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        return None
-
-
 def _memory_check(spec: AdapterSpec, device: str) -> Optional[Check]:
     hp = spec.hyperparameters
     gpus = _nvidia_gpus() if device in ("cuda", "auto") else []
@@ -189,7 +176,7 @@ def _memory_check(spec: AdapterSpec, device: str) -> Optional[Check]:
             bf16 = False
         fp16 = hp.precision == "fp16" or (hp.precision == "auto" and not bf16)
         size = 4 if hp.precision == "fp32" else 2
-        return memory_estimate.memory_check(hp, _model_folder(spec), f"cuda: {name}", _nvidia_memory(), size, fp16)
+        return memory_estimate.memory_check(hp, _model_folder(spec), f"cuda: {name}", first_gpu_memory_bytes(), size, fp16)
     if device in ("cpu", "auto"):
         return memory_estimate.memory_check(hp, _model_folder(spec), "cpu (available memory)",
                                             memory_estimate.available_cpu_bytes(), 4)

@@ -67,7 +67,7 @@ def test_a_cut_is_reported_with_the_first_document_left_out(tmp_path):
         (b'{"text": "ok"}\n{"text": "bad\n', "bad.jsonl:2: malformed JSON"),
         (b'{"text": "ok"}\n{"body": "no text"}\n', 'bad.jsonl:2: row has no "text" field'),
         (b'{"text": "ok"}\n\n{"text": 5}\n', 'bad.jsonl:3: row has a "text" that is not a string'),
-        (b'{"text": "ok"}\n{"text": "caf\xe9"}\n', "bad.jsonl:2: undecodable bytes"),
+        (b'{"text": "ok"}\n{"text": "caf\xe9"}\n', "bad.jsonl:2: not UTF-8"),
         (b'["a list"]\n', "bad.jsonl:1: row is not a JSON object"),
     ],
 )
@@ -82,7 +82,7 @@ def test_bad_jsonl_rows_name_file_and_line(tmp_path, content, message):
 def test_undecodable_txt_names_line(tmp_path):
     path = tmp_path / "bad.txt"
     path.write_bytes(b"fine\nalso fine\n\xff\xfe broken\n")
-    with pytest.raises(StageError, match=r"bad.txt:3: undecodable bytes"):
+    with pytest.raises(StageError, match=r"bad.txt:3: not UTF-8"):
         _texts(path)
 
 

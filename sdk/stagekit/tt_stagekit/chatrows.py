@@ -74,7 +74,7 @@ def parsed_lines(lines: Iterable[str | bytes], path: Any, error: type[Exception]
             value = loads(line)
         except JSONInputError as exc:
             column = f" at column {exc.col}" if exc.col else ""
-            raise error(f"{where}: {exc.located()}{column}") from None
+            raise error(f"{where}: malformed JSON ({exc.located()}{column})") from None
         yield line_no, where, value
 
 

@@ -1,7 +1,8 @@
 """NVIDIA GPU inspection through `nvidia-smi`, without torch (for doctor checks and probes). Stdlib only.
 
 `nvidia_gpus()` lists the GPUs this process may use (name, compute capability, driver version), trimmed
-to CUDA_VISIBLE_DEVICES when that is set; None when nvidia-smi is missing or fails. The engines' doctor
+to CUDA_VISIBLE_DEVICES when that is set; None when nvidia-smi is missing or fails.
+`first_gpu_memory_bytes()` is the first GPU's total memory (for memory estimates). The engines' doctor
 checks and `tt_stagekit.probe` read GPUs only through it.
 """
 
@@ -52,3 +53,12 @@ def nvidia_gpus() -> Optional[list[Gpu]]:
         return None
     names = [line.split(":", 1)[1].split("(UUID")[0].strip() for line in listed if line.startswith("GPU ") and ":" in line]
     return _visible([Gpu(name, "", "") for name in names])
+
+
+def first_gpu_memory_bytes() -> Optional[int]:
+    """Total memory of the first NVIDIA GPU in bytes, or None without one (or when nvidia-smi fails)."""
+    lines = _nvidia_smi("--query-gpu=memory.total", "--format=csv,noheader,nounits")
+    try:
+        return int(float(lines[0].strip())) * 1024 * 1024 if lines else None
+    except ValueError:
+        return None

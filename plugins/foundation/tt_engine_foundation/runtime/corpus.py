@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
+from tt_stagekit.chatrows import parsed_lines
 from tt_stagekit.protocol import InvalidInput, StageError, file_sha256
-from tt_stagekit.userinput import JSONInputError, loads, special_kind
+from tt_stagekit.userinput import special_kind
 
 SHARD_SUFFIXES = (".txt", ".jsonl", ".parquet")
 TXT_CHUNK_CHARS = 1 << 16
@@ -89,7 +90,8 @@ def _decode(raw: bytes, source: Path, line: int) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise StageError(f"{source}:{line}: undecodable bytes (not UTF-8) at byte {exc.start} of the line") from None
+        raise StageError(f"{source}:{line}: not UTF-8 (undecodable byte at column {exc.start + 1}); save the file "
+                         "as UTF-8") from None
 
 
 def _iter_txt(path: Path) -> Iterator[Document]:
@@ -118,16 +120,9 @@ def _iter_txt(path: Path) -> Iterator[Document]:
 
 
 def _iter_jsonl(path: Path) -> Iterator[Document]:
+    # Streamed line by line through the stagekit's row parser (the same UTF-8 and JSON rules as dataset rows).
     with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            text = _decode(raw, path, number)
-            if not text.strip():
-                continue
-            try:
-                row = loads(text)
-            except JSONInputError as exc:
-                column = f" at column {exc.col}" if exc.col else ""
-                raise StageError(f"{path}:{number}: malformed JSON ({exc.located()}{column})") from None
+        for number, _, row in parsed_lines(handle, path, StageError):
             if not isinstance(row, dict):
                 raise StageError(f"{path}:{number}: row is not a JSON object")
             value = row.get("text")
