@@ -68,6 +68,12 @@ def check_reachable(tok, rows: Sequence[Mapping[str, Any]], budget: int) -> None
         )
 
 
+def group_advantages(rewards: torch.Tensor, group: int) -> torch.Tensor:
+    """Each sample's reward minus the mean reward of its group (the samples of the same prompt, consecutive)."""
+    grouped = rewards.view(-1, group)
+    return (grouped - grouped.mean(dim=1, keepdim=True)).reshape(-1)
+
+
 def run_rl(
     model,
     tok,
@@ -113,15 +119,14 @@ def run_rl(
                            generator=gen, autocast_dtype=autocast_dtype)
         texts = [tok.decode([t for t in s if t != stop_id], skip_special_tokens=True) for s in samples]
         r = torch.tensor([reward(texts[k], refs[picked[k // SAMPLES_PER_PROMPT]]) for k in range(len(texts))])
-        baseline = r.view(-1, SAMPLES_PER_PROMPT).mean(dim=1, keepdim=True)
-        advantage = (r.view(-1, SAMPLES_PER_PROMPT) - baseline).reshape(-1)
+        advantage = group_advantages(r, SAMPLES_PER_PROMPT)
         mean_reward = float(r.mean())
         rewards.append((step + 1, mean_reward))
         lr = peak_lr * RL_LR_SCALE * (1.0 - step / max(1, steps))
         if bool((advantage != 0).any()):
             set_lr(optimizer, lr)
             model.train()
-            loss = _policy_loss(model, batch_prompts, samples, advantage, pad_id, device, autocast_dtype)
+            loss = policy_loss(model, batch_prompts, samples, advantage, pad_id, device, autocast_dtype)
             loss.backward()
             if clip > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
@@ -134,7 +139,8 @@ def run_rl(
     return rewards
 
 
-def _policy_loss(model, prompts, samples, advantage, pad_id, device, autocast_dtype) -> torch.Tensor:
+def policy_loss(model, prompts, samples, advantage, pad_id, device, autocast_dtype) -> torch.Tensor:
+    """Minus the advantage-weighted log-likelihood of each sample's tokens (prompts carry no weight)."""
     seqs = [p + s for p, s in zip(prompts, samples)]
     width = max(len(s) for s in seqs) - 1
     x = torch.full((len(seqs), width), pad_id, dtype=torch.long)
