@@ -95,11 +95,17 @@ def run_stage(run_dir: Path, stage: str, cfg: dict[str, Any], resume: bool = Fal
               signal_after: Optional[Path] = None) -> StageRun:
     """Run a stage module in a subprocess; optionally send `sig` once a progress event reaches a step
     (and, when given, once `signal_after` exists: checkpoints are finished in a background thread)."""
+    from tt_stagekit.launcher import stage_arguments
+
     request = make_request(run_dir, stage, cfg, resume)
     env = dict(os.environ, PYTHONUNBUFFERED="1", TT_NUM_THREADS="1")
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # let the engine env cache bytecode: torch imports 2x faster
-    proc = subprocess.Popen([sys.executable, "-m", f"tt_engine_foundation.stages.{stage}", str(request)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=run_dir)
+    # nproc_per_node > 1: under the torchrun launcher, as tt starts it; signals then go to every process at
+    # once (the process group), as a supervisor sends them.
+    group = int(cfg.get("nproc_per_node") or 1) > 1
+    args = stage_arguments({"nproc_per_node": cfg.get("nproc_per_node") or 1}, f"tt_engine_foundation.stages.{stage}")
+    proc = subprocess.Popen([sys.executable, *args, str(request)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=env, cwd=run_dir, start_new_session=group)
     events, lines, sent = [], [], False
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -114,7 +120,10 @@ def run_stage(run_dir: Path, stage: str, cfg: dict[str, Any], resume: bool = Fal
         if (signal_at_step is not None and not sent and event.get("type") == "progress"
                 and event.get("step", 0) >= signal_at_step
                 and (signal_after is None or signal_after.exists())):
-            proc.send_signal(sig)
+            if group:
+                os.killpg(proc.pid, sig)
+            else:
+                proc.send_signal(sig)
             sent = True
     return StageRun(proc.wait(), events, lines)
 

@@ -72,3 +72,23 @@ def test_changed_sft_settings_are_refused_before_anything_changes(tmp_path, refe
     assert refused.code == 2, refused.text
     assert any("finetune_steps" in m and "new run directory" in m for m in refused.logs("error"))
     assert sorted(p.name for p in (run / "sft/recovery/checkpoints").iterdir()) == before
+
+
+def test_two_processes_stopped_by_sigterm_to_all_resume_to_the_uninterrupted_two_process_result(tmp_path, reference):
+    """Distributed SFT (nproc_per_node 2 under torchrun): SIGTERM to every process at once checkpoints the step
+    and exits 130; the resumed run's model is byte-identical to an uninterrupted two-process run."""
+    cfg, _ = reference
+    cfg2 = dict(cfg, nproc_per_node=2)
+    (tmp_path / "whole").mkdir()
+    (tmp_path / "stopped").mkdir()
+    _, whole = _pretrained(tmp_path / "whole", reference)
+    uninterrupted = run_stage(whole, "sft", cfg2)
+    assert uninterrupted.code == 0, uninterrupted.text
+    _, run = _pretrained(tmp_path / "stopped", reference)
+    stopped = run_stage(run, "sft", cfg2, signal_at_step=7, sig=signal.SIGTERM)
+    assert stopped.code == 130, stopped.text
+    assert not (run / SFT_MODEL).exists()
+    resumed = run_stage(run, "sft", cfg2, resume=True)
+    assert resumed.code == 0, resumed.text
+    assert any(m.startswith("SFT resumed from step-") for m in resumed.logs())
+    assert (run / SFT_MODEL).read_bytes() == (whole / SFT_MODEL).read_bytes()
