@@ -8,11 +8,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from conftest import echo_spec, write_spec
 from plugin_site import ECHO_SOURCE, add_distribution
+from process_support import alive, wait_until
 
 from tt_host.envs import uv_binary
 
@@ -60,13 +60,6 @@ def uv_cache_held(cache: Path):
         os.close(fd)
 
 
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
 def uv_building(env_path: Path) -> list[int]:
     """Pids of live uv processes building `env_path` (found through /proc)."""
     marker = f"UV_PROJECT_ENVIRONMENT={env_path}".encode()
@@ -86,17 +79,6 @@ def waiting_for_a_lock(pid: int) -> bool:
                for line in Path("/proc/locks").read_text().splitlines() if len(line.split()) > 5)
 
 
-def wait_until(condition, what: str, timeout: float = 60):
-    """Poll for a state; the bound is generous (a loaded 2-core machine) and never the point."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
 def test_sigkill_during_build_kills_uv_leaves_nothing_used_and_next_prepare_rebuilds(tt, tmp_path):
     """uv waits on its cache lock (held here), so the build cannot finish first: SIGKILL to tt takes its uv
     with it (PR_SET_PDEATHSIG; otherwise uv would wait forever), nothing is used, the next prepare rebuilds."""
@@ -107,6 +89,7 @@ def test_sigkill_during_build_kills_uv_leaves_nothing_used_and_next_prepare_rebu
     with uv_cache_held(tmp_path / "uv-cache"):
         proc = tt.popen("engines", "prepare", "echo")
         uv = wait_until(lambda: uv_building(env_path), "tt to start uv")
+        wait_until(lambda: any(waiting_for_a_lock(pid) for pid in uv), "uv to wait on the held cache lock")
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         wait_until(lambda: not any(alive(pid) for pid in uv), "uv to die with tt", timeout=30)
@@ -200,12 +183,12 @@ def test_gc_removes_only_environments_tt_made_and_nobody_uses(tt, tmp_path):
     assert out["removed"] == [str(held)]
 
     # a run in progress holds its environment: gc with the engine uninstalled still keeps it
-    spec = write_spec(tmp_path / "s", echo_spec(steps=400, step_seconds=0.05))
+    spec = write_spec(tmp_path / "s", echo_spec(steps=100000, step_seconds=0.05))  # never ends before the SIGTERM
     run = tt.popen("run", spec, "--resume", tmp_path / "run")
     try:
-        deadline = time.monotonic() + 120
-        while not (tmp_path / "run" / "train" / "state.json").exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: (tmp_path / "run" / "train" / "state.json").exists() or run.poll() is not None,
+                   "the run to start training")
+        assert run.poll() is None, run.stderr.read()
         tt.env["TT_DISABLE_PLUGINS"] = "echo"
         code, out = tt.json("engines", "gc", "--delete")
         assert out["removed"] == [] and "in use" in {k["path"]: k["reason"] for k in out["kept"]}[str(current)], out

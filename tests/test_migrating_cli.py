@@ -7,9 +7,13 @@ is downloaded by `tt validate`); the runs use the echo test engine.
 from __future__ import annotations
 
 import json
-import time
+import os
+import signal
+import threading
 
 from conftest import echo_spec, write_spec
+from process_support import held, wait_until
+from test_run_lifecycle import stage_pids, train_step
 
 SYSTEM = "Classify the sentiment."
 REVISION = "0123456789abcdef0123456789abcdef01234567"
@@ -89,20 +93,27 @@ def test_run_defaults_to_tunedtensor_json_and_runs_compare(tt, tmp_path):
 
 
 def test_runs_events_follow_streams_a_live_run_until_it_ends(tt, tmp_path):
-    path = write_spec(tmp_path / "s", echo_spec(steps=30, step_seconds=0.2))
+    """The run's stage is held still (SIGSTOP) after its first step, so the run cannot end before the follower's
+    first progress event; let go then, the follower streams to the run's end. A follower that printed only at
+    the end would be waited for 120 s, then the run let go, and the check below fails."""
+    path = write_spec(tmp_path / "s", echo_spec(steps=30, step_seconds=0.05))
     run = tmp_path / "run"
     runner = tt.popen("run", path, "--resume", run)
-    deadline = time.monotonic() + 300
-    while not (run / "logs" / "train.log").is_file():
-        assert runner.poll() is None, runner.stderr.read()
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
-    follower = tt.popen("runs", "events", run, "--follow", "--json")
-    events, live_while_streaming = [], None
-    for line in follower.stdout:
-        events.append(json.loads(line))
-        if live_while_streaming is None and events[-1].get("type") == "progress":
-            live_while_streaming = runner.poll() is None
+    wait_until(lambda: train_step(run) >= 1 or runner.poll() is not None, "the first training step")
+    assert runner.poll() is None, runner.stderr.read()
+    (stage,) = stage_pids(run)
+    events = []
+    with held(stage):
+        follower = tt.popen("runs", "events", run, "--follow", "--json")
+        let_go = threading.Timer(120, os.killpg, (stage, signal.SIGCONT))
+        let_go.start()
+        for line in follower.stdout:
+            events.append(json.loads(line))
+            if events[-1].get("type") == "progress":
+                break
+        let_go.cancel()
+        live_while_streaming = runner.poll() is None
+    events.extend(json.loads(line) for line in follower.stdout)
     assert follower.wait(timeout=120) == 0, follower.stderr.read()
     assert runner.wait(timeout=120) == 0
     assert live_while_streaming, "the first progress event arrived only after the run had ended"

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from conftest import echo_spec, write_spec
+from process_support import held, signal_pending, wait_until
 
 
 def wait_for(predicate, timeout=120.0):
@@ -51,16 +52,21 @@ def test_layout_permissions_and_report(tt, tmp_path):
 
 
 def test_second_process_refused_and_sigterm_interrupts_resumably(tt, tmp_path):
+    """The first run's stage is held still (SIGSTOP) once it has run two steps, so the run cannot end first: a
+    second `tt` that waited for the run lock instead of refusing would still wait at its 60 s timeout. The
+    forwarded SIGTERM reaches the held stage (pending); let go, it stops at its step boundary."""
     path = write_spec(tmp_path / "s", echo_spec(steps=400, step_seconds=0.05))
     run = tmp_path / "run"
     first = tt.popen("run", path, "--resume", run)
-    assert wait_for(lambda: train_step(run) >= 2), first.stderr.read() if first.poll() is not None else "no progress"
-    started = time.monotonic()
-    second = tt("run", path, "--resume", run, timeout=30)
-    assert second.returncode == 2 and "in use by pid" in second.stderr, second.stderr
-    assert time.monotonic() - started < 10
-    first.send_signal(signal.SIGTERM)
-    assert first.wait(timeout=60) == 130
+    wait_until(lambda: train_step(run) >= 2 or first.poll() is not None, "two training steps")
+    assert first.poll() is None, first.stderr.read()
+    (stage,) = stage_pids(run)
+    with held(stage):
+        second = tt("run", path, "--resume", run, timeout=60)
+        assert second.returncode == 2 and "in use by pid" in second.stderr, second.stderr
+        first.send_signal(signal.SIGTERM)
+        wait_until(lambda: signal_pending(stage, signal.SIGTERM), "tt to forward SIGTERM to the stage")
+    assert first.wait(timeout=120) == 130
     state = json.loads((run / "run.json").read_text())
     assert state["status"] == "interrupted" and state["stages"]["train"]["state"] == "interrupted"
     stopped_at = train_step(run)

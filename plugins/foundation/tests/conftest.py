@@ -12,6 +12,7 @@ import random
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -93,13 +94,17 @@ class StageRun:
 def run_stage(run_dir: Path, stage: str, cfg: dict[str, Any], resume: bool = False,
               signal_at_step: Optional[int] = None, sig: int = signal.SIGTERM,
               signal_after: Optional[Path] = None) -> StageRun:
-    """Run a stage module in a subprocess; optionally send `sig` once a progress event reaches a step
-    (and, when given, once `signal_after` exists: checkpoints are finished in a background thread)."""
+    """Run a stage module in a subprocess; optionally send `sig` once it reports `signal_at_step` (and, when
+    given, once `signal_after` exists: checkpoints are finished in a background thread). The stage waits at that
+    step until it is signalled (TT_HOLD_AT_STEP), so a short run can never end before the signal."""
     from tt_stagekit.launcher import stage_arguments
 
     request = make_request(run_dir, stage, cfg, resume)
     env = dict(os.environ, PYTHONUNBUFFERED="1", TT_NUM_THREADS="1")
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # let the engine env cache bytecode: torch imports 2x faster
+    env.pop("TT_HOLD_AT_STEP", None)
+    if signal_at_step is not None:
+        env["TT_HOLD_AT_STEP"] = str(signal_at_step)
     # nproc_per_node > 1: under the torchrun launcher, as tt starts it; signals then go to every process at
     # once (the process group), as a supervisor sends them.
     group = int(cfg.get("nproc_per_node") or 1) > 1
@@ -108,24 +113,38 @@ def run_stage(run_dir: Path, stage: str, cfg: dict[str, Any], resume: bool = Fal
                             text=True, env=env, cwd=run_dir, start_new_session=group)
     events, lines, sent = [], [], False
     assert proc.stdout is not None
-    for line in proc.stdout:
-        lines.append(line.rstrip("\n"))
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if not isinstance(event, dict):
-            continue
-        events.append(event)
-        if (signal_at_step is not None and not sent and event.get("type") == "progress"
-                and event.get("step", 0) >= signal_at_step
-                and (signal_after is None or signal_after.exists())):
-            if group:
-                os.killpg(proc.pid, sig)
-            else:
-                proc.send_signal(sig)
-            sent = True
+    try:
+        for line in proc.stdout:
+            lines.append(line.rstrip("\n"))
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if not isinstance(event, dict):
+                continue
+            events.append(event)
+            if (signal_at_step is not None and not sent and event.get("type") == "progress"
+                    and event.get("step", 0) >= signal_at_step):
+                if signal_after is not None:
+                    _wait_for_path(signal_after, proc)
+                if group:
+                    os.killpg(proc.pid, sig)
+                else:
+                    proc.send_signal(sig)
+                sent = True
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL) if group else proc.kill()
+        raise
     return StageRun(proc.wait(), events, lines)
+
+
+def _wait_for_path(path: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
+    """Wait (the stage held at its step) for `path`; a generous bound for a loaded machine, never the point."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, f"the stage exited ({proc.returncode}) before {path.name} appeared"
+        assert time.monotonic() < deadline, f"{path} did not appear in {timeout}s"
+        time.sleep(0.02)
 
 
 def prepare(run_dir: Path, cfg: dict[str, Any]) -> None:

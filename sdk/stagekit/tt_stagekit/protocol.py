@@ -22,6 +22,7 @@ import os
 import shutil
 import signal
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, TextIO
@@ -135,6 +136,23 @@ def log(message: str, level: str = "info") -> None:
 
 def progress(step: int, total: Optional[int], unit: str, metrics: Optional[Mapping[str, Any]] = None) -> None:
     emit({"type": "progress", "step": step, "total": total, "unit": unit, "metrics": dict(metrics or {})})
+    _hold_for_a_stop(step, unit)
+
+
+HOLD_ENV = "TT_HOLD_AT_STEP"
+
+
+def _hold_for_a_stop(step: int, unit: str) -> None:
+    """For tests of stopping and killing: with TT_HOLD_AT_STEP=N, a stage that reported step N or later waits
+    there until a stop is requested (or it is killed), so a short run cannot end before the test's signal."""
+    try:
+        at = int(os.environ.get(HOLD_ENV, ""))
+    except ValueError:
+        return
+    if unit != "step" or step < at or not speaks():
+        return
+    while not STOP.requested:
+        time.sleep(0.01)
 
 
 def metrics(values: Mapping[str, Any], step: Optional[int] = None) -> None:
