@@ -16,7 +16,7 @@ HP = {"n_epochs": 50, "max_steps": 30, "batch_size": 4, "gradient_accumulation_s
       "checkpoint_interval_steps": 4, "keep_checkpoints": 2}
 
 
-def test_interrupted_training_resumes_to_the_same_weights(tmp_path, tiny_llama):
+def test_interrupted_training_resumes_to_the_same_weights(tmp_path, tiny_llama, monkeypatch):
     straight = sentiment_run(tmp_path / "straight", str(tiny_llama), HP, n_train=24, n_eval=4)
     straight.stage("prepare")
     straight.stage("prefetch")
@@ -24,7 +24,9 @@ def test_interrupted_training_resumes_to_the_same_weights(tmp_path, tiny_llama):
     broken.done = dict(straight.done)  # same prepared rows and base model
     done = straight.stage("train")["result"]
 
-    proc = broken.start("train")
+    with monkeypatch.context() as held:
+        held.setenv("TT_HOLD_AT_STEP", "10")  # the stage waits at step 10 for the SIGTERM: it cannot end first
+        proc = broken.start("train")
     for line in proc.stdout:
         event = json.loads(line) if line.startswith("{") else {}
         if event.get("type") == "progress" and event["step"] >= 10:
