@@ -36,7 +36,13 @@ def _metrics(url: str) -> dict[str, float]:
     return {n: float(v) for n, v in (line.split() for line in text.splitlines() if line and not line.startswith("#"))}
 
 
-def _run(url: str, clients: int, per_client: int, max_tokens: int) -> dict:
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux /proc), so a loaded machine can still be compared by work."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _run(url: str, pid: int, clients: int, per_client: int, max_tokens: int) -> dict:
     import httpx
 
     latencies: list[float] = []
@@ -58,6 +64,7 @@ def _run(url: str, clients: int, per_client: int, max_tokens: int) -> dict:
 
     before = _metrics(url)
     load = os.getloadavg()[0]
+    server_cpu, own_cpu = _cpu_seconds(pid), time.process_time()
     started = time.perf_counter()
     threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
     for thread in threads:
@@ -65,6 +72,7 @@ def _run(url: str, clients: int, per_client: int, max_tokens: int) -> dict:
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - started
+    server_cpu, own_cpu = _cpu_seconds(pid) - server_cpu, time.process_time() - own_cpu
     after = _metrics(url)
     latencies.sort()
     return {
@@ -73,6 +81,9 @@ def _run(url: str, clients: int, per_client: int, max_tokens: int) -> dict:
         "p50_s": round(statistics.median(latencies), 3) if latencies else None,
         "p99_s": round(latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))], 3) if latencies else None,
         "decode_steps": int(after["tt_serve_decode_steps_total"] - before["tt_serve_decode_steps_total"]),
+        "prefills": int(after["tt_serve_prefills_total"] - before["tt_serve_prefills_total"]),
+        "server_cpu_ms_per_answer": round(1000 * server_cpu / max(1, statuses[200]), 1),
+        "client_cpu_ms_per_answer": round(1000 * own_cpu / max(1, statuses[200]), 1),
         "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2),
     }
 
@@ -96,7 +107,7 @@ def main() -> int:
             with serving.start(Path(tmp) / label, model, model_name="bench", max_concurrency=batch, max_queue=64,
                                device=args.device) as srv:
                 for clients in args.clients:
-                    row = {"setting": label, **_run(srv.url, clients, args.requests_per_client, args.max_tokens)}
+                    row = {"setting": label, **_run(srv.url, srv.process.pid, clients, args.requests_per_client, args.max_tokens)}
                     print(json.dumps(row), flush=True)
     return 0
 

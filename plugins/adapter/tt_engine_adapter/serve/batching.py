@@ -8,12 +8,15 @@ flag, a thread-safe `emit`). The scheduler thread loops:
 2. admits waiting jobs, first come first served, while the batch has fewer
    than `max_batch` rows and `rows x longest reservation` (prompt + answer
    budget, the padded KV cache it can grow to) stays within
-   `max_batch_tokens`; each is prefilled alone (exactly the computation a
-   lone request gets) and its cache joins the batch;
+   `max_batch_tokens`; the jobs admitted together are prefilled in one
+   forward pass (left-padded; prompts of very different lengths go in
+   separate passes, so padding never exceeds the real tokens), and their
+   caches join the batch (`kvcache`);
 3. runs one decode step for all rows: the per-layer caches are left-padded to
    a common length, the padding masked out and each row given its own
-   positions, so a row computes what it would alone; each row picks its next
-   token (greedy or its own seeded sampler), and rows that finish leave.
+   positions, so a row computes what it would alone; the rows pick their next
+   tokens (greedy ones by one argmax, others by their own seeded sampler),
+   and rows that finish leave.
 
 With one row there is no padding at all. `max_batch` 1 is one request at a
 time (batching off). Each job's items are `Started`, `Delta`s, one `Finish`
@@ -31,10 +34,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from tt_engine_adapter.serve.generation import ChatModel, Delta, Finish, TextTracker
+from tt_engine_adapter.serve.detokenize import TextTracker
+from tt_engine_adapter.serve.generation import ChatModel, Delta, Finish
+from tt_engine_adapter.serve.kvcache import BatchCache, Masks, layers
 from tt_engine_adapter.serve.request import ApiError, ChatParams
 
 DONE = object()
+PADDING_LIMIT = 2  # a prefill pass holds at most this many times its real tokens (rows x longest prompt)
 
 
 class Started:
@@ -59,65 +65,12 @@ class Job:
 class _Row:
     job: Job
     tracker: TextTracker
-    generator: Any
+    generator: Optional[Any]
     next_token: int = -1
     produced: int = 0
     done: bool = False
     reason: str = "length"
     extra: dict = field(default_factory=dict)
-
-
-class _BatchCache:
-    """Per-layer key/value tensors `[rows, heads, length, dim]`, each row left-padded by `pads[row]` positions."""
-
-    def __init__(self) -> None:
-        self.keys: list[Any] = []
-        self.values: list[Any] = []
-        self.pads: list[int] = []
-
-    @property
-    def length(self) -> int:
-        return int(self.keys[0].shape[2]) if self.keys else 0
-
-    def add(self, torch: Any, keys: list[Any], values: list[Any]) -> None:
-        new_len, length = int(keys[0].shape[2]), self.length
-        if not self.pads:
-            self.keys, self.values, self.pads = list(keys), list(values), [0]
-            return
-        if new_len < length:
-            keys, values = [_left_pad(torch, t, length - new_len) for t in keys], \
-                [_left_pad(torch, t, length - new_len) for t in values]
-        elif new_len > length:
-            self.keys = [_left_pad(torch, t, new_len - length) for t in self.keys]
-            self.values = [_left_pad(torch, t, new_len - length) for t in self.values]
-            self.pads = [p + new_len - length for p in self.pads]
-        self.keys = [torch.cat([a, b]) for a, b in zip(self.keys, keys)]
-        self.values = [torch.cat([a, b]) for a, b in zip(self.values, values)]
-        self.pads.append(max(0, length - new_len))
-
-    def keep(self, torch: Any, rows: list[int]) -> None:
-        if not rows:
-            self.keys, self.values, self.pads = [], [], []
-            return
-        index = torch.tensor(rows, device=self.keys[0].device)
-        trim = min(self.pads[r] for r in rows)  # padding every remaining row has is dropped
-        self.keys = [t.index_select(0, index)[:, :, trim:] for t in self.keys]
-        self.values = [t.index_select(0, index)[:, :, trim:] for t in self.values]
-        self.pads = [self.pads[r] - trim for r in rows]
-
-
-def _left_pad(torch: Any, tensor: Any, amount: int) -> Any:
-    shape = list(tensor.shape)
-    shape[2] = amount
-    return torch.cat([tensor.new_zeros(shape), tensor], dim=2)
-
-
-def _layers(cache: Any) -> tuple[list[Any], list[Any]]:
-    keys, values = [], []
-    for entry in cache:
-        keys.append(entry[0])
-        values.append(entry[1])
-    return keys, values
 
 
 class Scheduler:
@@ -130,11 +83,16 @@ class Scheduler:
         self.max_batch, self.max_batch_tokens = max_batch, max_batch_tokens
         self._cache_class = DynamicCache
         base = model.model.get_base_model() if hasattr(model.model, "get_base_model") else model.model
-        self._cache_kwarg = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+        accepted = inspect.signature(base.forward).parameters
+        self._cache_kwarg = "cache" if "cache" in accepted else "past_key_values"
+        self._last_logits = {"logits_to_keep": 1} if "logits_to_keep" in accepted else {}
+        self._masks = Masks(self.torch, model.device, base.dtype, getattr(base.config, "_attn_implementation", None))
+        pad = model.tokenizer.pad_token_id
+        self._pad_id = int(pad) if pad is not None else min(model.stop_ids)  # masked out: any id will do
         self._pending: deque[Job] = deque()
         self._cond = threading.Condition()
         self._rows: list[_Row] = []
-        self._batch = _BatchCache()
+        self._batch = BatchCache()
         self._thread = threading.Thread(target=self._loop, name="tt-batch", daemon=True)
 
     def start(self) -> None:
@@ -165,18 +123,17 @@ class Scheduler:
                 time.sleep(0.1)
 
     def _iteration(self) -> None:
-        if True:
-            with self._cond:
-                while not self._pending and not self._rows:
-                    self._cond.wait()
-                admitted = self._admit()
-            self._drop_cancelled()
-            for job in admitted:
-                self._guarded([job], lambda: self._prefill(job))
-            if self._rows:
-                self._guarded([r.job for r in self._rows], self._decode)
-            self._retire()
-            self.metrics.set("tt_serve_requests_running", len(self._rows))
+        with self._cond:
+            while not self._pending and not self._rows:
+                self._cond.wait()
+            admitted = self._admit()
+        self._drop_cancelled()
+        for group in prefill_groups(admitted):
+            self._guarded(group, lambda: self._prefill(group))
+        if self._rows:
+            self._guarded([r.job for r in self._rows], self._decode)
+        self._retire()
+        self.metrics.set("tt_serve_requests_running", len(self._rows))
 
     def _admit(self) -> list[Job]:
         now, kept, admitted = time.monotonic(), deque(), []
@@ -217,65 +174,65 @@ class Scheduler:
                 if not any(row.job is job for row in self._rows):
                     job.emit(error)
                     job.emit(DONE)
-            if len(jobs) > 1:  # a failed batch step leaves the cache in an unknown state: all its rows went
-                self._batch = _BatchCache()
+            if any(row.job is job for row in self._rows for job in jobs):  # a failed decode step leaves the
+                self._batch = BatchCache()  # cache in an unknown state: all its rows went
 
-    def _prefill(self, job: Job) -> None:
-        torch, params = self.torch, job.params
-        job.emit(Started())
-        generator = torch.Generator(device="cpu")
-        generator.manual_seed(params.seed if params.seed is not None else secrets.randbits(63))
-        row = _Row(job, TextTracker(self.model.tokenizer, params.stop), generator)
+    def _prefill(self, jobs: list[Job]) -> None:
+        """One forward pass over the prompts of `jobs`; each row's first token; the unfinished rows join."""
+        torch = self.torch
+        for job in jobs:
+            job.emit(Started())
+        rows = [_Row(job, TextTracker(self.model.tokenizer, job.params.stop), _generator(torch, job.params))
+                for job in jobs]
+        inputs, pads = self._masks.prefill([job.prompt for job in jobs], self._pad_id)
         cache = self._cache_class()
         with torch.inference_mode():
-            ids = torch.tensor([job.prompt], dtype=torch.long, device=self.model.device)
-            out = self.model.model(input_ids=ids, use_cache=True, **{self._cache_kwarg: cache})
+            out = self.model.model(**inputs.kwargs(), use_cache=True, **self._last_logits,
+                                   **{self._cache_kwarg: cache})
         self.metrics.add("tt_serve_prefills_total")
-        self._take(row, self.model.pick(out.logits[0, -1].float(), params, generator))
-        if not row.done:
-            keys, values = _layers(cache)
-            self._batch.add(torch, keys, values)
-            self._rows.append(row)
-        else:
-            self._finish(row)
+        self._take(rows, self.model.pick(out.logits[:, -1].float(), [job.params for job in jobs],
+                                         [row.generator for row in rows]))
+        going = [i for i, row in enumerate(rows) if not row.done]
+        if going:
+            keys, values = layers(cache)
+            if len(going) < len(rows):
+                index = torch.tensor(going, device=keys[0].device)
+                keys, values = [t.index_select(0, index) for t in keys], [t.index_select(0, index) for t in values]
+            self._batch.add(torch, keys, values, [pads[i] for i in going])
+            self._rows += [rows[i] for i in going]
+        for row in rows:
+            if row.done:
+                self._finish(row)
 
     def _decode(self) -> None:
-        torch, batch = self.torch, self._batch
-        rows = len(self._rows)
-        device = self.model.device
-        length = batch.length
-        mask = torch.ones((rows, length + 1), dtype=torch.long, device=device)
-        for i, pad in enumerate(batch.pads):
-            mask[i, :pad] = 0
-        positions = torch.tensor([[length - pad] for pad in batch.pads], dtype=torch.long, device=device)
-        tokens = torch.tensor([[row.next_token] for row in self._rows], dtype=torch.long, device=device)
+        torch, batch, rows = self.torch, self._batch, self._rows
+        inputs = self._masks.decode([row.next_token for row in rows], batch.pads, batch.length)
         cache = self._cache_class(ddp_cache_data=list(zip(batch.keys, batch.values)))
         with torch.inference_mode():
-            out = self.model.model(input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True,
+            out = self.model.model(**inputs.kwargs(), use_cache=True, **self._last_logits,
                                    **{self._cache_kwarg: cache})
         self.metrics.add("tt_serve_decode_steps_total")
-        self.metrics.high("tt_serve_batch_rows_max", rows)
-        batch.keys, batch.values = _layers(cache)
-        logits = out.logits[:, -1].float()
-        for i, row in enumerate(self._rows):
-            if not row.done:
-                self._take(row, self.model.pick(logits[i], row.job.params, row.generator))
+        self.metrics.high("tt_serve_batch_rows_max", len(rows))
+        batch.keys, batch.values = layers(cache)
+        self._take(rows, self.model.pick(out.logits[:, -1].float(), [row.job.params for row in rows],
+                                         [row.generator for row in rows]))
 
-    def _take(self, row: _Row, token: int) -> None:
-        """Account one sampled token for a row; send its text; mark the row done at a stop or its budget."""
-        row.produced += 1
-        row.next_token = token
-        self.metrics.add("tt_serve_generated_tokens_total")
-        if token in self.model.stop_ids:
-            row.done, row.reason = True, "stop"
-            return
-        delta = row.tracker.add(token)
-        if delta:
-            row.job.emit(Delta(delta))
-        if row.tracker.stopped:
-            row.done, row.reason = True, "stop"
-        elif row.produced >= row.job.max_new:
-            row.done = True
+    def _take(self, rows: list[_Row], tokens: list[int]) -> None:
+        """Account each row's sampled token; send its text; mark a row done at a stop or its budget."""
+        self.metrics.add("tt_serve_generated_tokens_total", len(rows))
+        for row, token in zip(rows, tokens):
+            row.produced += 1
+            row.next_token = token
+            if token in self.model.stop_ids:
+                row.done, row.reason = True, "stop"
+                continue
+            delta = row.tracker.add(token)
+            if delta:
+                row.job.emit(Delta(delta))
+            if row.tracker.stopped:
+                row.done, row.reason = True, "stop"
+            elif row.produced >= row.job.max_new:
+                row.done = True
 
     def _finish(self, row: _Row) -> None:
         error = row.extra.get("error")
@@ -309,3 +266,27 @@ class Scheduler:
         if self._batch.pads:
             self._batch.keep(self.torch, keep)
         self._rows = [self._rows[i] for i in keep]
+
+
+def _generator(torch: Any, params: ChatParams) -> Optional[Any]:
+    """A sampling row's own generator, seeded by its `seed` or at random; greedy rows need none."""
+    if params.temperature <= 0:
+        return None
+    generator = torch.Generator(device="cpu")
+    generator.manual_seed(params.seed if params.seed is not None else secrets.randbits(63))
+    return generator
+
+
+def prefill_groups(jobs: list[Job]) -> list[list[Job]]:
+    """Jobs admitted together, in groups of one forward pass each: by prompt length, a group grows while
+    its padded size (rows x longest prompt) stays within `PADDING_LIMIT` times its real tokens."""
+    groups: list[list[Job]] = []
+    tokens = 0
+    for job in sorted(jobs, key=lambda j: len(j.prompt)):
+        if groups and (len(groups[-1]) + 1) * len(job.prompt) <= PADDING_LIMIT * (tokens + len(job.prompt)):
+            groups[-1].append(job)
+            tokens += len(job.prompt)
+        else:
+            groups.append([job])
+            tokens = len(job.prompt)
+    return groups

@@ -1,22 +1,23 @@
-"""The served model: loading, prompt rendering, token picking, and the text deltas of a growing answer.
+"""The served model: loading, prompt rendering and token picking.
 
 One code path serves both streamed and non-streamed requests: the scheduler
 (`batching`) sends `Delta(text)` pieces and one final `Finish` per request.
 Joined deltas are exactly the non-streamed text, because both come from the
-same `TextTracker`:
+same `TextTracker` (`detokenize`):
 
 - prompts are rendered with the model's own chat template (`runtime.chat`,
   the path training and evaluation use), tokenized without extra specials,
   and fitted instruction first into the context minus the answer budget
   (oldest turns, then the start of the last user message; `plan`);
 - each step is a forward pass over the new token with the KV cache; greedy at
-  temperature 0, else seeded sampling with temperature and top-p;
+  temperature 0 (one argmax for all the batch's rows), else seeded sampling
+  with temperature and top-p;
 - generation ends at the end-of-turn token or EOS (finish_reason "stop"), at a
   client stop sequence ("stop"), or after max_tokens ("length");
-- the answer is decoded with special tokens skipped and surrounding
-  whitespace stripped (as the evaluation stages do); text that might still
-  change (an incomplete UTF-8 character, trailing whitespace, the start of a
-  stop sequence) is held back until it is certain.
+- the answer is decoded incrementally with special tokens skipped and
+  surrounding whitespace stripped (as the evaluation stages do); text that
+  might still change (an incomplete UTF-8 character, trailing whitespace,
+  the start of a stop sequence) is held back until it is certain.
 
 The model is used by the scheduler thread only (`batching`).
 """
@@ -52,49 +53,6 @@ class Finish:
 
 class BadSetting(ValueError):
     """A server setting that does not fit the loaded model (exit 2)."""
-
-
-class TextTracker:
-    """Turns a growing list of token ids into stable text deltas and detects stop sequences."""
-
-    def __init__(self, tokenizer: Any, stops: list[str]):
-        self.tokenizer, self.stops = tokenizer, stops
-        self.ids: list[int] = []
-        self.sent = ""
-        self.stopped = False
-
-    def _decoded(self) -> str:
-        return self.tokenizer.decode(self.ids, skip_special_tokens=True, clean_up_tokenization_spaces=False).lstrip()
-
-    def add(self, token_id: int) -> str:
-        """Add one token; return the newly certain text (possibly empty)."""
-        self.ids.append(token_id)
-        text = self._decoded()
-        cut = min((i for i in (text.find(s) for s in self.stops) if i >= 0), default=-1)
-        if cut >= 0:
-            self.stopped = True
-            return self._send(text[:cut].rstrip())
-        if text.endswith("\ufffd"):
-            return ""  # an incomplete UTF-8 character: wait for its other bytes
-        safe = len(text.rstrip())
-        for stop in self.stops:  # hold back a tail that could begin a stop sequence
-            for k in range(min(len(stop) - 1, len(text)), 0, -1):
-                if text.endswith(stop[:k]):
-                    safe = min(safe, len(text) - k)
-                    break
-        return self._send(text[:safe].rstrip())
-
-    def finish(self) -> str:
-        """The rest of the text at the end of generation."""
-        if self.stopped:
-            return ""
-        return self._send(self._decoded().rstrip())
-
-    def _send(self, certain: str) -> str:
-        if len(certain) <= len(self.sent) or not certain.startswith(self.sent):
-            return ""
-        delta, self.sent = certain[len(self.sent):], certain
-        return delta
 
 
 class ChatModel:
@@ -162,10 +120,14 @@ class ChatModel:
                            "context_length_exceeded") from None
         return self.prompt_ids(fitted.messages), budget
 
-    def pick(self, logits, params: ChatParams, generator) -> int:
+    def pick(self, logits, params: list[ChatParams], generators: list) -> list[int]:
+        """The next token of each row of `logits` (`[rows, vocab]`): greedy rows by one argmax, others sampled."""
+        greedy = self.torch.argmax(logits, dim=-1).tolist()
+        return [greedy[i] if p.temperature <= 0 else self._sample(logits[i], p, generators[i])
+                for i, p in enumerate(params)]
+
+    def _sample(self, logits, params: ChatParams, generator) -> int:
         torch = self.torch
-        if params.temperature <= 0:
-            return int(torch.argmax(logits).item())
         probs = torch.softmax(logits.cpu() / params.temperature, dim=-1)
         if params.top_p < 1.0:
             sorted_probs, order = torch.sort(probs, descending=True)

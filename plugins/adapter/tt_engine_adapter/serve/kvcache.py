@@ -1,0 +1,137 @@
+"""The running batch's key/value cache and the padded inputs of one batched forward pass.
+
+Rows of different lengths share one tensor per layer by left padding: row `i`
+has `pads[i]` positions of padding before its tokens, which every forward
+masks out; each row gets its own positions (`arange - pad`), so a row
+computes what it would alone. A row that joins grows either itself or the
+batch with padding; rows that leave are dropped, and padding every remaining
+row has is dropped with them.
+
+Masks are built here, not by the model: with an `sdpa` or `eager` attention
+implementation a prepared additive 4D mask (`[rows, 1, queries, keys]`, 0 or
+the dtype's minimum) goes in as it is, which saves the model deriving one
+from a 2D padding mask on every step; other implementations get the 2D mask
+(1 for a token, 0 for padding). A padding query in a prefill attends to
+itself only (never to nothing), so its outputs stay finite; they are masked
+out of every real token's attention.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+PREPARED_MASKS = ("sdpa", "eager")  # attention implementations that take an additive 4D mask as it is
+
+
+class BatchCache:
+    """Per-layer key/value tensors `[rows, heads, length, dim]`, row `i` left-padded by `pads[i]` positions."""
+
+    def __init__(self) -> None:
+        self.keys: list[Any] = []
+        self.values: list[Any] = []
+        self.pads: list[int] = []
+
+    @property
+    def length(self) -> int:
+        return int(self.keys[0].shape[2]) if self.keys else 0
+
+    def add(self, torch: Any, keys: list[Any], values: list[Any], pads: list[int]) -> None:
+        """Append rows (per-layer tensors of their own common length, left-padded by `pads`)."""
+        new_len, length = int(keys[0].shape[2]), self.length
+        if not self.pads:
+            self.keys, self.values, self.pads = list(keys), list(values), list(pads)
+            return
+        if new_len < length:
+            keys = [_left_pad(torch, t, length - new_len) for t in keys]
+            values = [_left_pad(torch, t, length - new_len) for t in values]
+            pads = [p + length - new_len for p in pads]
+        elif new_len > length:
+            self.keys = [_left_pad(torch, t, new_len - length) for t in self.keys]
+            self.values = [_left_pad(torch, t, new_len - length) for t in self.values]
+            self.pads = [p + new_len - length for p in self.pads]
+        self.keys = [torch.cat([a, b]) for a, b in zip(self.keys, keys)]
+        self.values = [torch.cat([a, b]) for a, b in zip(self.values, values)]
+        self.pads += pads
+
+    def keep(self, torch: Any, rows: list[int]) -> None:
+        """Keep only `rows` (indices, in order)."""
+        if not rows:
+            self.keys, self.values, self.pads = [], [], []
+            return
+        index = torch.tensor(rows, device=self.keys[0].device)
+        trim = min(self.pads[r] for r in rows)  # padding every remaining row has is dropped
+        self.keys = [t.index_select(0, index)[:, :, trim:] for t in self.keys]
+        self.values = [t.index_select(0, index)[:, :, trim:] for t in self.values]
+        self.pads = [self.pads[r] - trim for r in rows]
+
+
+def _left_pad(torch: Any, tensor: Any, amount: int) -> Any:
+    shape = list(tensor.shape)
+    shape[2] = amount
+    return torch.cat([tensor.new_zeros(shape), tensor], dim=2)
+
+
+def layers(cache: Any) -> tuple[list[Any], list[Any]]:
+    """A transformers cache's per-layer (keys, values)."""
+    keys, values = [], []
+    for entry in cache:
+        keys.append(entry[0])
+        values.append(entry[1])
+    return keys, values
+
+
+@dataclass
+class Inputs:
+    """Keyword arguments of one forward pass (besides the cache)."""
+
+    input_ids: Any
+    position_ids: Optional[Any]
+    attention_mask: Optional[Any]
+
+    def kwargs(self) -> dict[str, Any]:
+        return {k: v for k, v in vars(self).items() if v is not None}
+
+
+class Masks:
+    """Builds padded inputs for a model on `device` whose attention implementation is `implementation`."""
+
+    def __init__(self, torch: Any, device: Any, dtype: Any, implementation: Optional[str]):
+        self.torch, self.device, self.dtype = torch, device, dtype
+        self.prepared = implementation in PREPARED_MASKS
+
+    def prefill(self, prompts: list[list[int]], pad_id: int) -> tuple[Inputs, list[int]]:
+        """Left-padded prompts in one forward; (inputs, pads). Prompts of one length need no mask."""
+        torch = self.torch
+        longest = max(len(p) for p in prompts)
+        pads = [longest - len(p) for p in prompts]
+        ids = torch.tensor([[pad_id] * pad + p for pad, p in zip(pads, prompts)], dtype=torch.long,
+                           device=self.device)
+        if not any(pads):
+            return Inputs(ids, None, None), pads
+        pad = torch.tensor(pads, device=self.device)[:, None]
+        steps = torch.arange(longest, device=self.device)
+        positions = (steps[None, :] - pad).clamp(min=0)
+        if not self.prepared:
+            return Inputs(ids, positions, (steps[None, :] >= pad).long()), pads
+        query, key = steps[:, None], steps[None, :]
+        allowed = ((key <= query)[None] & (key[None] >= pad[:, :, None])) | (key == query)[None]
+        return Inputs(ids, positions, self._additive(allowed[:, None])), pads
+
+    def decode(self, tokens: list[int], pads: list[int], length: int) -> Inputs:
+        """One new token per row after `length` cached positions; rows without padding need no mask."""
+        torch = self.torch
+        ids = torch.tensor(tokens, dtype=torch.long, device=self.device)[:, None]
+        if not any(pads):
+            return Inputs(ids, None, None)
+        pad = torch.tensor(pads, device=self.device)[:, None]
+        positions = length - pad
+        allowed = torch.arange(length + 1, device=self.device)[None, :] >= pad
+        if not self.prepared:
+            return Inputs(ids, positions, allowed.long())
+        return Inputs(ids, positions, self._additive(allowed[:, None, None, :]))
+
+    def _additive(self, allowed: Any) -> Any:
+        torch = self.torch
+        mask = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device)
+        return mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)
