@@ -72,6 +72,30 @@ def test_run_with_invalid_spec_creates_nothing(tt, tmp_path):
     assert not (tmp_path / "run").exists() and not (tmp_path / "s" / ".tuned-tensor").exists()
 
 
+@pytest.mark.parametrize("name,content,says", [
+    ("missing.json", None, "no such file"),
+    ("folder", "dir", "is a folder"),
+    ("bad.json", '{\n  "name": "x",\n  "engine"\n}\n', "bad.json:4:1: invalid JSON"),
+])
+def test_doctor_with_unreadable_spec_exits_2_naming_the_file(tt, tmp_path, name, content, says):
+    """A spec path doctor cannot read is bad input (exit 2, the file named, nothing created), not a failed check."""
+    folder = tmp_path / "d"
+    folder.mkdir()
+    path = folder / name
+    if content == "dir":
+        path.mkdir()
+    elif content is not None:
+        path.write_text(content)
+    before = sorted(p.name for p in folder.rglob("*"))
+    proc = tt("doctor", path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert str(path) in proc.stderr and says in proc.stderr, proc.stderr
+    assert "python" not in proc.stdout  # refused before any check ran
+    code, out = tt.json("doctor", path)
+    assert code == 2 and out["ok"] is False and str(path) in out["error"] and says in out["error"], out
+    assert sorted(p.name for p in folder.rglob("*")) == before
+
+
 def test_init_writes_placeholders_that_doctor_flags(tt, tmp_path):
     code, out = tt.json("init", tmp_path / "new", "--engine", "echo")
     assert code == 0

@@ -184,11 +184,17 @@ def doctor(
                                           "spec's .tuned-tensor/runs); free space is measured there."),
     json_mode: bool = JsonOption,
 ) -> None:
-    """Check python, uv, disk, writable folders, plugins, and a spec's engine prerequisites."""
+    """Check python, uv, disk, writable folders, plugins, and a spec's engine prerequisites.
+    Exit 1 when a check fails; exit 2, checking nothing, when the spec file cannot be read as JSON."""
     from tt_host.doctor import run_checks
+    from tt_host.spec.loading import read_json
 
     if spec is None and SPEC_DEFAULT.is_file():
         spec = SPEC_DEFAULT
+    if spec is not None:
+        raw, errors = read_json(spec.expanduser().absolute())
+        if raw is None:  # a missing file, a folder, invalid JSON: bad input, not a failed check
+            fail("; ".join(e.msg for e in errors), json_mode=json_mode)
     checks = run_checks(spec, device, load_plugins(), resume)
     failed = any(c.status == "fail" for c in checks)
     if json_mode:
