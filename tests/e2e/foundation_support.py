@@ -7,17 +7,19 @@ foundation environment is built once.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
+
+from process_tree import frozen
 
 REPO = Path(__file__).resolve().parents[2]
 TT_BIN = shutil.which("tt", path=str(Path(sys.executable).parent)) or "tt"
@@ -39,8 +41,13 @@ def tt(tmp_path: Path, *args: Any, timeout: float = 900) -> subprocess.Completed
                           text=True, timeout=timeout)
 
 
-def tt_popen(tmp_path: Path, *args: Any) -> subprocess.Popen:
-    return subprocess.Popen([TT_BIN, *map(str, args)], env=tt_env(tmp_path), cwd=tmp_path,
+def tt_popen(tmp_path: Path, *args: Any, hold_at: Optional[int] = None) -> subprocess.Popen:
+    """`tt` in the background; with `hold_at`, training waits at that step until it is stopped or killed
+    (TT_HOLD_AT_STEP, tt_stagekit): a test that signals there cannot lose the race against the run's end."""
+    env = tt_env(tmp_path)
+    if hold_at is not None:
+        env["TT_HOLD_AT_STEP"] = str(hold_at)
+    return subprocess.Popen([TT_BIN, *map(str, args)], env=env, cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -77,6 +84,13 @@ def tiny_spec(folder: Path, **foundation: Any) -> Path:
     return path
 
 
+# The runs that tests stop and resume (tests/e2e/test_foundation_recovery.py, test_foundation_operations.py)
+# and the uninterrupted reference they are compared with byte for byte (reference_run). Periodic checkpoints
+# come every 30 steps: the SIGKILL test needs one; the SIGTERM tests stop earlier, so every checkpoint they
+# see was written in answer to a signal.
+STOP_SETTINGS = dict(pretrain_steps=50, checkpoint_interval_steps=30, keep_checkpoints=5, finetune_steps=0)
+
+
 def heartbeat_step(run_dir: Path) -> int:
     path = run_dir / "pretrain" / "recovery" / "training-metrics.jsonl"
     try:
@@ -107,31 +121,32 @@ def wait_for_step(run_dir: Path, step: int, proc: subprocess.Popen, timeout: flo
     raise AssertionError(f"pretraining did not reach step {step} in {timeout}s")
 
 
-def stage_pids(module: str, run_dir: Path) -> list[int]:
-    """Processes running `python -m <module>` for this run directory (found through /proc)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmd = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        text = [c.decode(errors="replace") for c in cmd]
-        if module in text and any(str(run_dir) in c for c in text):
-            pids.append(int(entry.name))
-    return pids
+@contextlib.contextmanager
+def frozen_at_step(proc: subprocess.Popen, run_dir: Path, step: int, total: int, timeout: float = 300,
+                   checkpoint: Optional[str] = None) -> Iterator[tuple[int, list[int]]]:
+    """Once the heartbeat reaches `step` (and the named checkpoint folder exists), hold `tt` and every process
+    under it stopped for the block (process_tree.frozen): yields the step the run is held at, checked to be
+    short of its `total` steps, and the pids (tt first). Signals sent inside reach every process together
+    when the block ends. Start the run with `tt_popen(..., hold_at=step)`: it then waits at `step` for the
+    signal, so however late the test looks it finds the run there."""
+    wait_for_step(run_dir, step, proc, timeout, checkpoint)
+    with frozen(proc.pid) as pids:
+        at = heartbeat_step(run_dir)
+        assert proc.poll() is None and at < total, f"the run reached step {at} of {total} before it could be held"
+        yield at, pids
 
 
-def kill_hard(proc: subprocess.Popen, run_dir: Path, module: str) -> None:
-    """SIGKILL the stage's process group and tt itself: what a power cut leaves behind."""
-    for pid in stage_pids(module, run_dir):
-        try:
-            os.killpg(os.getpgid(pid), signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    proc.kill()
-    proc.wait(timeout=30)
+def reference_run(factory: Any, **settings: Any) -> Path:
+    """The uninterrupted one-process run of `tiny_spec(**settings)`, trained once per test session: every
+    module comparing a stopped-and-resumed run with the same settings gets this run folder."""
+    key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
+    base = factory.getbasetemp() / f"reference-{key}"
+    run_dir = base / "run"
+    if not (run_dir / "report.json").is_file():
+        shutil.rmtree(base, ignore_errors=True)  # a failed earlier attempt in this session
+        proc = tt(base, "run", tiny_spec(base / "spec", **settings), "--resume", run_dir)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    return run_dir
 
 
 def snapshot(root: Path) -> dict[str, tuple[int, str]]:

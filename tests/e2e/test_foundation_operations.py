@@ -7,62 +7,31 @@
 2. `tt` SIGKILLed mid-pretraining: every stage process notices, checkpoints and exits within seconds;
    a `tt run --resume` started while one still lives is refused naming its pid, then succeeds.
 
-Real `tt`, real stages, real torchrun; processes found through /proc. checkpoint_interval_steps is
-larger than the run, so every checkpoint here was written in answer to a signal.
+Real `tt`, real stages, real torchrun; processes found through /proc. Every run waits at the step where the
+test stops it (TT_HOLD_AT_STEP), so it cannot finish first, and tt and every process under it are held still
+while the test signals them (foundation_support.frozen_at_step), so each signal reaches them together.
+Periodic checkpoints come after the last step these tests stop at (asserted), so every checkpoint here was
+written in answer to a signal. The one-process reference is the session's shared one (also used by
+test_foundation_recovery.py).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import time
 from pathlib import Path
 
 import pytest
 
-from foundation_support import checkpoints, heartbeat_step, tiny_spec, tt, tt_popen, wait_for_step
+from foundation_support import (
+    STOP_SETTINGS, checkpoints, frozen_at_step, heartbeat_step, reference_run, tiny_spec, tt, tt_popen,
+)
+from process_tree import alive, children, send, wait_gone
 
 MODEL = "pretrain/model/model.safetensors"
-STEPS = 30
-SETTINGS = dict(pretrain_steps=STEPS, checkpoint_interval_steps=1000, keep_checkpoints=5, finetune_steps=0)
-
-
-def children() -> dict[int, list[int]]:
-    tree: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            tree.setdefault(ppid, []).append(int(entry.name))
-    return tree
-
-
-def descendants(pid: int) -> list[int]:
-    tree, found, todo = children(), [], [pid]
-    while todo:
-        for child in tree.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def alive(pid: int) -> bool:
-    """Running (a zombie waiting for its reaper counts as gone)."""
-    try:
-        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
-def wait_gone(pids: list[int], timeout: float = 60) -> float:
-    started = time.monotonic()
-    while any(alive(p) for p in pids):
-        assert time.monotonic() - started < timeout, f"still running {timeout}s later: {[p for p in pids if alive(p)]}"
-        time.sleep(0.02)
-    return time.monotonic() - started
+STEPS = STOP_SETTINGS["pretrain_steps"]
+PERIODIC = STOP_SETTINGS["checkpoint_interval_steps"]
 
 
 def run_state(run_dir: Path) -> dict:
@@ -72,7 +41,7 @@ def run_state(run_dir: Path) -> dict:
 def assert_checkpoint_at_last_step(run_dir: Path, after: int) -> int:
     """The newest checkpoint is the step training stopped at (its last heartbeat), not an older one."""
     stopped = heartbeat_step(run_dir)
-    assert after < stopped < STEPS, (after, stopped)
+    assert after < stopped < PERIODIC, (after, stopped)  # before any periodic checkpoint, far from the end
     assert checkpoints(run_dir)[-1] == f"step-{stopped:09d}", (checkpoints(run_dir), stopped)
     meta = json.loads((run_dir / "pretrain" / "recovery" / "checkpoints" / f"step-{stopped:09d}" / "metadata.json").read_text())
     assert meta["step"] == stopped
@@ -84,31 +53,22 @@ def step_seconds(run_dir: Path) -> float:
     return (rows[-1]["elapsed"] - rows[0]["elapsed"]) / max(1, len(rows) - 1)
 
 
-def reference_run(base: Path, **settings) -> Path:
-    spec = tiny_spec(base / "spec", **SETTINGS, **settings)
-    proc = tt(base, "run", spec, "--resume", base / "run")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return base / "run"
-
-
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    return reference_run(tmp_path_factory.mktemp("reference"))
+    return reference_run(tmp_path_factory, **STOP_SETTINGS)
 
 
 @pytest.fixture(scope="module")
 def reference2(tmp_path_factory):
-    return reference_run(tmp_path_factory.mktemp("reference2"), nproc_per_node=2)
+    return reference_run(tmp_path_factory, **STOP_SETTINGS, nproc_per_node=2)
 
 
 def sigterm_everything_at(tmp_path: Path, spec: Path, run_dir: Path, step: int, processes: int) -> int:
     """Start (or resume) the run, and at `step` send SIGTERM to tt and every process under it at once."""
-    proc = tt_popen(tmp_path, "run", spec, "--resume", run_dir)
-    wait_for_step(run_dir, step, proc)
-    tree = [proc.pid, *descendants(proc.pid)]
-    assert len(tree) >= processes, tree  # tt, the stage (or the torchrun agent and its ranks)
-    for pid in tree:
-        os.kill(pid, signal.SIGTERM)
+    proc = tt_popen(tmp_path, "run", spec, "--resume", run_dir, hold_at=step)
+    with frozen_at_step(proc, run_dir, step, STEPS) as (_, tree):
+        assert len(tree) >= processes, tree  # tt, the stage (or the torchrun agent and its ranks)
+        send(tree, signal.SIGTERM)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 130, out
     assert not [p for p in tree if alive(p)], "a process outlived the stop"
@@ -119,7 +79,7 @@ def sigterm_everything_at(tmp_path: Path, spec: Path, run_dir: Path, step: int, 
 
 def test_sigterm_to_every_process_at_once_checkpoints_where_it_stopped(tmp_path, reference):
     """Must-show 1, one process: tt and the stage get SIGTERM together, at two points of pretraining."""
-    spec = tiny_spec(tmp_path / "spec", **SETTINGS)
+    spec = tiny_spec(tmp_path / "spec", **STOP_SETTINGS)
     run_dir = tmp_path / "run"
     started = time.monotonic()
     first = sigterm_everything_at(tmp_path, spec, run_dir, 3, 2)
@@ -133,7 +93,7 @@ def test_two_processes_under_sigterm_to_all_and_a_killed_tt(tmp_path, reference2
     """Must-show 1 with `nproc_per_node: 2` (tt, the torchrun agent and both ranks get SIGTERM together, at
     two points), then must-show 2 on the same run: tt SIGKILLed, twice, the second time with the stage frozen
     (a long step at real sizes) so that a resume in that window is refused; then it ends byte-identical."""
-    spec = tiny_spec(tmp_path / "spec", **SETTINGS, nproc_per_node=2)
+    spec = tiny_spec(tmp_path / "spec", **STOP_SETTINGS, nproc_per_node=2)
     run_dir = tmp_path / "run"
     started = time.monotonic()
     first = sigterm_everything_at(tmp_path, spec, run_dir, 3, 4)
@@ -141,13 +101,12 @@ def test_two_processes_under_sigterm_to_all_and_a_killed_tt(tmp_path, reference2
     assert checkpoints(run_dir) == [f"step-{first:09d}", f"step-{second:09d}"]
 
     # tt SIGKILLed: the torchrun agent gets SIGTERM from the kernel, its ranks checkpoint and all exit.
-    proc = tt_popen(tmp_path, "run", spec, "--resume", run_dir)
-    wait_for_step(run_dir, second + 3, proc)
-    stage = descendants(proc.pid)
-    assert len(stage) >= 3, stage  # the agent and two ranks
-    proc.kill()
-    at_kill = heartbeat_step(run_dir)
-    proc.wait()
+    proc = tt_popen(tmp_path, "run", spec, "--resume", run_dir, hold_at=second + 3)
+    with frozen_at_step(proc, run_dir, second + 3, STEPS) as (at_kill, tree):
+        stage = tree[1:]
+        assert len(stage) >= 3, stage  # the agent and two ranks
+        proc.kill()
+        proc.wait()
     gone = wait_gone(stage)
     third = assert_checkpoint_at_last_step(run_dir, second + 2)
     assert third <= at_kill + 2, (at_kill, third)  # noticed at once: it stopped after the step in progress
@@ -158,20 +117,16 @@ def test_two_processes_under_sigterm_to_all_and_a_killed_tt(tmp_path, reference2
     assert f"checkpoint step-{third:09d} saved" in log  # written after tt's pipe closed: kept in the stage log
 
     # Again with the stage frozen: a resume while it lives is refused, naming the pid still running.
-    proc = tt_popen(tmp_path, "run", spec, "--resume", run_dir)
-    wait_for_step(run_dir, third + 3, proc)
-    agent = children()[proc.pid]
-    stage = descendants(proc.pid)
-    for pid in stage:
-        os.kill(pid, signal.SIGSTOP)
-    proc.kill()
-    proc.wait()
-    refused = tt(tmp_path, "run", spec, "--resume", run_dir)
+    proc = tt_popen(tmp_path, "run", spec, "--resume", run_dir, hold_at=third + 3)
+    with frozen_at_step(proc, run_dir, third + 3, STEPS) as (_, tree):
+        agent = children()[proc.pid]
+        stage = tree[1:]
+        proc.kill()
+        proc.wait()
+        refused = tt(tmp_path, "run", spec, "--resume", run_dir)
     message = " ".join((refused.stdout + refused.stderr).split())  # the console wraps long lines
     assert refused.returncode == 2, message
     assert "has exited" in message and f"pid {agent[0]}" in message and "Wait until" in message, message
-    for pid in stage:
-        os.kill(pid, signal.SIGCONT)
     wait_gone(stage)
     fourth = assert_checkpoint_at_last_step(run_dir, third + 2)
     resume_to_the_end(tmp_path, spec, run_dir, fourth, reference2)

@@ -1,5 +1,9 @@
 """Items 2 and 4 through `tt run`: SIGKILL / SIGTERM mid-pretraining then `--resume` gives weights
-byte-identical to an uninterrupted run; changed settings on resume are refused before any file changes."""
+byte-identical to an uninterrupted run; changed settings on resume are refused before any file changes.
+
+The uninterrupted run is the session's shared reference (foundation_support.reference_run, STOP_SETTINGS);
+each run waits at the step where it is stopped (TT_HOLD_AT_STEP) and is held still while it is signalled
+(foundation_support.frozen_at_step), so it cannot finish first."""
 
 from __future__ import annotations
 
@@ -9,50 +13,49 @@ import signal
 import pytest
 
 from foundation_support import (
-    checkpoints, heartbeat_step, kill_hard, report, snapshot, tiny_spec, tt, tt_popen, wait_for_step,
+    STOP_SETTINGS, checkpoints, frozen_at_step, heartbeat_step, reference_run, report, snapshot, tiny_spec, tt,
+    tt_popen,
 )
+from process_tree import send
 
 MODEL = "pretrain/model/model.safetensors"
-PRETRAIN = "tt_engine_foundation.stages.pretrain"
+STEPS = STOP_SETTINGS["pretrain_steps"]
+PERIODIC = f"step-{STOP_SETTINGS['checkpoint_interval_steps']:09d}"
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    base = tmp_path_factory.mktemp("reference")
-    spec = tiny_spec(base / "spec")
-    run_dir = base / "run"
-    proc = tt(base, "run", spec, "--resume", run_dir)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return spec, run_dir
+    return reference_run(tmp_path_factory, **STOP_SETTINGS)
 
 
 def test_sigkill_between_checkpoints_then_resume_is_byte_identical(tmp_path, reference):
-    spec, ref = reference
+    spec = tiny_spec(tmp_path / "spec", **STOP_SETTINGS)
     run_dir = tmp_path / "run"
-    proc = tt_popen(tmp_path, "run", spec, "--resume", run_dir)
-    reached = wait_for_step(run_dir, 25, proc, checkpoint="step-000000020")
-    kill_hard(proc, run_dir, PRETRAIN)
-    assert reached < 40 or heartbeat_step(run_dir) < 80, "the run finished before it could be killed"
+    after = STOP_SETTINGS["checkpoint_interval_steps"] + 5
+    proc = tt_popen(tmp_path, "run", spec, "--resume", run_dir, hold_at=after)
+    with frozen_at_step(proc, run_dir, after, STEPS, checkpoint=PERIODIC) as (_, pids):
+        send(pids, signal.SIGKILL)  # tt and every stage process: what a power cut leaves behind
+    proc.wait(timeout=30)
     assert not (run_dir / MODEL).exists()
-    assert "step-000000020" in checkpoints(run_dir)
+    assert checkpoints(run_dir)[-1] == PERIODIC  # the one it resumes from: the steps after it are lost
     resumed = tt(tmp_path, "run", spec, "--resume", run_dir)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     log = (run_dir / "logs" / "pretrain.log").read_text()
-    assert "resumed pretraining from" in log
-    assert (run_dir / MODEL).read_bytes() == (ref / MODEL).read_bytes()
-    assert report(run_dir)["metrics"]["pretrain.steps"] == 80
+    assert "resumed pretraining from" in log and f"{PERIODIC} at step {after - 5}" in log, log
+    assert (run_dir / MODEL).read_bytes() == (reference / MODEL).read_bytes()
+    assert report(run_dir)["metrics"]["pretrain.steps"] == STEPS
 
 
 def test_sigterm_checkpoints_current_step_refuses_changes_then_resumes_identically(tmp_path, reference):
-    spec, ref = reference
+    spec = tiny_spec(tmp_path / "spec", **STOP_SETTINGS)
     run_dir = tmp_path / "run"
-    proc = tt_popen(tmp_path, "run", spec, "--resume", run_dir)
-    wait_for_step(run_dir, 25, proc)
-    proc.send_signal(signal.SIGTERM)
+    proc = tt_popen(tmp_path, "run", spec, "--resume", run_dir, hold_at=25)
+    with frozen_at_step(proc, run_dir, 25, STEPS):
+        proc.send_signal(signal.SIGTERM)  # to tt alone: it forwards the stop to the stage
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 130, out
     stopped_at = heartbeat_step(run_dir)
-    assert stopped_at < 80
+    assert 25 <= stopped_at < STEPS
     assert checkpoints(run_dir)[-1] == f"step-{stopped_at:09d}"
     state = json.loads((run_dir / "run.json").read_text())
     assert state["stages"]["pretrain"]["state"] == "interrupted"
@@ -80,4 +83,4 @@ def test_sigterm_checkpoints_current_step_refuses_changes_then_resumes_identical
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     log = (run_dir / "logs" / "pretrain.log").read_text()
     assert f"at step {stopped_at}" in log
-    assert (run_dir / MODEL).read_bytes() == (ref / MODEL).read_bytes()
+    assert (run_dir / MODEL).read_bytes() == (reference / MODEL).read_bytes()
