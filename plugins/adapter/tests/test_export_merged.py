@@ -47,11 +47,9 @@ def run_export(tmp, adapter, out):
                           text=True, timeout=300)
 
 
-@pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    from tt_engine_adapter.testing.tiny_model import build
-
-    return build(tmp_path_factory.mktemp("merge-base") / "tiny", arch="qwen3", hidden=64, layers=2)
+@pytest.fixture
+def base(tiny_qwen3):
+    return tiny_qwen3  # read only: the tests that change a base change a copy
 
 
 def test_merged_model_equals_base_plus_adapter(base, tmp_path):

@@ -37,6 +37,21 @@ def finished(tmp_path_factory, tiny_llama):
     return run
 
 
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory, tiny_llama):
+    """The prepare stage of an 8-row run, done once: its train.jsonl only depends on the rows (not on the base model
+    or the hyperparameters), and prefetch only reads it."""
+    run = sentiment_run(tmp_path_factory.mktemp("prepared") / "r", str(tiny_llama), HP, n_train=8, n_eval=2)
+    run.stage("prepare")
+    return run.done["prepare"]
+
+
+def prepared_run(folder, model, prepared, hyperparameters=HP):
+    run = sentiment_run(folder, str(model), hyperparameters, n_train=8, n_eval=2)
+    run.done["prepare"] = prepared
+    return run
+
+
 def test_candidate_beats_baseline(finished):
     assert finished.exact_match("candidate") > finished.exact_match("baseline")
     assert finished.done["prepare"]["result"]["metrics"]["data.train_rows"] == 48 + 16
@@ -98,12 +113,11 @@ def test_batched_generation_equals_one_at_a_time(tiny_qwen3):
     assert [p["id"] for p in batched] == [p["id"] for p in prompts]
 
 
-def test_template_that_cannot_render_fails_before_training(tmp_path, tiny_llama):
+def test_template_that_cannot_render_fails_before_training(tmp_path, tiny_llama, prepared):
     broken = tmp_path / "broken-model"
     shutil.copytree(tiny_llama, broken)
     (broken / "chat_template.jinja").write_text("{{ raise_exception('no chat here') }}")
-    run = sentiment_run(tmp_path / "run", str(broken), HP, n_train=8, n_eval=2)
-    run.stage("prepare")
+    run = prepared_run(tmp_path / "run", broken, prepared)
     result = run.stage("prefetch", check=False)
     assert result["code"] == 2
     assert any("cannot render" in e.get("message", "") for e in result["events"] if e.get("level") == "error")
@@ -123,17 +137,15 @@ def test_prebuilt_row_with_another_system_message_is_refused(tmp_path, tiny_llam
     assert not (tmp_path / "r" / "prepare" / "train.jsonl").exists()
 
 
-def test_prefetch_counts_trimmed_rows_and_refuses_an_instruction_that_cannot_fit(tmp_path, tiny_llama):
+def test_prefetch_counts_trimmed_rows_and_refuses_an_instruction_that_cannot_fit(tmp_path, tiny_llama, prepared):
     """Long rows lose user text only (counted in data.trimmed_rows and a note); too short a limit exits 2."""
-    run = sentiment_run(tmp_path / "trim", str(tiny_llama), {**HP, "max_seq_length": 68}, n_train=8, n_eval=2)
-    run.stage("prepare")
+    run = prepared_run(tmp_path / "trim", tiny_llama, prepared, {**HP, "max_seq_length": 68})
     result = run.stage("prefetch")["result"]
     trimmed = result["metrics"]["data.trimmed_rows"]
     assert 0 < trimmed <= 8
     assert result["notes"] and f"{trimmed} of 8 training rows" in result["notes"][0]
 
-    short = sentiment_run(tmp_path / "short", str(tiny_llama), {**HP, "max_seq_length": 40}, n_train=8, n_eval=2)
-    short.stage("prepare")
+    short = prepared_run(tmp_path / "short", tiny_llama, prepared, {**HP, "max_seq_length": 40})
     refused = short.stage("prefetch", check=False)
     assert refused["code"] == 2
     errors = [e["message"] for e in refused["events"] if e.get("level") == "error"]

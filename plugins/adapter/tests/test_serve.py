@@ -1,13 +1,13 @@
 """`tt serve`'s engine side: the real server process, the official `openai` client, raw HTTP for bad requests.
 
-A tiny Llama-style model is built locally (no hub); each server is a real
-subprocess on an ephemeral loopback port.
+The session's tiny Llama-style model (built locally, no hub) and, for the tests
+that only send requests, the session's server (conftest `served`); every
+server is a real subprocess on an ephemeral loopback port.
 """
 
 from __future__ import annotations
 
 import json
-import time
 
 import httpx
 import pytest
@@ -18,17 +18,14 @@ SYSTEM = "Classify the sentiment of the movie review."
 PROMPT = [{"role": "user", "content": "the film was great"}]
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    from tt_engine_adapter.testing.tiny_model import build
-
-    return build(tmp_path_factory.mktemp("serve-model") / "tiny", arch="llama", hidden=64, layers=2)
+@pytest.fixture
+def server(served):
+    return served
 
 
-@pytest.fixture(scope="module")
-def server(tiny, tmp_path_factory):
-    with serving.start(tmp_path_factory.mktemp("srv"), tiny, model_name="tiny-model", system_message=SYSTEM) as srv:
-        yield srv
+@pytest.fixture
+def tiny(tiny_llama):
+    return tiny_llama
 
 
 def chat(url: str, body, **kwargs) -> httpx.Response:
@@ -184,8 +181,10 @@ def test_unknown_route_method_and_oversized_body(server):
 
 
 def test_api_key_concurrency_limit_and_clean_shutdown(tiny, tmp_path):
+    """One slot, no queue, a key. The scheduler is held at the stream's first token (the test gate), so "a
+    generation is running" is certain: the next request gets 429; the client leaving stops the generation."""
     srv = serving.start(tmp_path, tiny, model_name="tiny-model", api_key="s3cret", max_concurrency=1,
-                        max_queue=0)
+                        max_queue=0, gate=True)
     try:
         good = {"Authorization": "Bearer s3cret"}
         assert httpx.get(f"{srv.url}/v1/models").status_code == 401
@@ -208,23 +207,30 @@ def test_api_key_concurrency_limit_and_clean_shutdown(tiny, tmp_path):
         assert huge.status_code == 400 and huge.json()["error"]["code"] == "context_length_exceeded"
         assert huge.json()["error"]["param"] == "messages"
 
-        # One long stream holds the only slot: the next request gets 429 at once.
+        # One stream holds the only slot, its generation held at its first token: the next request gets 429.
         body = {"model": "tiny-model", "messages": PROMPT, "stream": True, "max_tokens": 400, "temperature": 0,
                 "stop": ["\u2603"]}
+        before = metrics(srv.url, good)
+        srv.gate.close()
         with httpx.Client(timeout=60) as http:
             with http.stream("POST", f"{srv.url}/v1/chat/completions", json=body, headers=good) as stream:
                 lines = stream.iter_lines()
                 assert next(lines).startswith("data: ")
+                srv.gate.held()
                 busy = chat(srv.url, {"model": "tiny-model", "messages": PROMPT, "max_tokens": 2}, headers=good)
                 assert busy.status_code == 429, busy.text
                 assert busy.json()["error"]["type"] == "rate_limit_error" and busy.headers["retry-after"] == "1"
-                before = metrics(srv.url, good)
+                assert metrics(srv.url, good)["tt_serve_requests_accepted"] == 1
                 # the client goes away mid-stream: generation must stop (counted) and the slot come back
+        srv.gate.held(gone=1)  # the server saw the client leave before the generation may go on
+        srv.gate.open()
         after = serving.wait_for(lambda: (m := metrics(srv.url, good))["tt_serve_requests_accepted"] == 0 and m,
-                         "the slot to free")
+                                 "the slot to free")
         assert after["tt_serve_requests_cancelled_total"] == before["tt_serve_requests_cancelled_total"] + 1
-        # the full answer is 400 tokens (no stop, greedy): fewer were generated, so cancellation ended it
-        assert after["tt_serve_generated_tokens_total"] < 400, after
+        assert after["tt_serve_requests_refused_total"] == before["tt_serve_requests_refused_total"] + 1
+        # the full answer is 400 tokens (no stop, greedy): the held token and at most the step under way when the
+        # gate opened were generated, then cancellation ended it
+        assert after["tt_serve_generated_tokens_total"] - before["tt_serve_generated_tokens_total"] <= 2, after
         again = chat(srv.url, {"model": "tiny-model", "messages": PROMPT, "max_tokens": 2}, headers=good)
         assert again.status_code == 200, again.text
     finally:

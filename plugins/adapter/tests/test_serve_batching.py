@@ -1,7 +1,7 @@
 """Continuous batching: concurrent greedy requests answer exactly as alone, in fewer decode steps; the queue.
 
-A real server subprocess (16 sequences per batch) for the answers and the
-step counts (`/metrics`); in-process, an app with one place and one queue
+The session's real server subprocess (`served`: 16 sequences per batch) for
+the answers and the step counts (`/metrics`); in-process, an app with one place and one queue
 slot whose first decode step waits on a gate (429 and the queue in
 `/metrics`), and the scheduler driven step by step for what must happen
 between two decode steps (a gone client leaves; a late waiter times out).
@@ -18,18 +18,15 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from tt_engine_adapter.testing import serving
 from tt_engine_adapter.testing.serving import metrics, parse_metrics, wait_for
 
 SYSTEM = "Classify the sentiment of the movie review."
 NEVER = ["\u2603"]
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    from tt_engine_adapter.testing.tiny_model import build
-
-    return build(tmp_path_factory.mktemp("batch-model") / "tiny", arch="llama", hidden=64, layers=2)
+@pytest.fixture
+def tiny(tiny_llama):
+    return tiny_llama
 
 
 def answer(url: str, body: dict) -> tuple:
@@ -46,30 +43,30 @@ def answer(url: str, body: dict) -> tuple:
     return text, finish, chunks[-1]["usage"]["completion_tokens"]
 
 
-def test_sixteen_concurrent_greedy_requests_answer_as_alone_in_fewer_decode_steps(tiny, tmp_path):
-    bodies = [{"model": "tiny", "temperature": 0, "max_tokens": 6 + i, "stop": NEVER if i % 3 else None,
+def test_sixteen_concurrent_greedy_requests_answer_as_alone_in_fewer_decode_steps(served):
+    """The session's server (16 sequences per batch, 16 waiting); only this test's own metric deltas count."""
+    bodies = [{"model": "tiny-model", "temperature": 0, "max_tokens": 6 + i, "stop": NEVER if i % 3 else None,
                "messages": [{"role": "user", "content": f"review {i}: " + "the film was great " * (i % 5)}],
                **({"stream": True, "stream_options": {"include_usage": True}} if i % 2 else {})} for i in range(16)]
-    bad = [(b'{"model": "tiny", "messages": [', "application/json", 400),
+    bad = [(b'{"model": "tiny-model", "messages": [', "application/json", 400),
            (json.dumps({"model": "gpt-4", "messages": [{"role": "user", "content": "x"}]}), "application/json", 404),
            (json.dumps(bodies[0]), "text/plain", 415)]
-    with serving.start(tmp_path, tiny, model_name="tiny", system_message=SYSTEM, max_concurrency=16,
-                       max_queue=16) as srv:
-        before = metrics(srv.url)
-        alone = [answer(srv.url, body) for body in bodies]
-        middle = metrics(srv.url)
+    srv = served
+    before = metrics(srv.url)
+    alone = [answer(srv.url, body) for body in bodies]
+    middle = metrics(srv.url)
 
-        def hostile(case):
-            content, kind, status = case
-            response = httpx.post(f"{srv.url}/v1/chat/completions", content=content, timeout=60,
-                                  headers={"Content-Type": kind})
-            return response.status_code == status and "error" in response.json()
+    def hostile(case):
+        content, kind, status = case
+        response = httpx.post(f"{srv.url}/v1/chat/completions", content=content, timeout=60,
+                              headers={"Content-Type": kind})
+        return response.status_code == status and "error" in response.json()
 
-        with ThreadPoolExecutor(len(bodies) + len(bad)) as pool:
-            together = list(pool.map(lambda body: answer(srv.url, body), bodies))
-            refused = list(pool.map(hostile, bad))
-        after = metrics(srv.url)
-        assert httpx.get(f"{srv.url}/health").json() == {"status": "ok"}
+    with ThreadPoolExecutor(len(bodies) + len(bad)) as pool:
+        together = list(pool.map(lambda body: answer(srv.url, body), bodies))
+        refused = list(pool.map(hostile, bad))
+    after = metrics(srv.url)
+    assert httpx.get(f"{srv.url}/health").json() == {"status": "ok"}
     assert together == alone  # text, finish reason and token count, streamed or not
     assert all(refused)
     steps_alone = middle["tt_serve_decode_steps_total"] - before["tt_serve_decode_steps_total"]

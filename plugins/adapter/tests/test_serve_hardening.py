@@ -23,17 +23,10 @@ NEVER = ["\u2603"]  # a stop sequence the tiny model never writes
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    from tt_engine_adapter.testing.tiny_model import build
-
-    return build(tmp_path_factory.mktemp("harden-model") / "tiny", arch="llama", hidden=64, layers=2)
-
-
-@pytest.fixture(scope="module")
-def server(tiny, tmp_path_factory):
-    with serving.start(tmp_path_factory.mktemp("harden-srv"), tiny, model_name="tiny-model", system_message=SYSTEM,
-                       max_concurrency=1, max_queue=0, allowed_hosts=["tt.example"], default_max_tokens=5,
-                       header_timeout=1.0) as srv:
+def server(tiny_llama, tmp_path_factory):
+    with serving.start(tmp_path_factory.mktemp("harden-srv"), tiny_llama, model_name="tiny-model",
+                       system_message=SYSTEM, max_concurrency=1, max_queue=0, allowed_hosts=["tt.example"],
+                       default_max_tokens=5, header_timeout=1.0, gate=True) as srv:
         yield srv
 
 
@@ -93,22 +86,25 @@ def _raw_post(url: str, body: dict) -> socket.socket:
 
 def test_work_is_under_the_limit_and_a_gone_client_stops_its_generation(server):
     """While the only slot generates, even a malformed body gets 429 (nothing parsed outside the limit);
-    a non-streaming client that disconnects stops its generation (counted) and frees the slot."""
+    a non-streaming client that disconnects stops its generation (counted) and frees the slot. The scheduler
+    is held at the first token (the test gate): the generation is certainly running while the test acts."""
     body = {"model": "tiny-model", "messages": PROMPT, "temperature": 0, "stop": NEVER, "max_tokens": 400}
-    alone = chat(server.url, body).json()["usage"]
-    assert alone["completion_tokens"] == 400  # greedy: the same request runs its full length when nobody leaves
     before = metrics(server.url)
+    server.gate.close()
     sock = _raw_post(server.url, body)
     try:
-        wait_for(lambda: metrics(server.url)["tt_serve_generated_tokens_total"]
-                 > before["tt_serve_generated_tokens_total"], "the generation to start")
+        server.gate.held()
         busy = chat(server.url, b'{"model": "tiny-model", "messages": [')
         assert busy.status_code == 429, busy.text
     finally:
         sock.close()
+    server.gate.held(gone=1)  # the server saw the client leave before the generation may go on
+    server.gate.open()
     after = wait_for(lambda: (m := metrics(server.url))["tt_serve_requests_accepted"] == 0 and m, "the slot to free")
     assert after["tt_serve_requests_cancelled_total"] == before["tt_serve_requests_cancelled_total"] + 1
-    assert after["tt_serve_generated_tokens_total"] - before["tt_serve_generated_tokens_total"] < 400
+    # 400 greedy tokens with a stop sequence it never writes: only the held token and at most the step under way
+    # when the gate opened were generated
+    assert after["tt_serve_generated_tokens_total"] - before["tt_serve_generated_tokens_total"] <= 2, after
     assert chat(server.url, {**body, "max_tokens": 2}).status_code == 200
 
 
@@ -123,10 +119,10 @@ def test_slow_headers_are_cut_off(server):
 
 
 @pytest.fixture(scope="module")
-def loaded(tiny):
+def loaded(tiny_llama):
     from tt_engine_adapter.serve.generation import ChatModel
 
-    return ChatModel(str(tiny), device="cpu")
+    return ChatModel(str(tiny_llama), device="cpu")
 
 
 def _in_process(model, **kwargs):

@@ -2,7 +2,9 @@
 
 `start(tmp, model_path, ...)` writes the request, launches the process, waits
 for its `ready_file` (or its exit), and returns a `Server` with the URL; the
-context manager stops it with SIGTERM and checks it exits.
+context manager stops it with SIGTERM and checks it exits. `gate=True` runs
+it through `gated_serve`: `Server.gate` then holds the scheduler thread at
+its next token pick while closed (a generation certainly running).
 """
 
 from __future__ import annotations
@@ -18,13 +20,43 @@ from pathlib import Path
 from typing import Optional
 
 
+class Gate:
+    """The test gate of a server started with `gate=True` (see `gated_serve`)."""
+
+    def __init__(self, path: Path):
+        self.path, self.held_path = path, path.with_name(path.name + ".held")
+
+    def close(self) -> None:
+        """From now on the scheduler thread holds at its next token pick."""
+        self.path.write_text("closed\n")
+
+    def held(self, gone: int = 0, timeout: float = 60) -> dict:
+        """Wait until the scheduler holds at the gate and sees at least `gone` clients gone; its state."""
+        def state() -> Optional[dict]:
+            try:
+                value = json.loads(self.held_path.read_text())
+            except (OSError, ValueError):
+                return None
+            return value if value["gone"] >= gone else None
+
+        return wait_for(state, f"the server to hold at the gate with {gone} client(s) gone", timeout)
+
+    def open(self, timeout: float = 60) -> None:
+        """Let the scheduler thread go on; returns once it has left the gate (if it was held)."""
+        self.path.unlink(missing_ok=True)
+        wait_for(lambda: not self.held_path.exists(), "the server to leave the gate", timeout)
+
+
 @dataclass
 class Server:
     process: subprocess.Popen
     url: str
     log: Path
+    gate: Optional[Gate] = None
 
     def stop(self, timeout: float = 30) -> int:
+        if self.gate is not None:
+            self.gate.path.unlink(missing_ok=True)
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
         try:
@@ -49,8 +81,9 @@ class StartFailed(RuntimeError):
 
 def start(tmp: Path, model_path: str | Path, *, adapter_path: Optional[str | Path] = None, model_name: str = "tiny",
           system_message: Optional[str] = None, host: str = "127.0.0.1", port: int = 0, max_concurrency: int = 4,
-          api_key: Optional[str] = None, timeout: float = 120, **settings: object) -> Server:
-    """Start a server; `settings` are further request keys (allowed_hosts, default_max_tokens, header_timeout)."""
+          api_key: Optional[str] = None, timeout: float = 300, gate: bool = False, **settings: object) -> Server:
+    """Start a server; `settings` are further request keys (allowed_hosts, default_max_tokens, header_timeout);
+    `gate` runs it with a test gate (`Server.gate`, open at start)."""
     tmp = Path(tmp)
     tmp.mkdir(parents=True, exist_ok=True)
     ready = tmp / "ready.json"
@@ -64,13 +97,18 @@ def start(tmp: Path, model_path: str | Path, *, adapter_path: Optional[str | Pat
     if api_key:
         env["TT_SERVE_API_KEY"] = api_key
     log = tmp / "server.log"
+    held = Gate(tmp / "gate") if gate else None
+    command = [sys.executable, "-m", "tt_engine_adapter.serve"]
+    if held is not None:
+        held.path.unlink(missing_ok=True)
+        command = [sys.executable, "-m", "tt_engine_adapter.testing.gated_serve", str(held.path)]
     with open(log, "wb") as out:
-        process = subprocess.Popen([sys.executable, "-m", "tt_engine_adapter.serve", str(tmp / "serve-request.json")],
-                                   stdout=out, stderr=subprocess.STDOUT, env=env)
+        process = subprocess.Popen(command + [str(tmp / "serve-request.json")], stdout=out, stderr=subprocess.STDOUT,
+                                   env=env)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if ready.is_file():
-            return Server(process, json.loads(ready.read_text())["url"], log)
+            return Server(process, json.loads(ready.read_text())["url"], log, held)
         if process.poll() is not None:
             raise StartFailed(process.returncode, log.read_text(errors="replace"))
         time.sleep(0.05)
