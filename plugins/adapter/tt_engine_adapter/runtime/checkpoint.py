@@ -1,7 +1,8 @@
 """Training checkpoints that make an interrupted LoRA run resumable bit-for-bit.
 
 `<train>/checkpoints/step-<9 digits>/` holds the trainable (LoRA) weights as
-safetensors, the optimizer state, the RNG states (every rank's, with the world
+safetensors, the optimizer state, the fp16 gradient scaler's state (`scaler.pt`,
+when training uses one), the RNG states (every rank's, with the world
 size, when training ran under torchrun) and `meta.json` (step,
 stage fingerprint, loss series, tokens and time so far, file sha256s).
 Written to a temp folder and renamed, rolled to `keep` newest.
@@ -42,7 +43,7 @@ def rng_state() -> dict[str, Any]:
 
 
 def save(root: Path, step: int, model: Any, optimizer: Any, meta: dict[str, Any], keep: int,
-         rank_rng: Optional[list] = None) -> Path:
+         rank_rng: Optional[list] = None, scaler: Any = None) -> Path:
     import torch
     from safetensors.torch import save_file
 
@@ -56,7 +57,11 @@ def save(root: Path, step: int, model: Any, optimizer: Any, meta: dict[str, Any]
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     rank_rng = rank_rng or [rng_state()]
     torch.save({**rank_rng[0], "ranks": rank_rng, "world_size": len(rank_rng)}, tmp / "rng.pt")
-    files = {name: fingerprint.sha256_file(tmp / name) for name in ("adapter.safetensors", "optimizer.pt", "rng.pt")}
+    names = ["adapter.safetensors", "optimizer.pt", "rng.pt"]
+    if scaler is not None:  # floats and ints: loads with weights_only=True
+        torch.save(scaler.state_dict(), tmp / "scaler.pt")
+        names.append("scaler.pt")
+    files = {name: fingerprint.sha256_file(tmp / name) for name in names}
     for name in files:
         with open(tmp / name, "rb") as handle:
             os.fsync(handle.fileno())
@@ -143,7 +148,13 @@ def set_rng(rng: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(rng["cuda"])
 
 
-def restore(path: Path, model: Any, optimizer: Any) -> None:
+def restore_scaler(path: Path, scaler: Any) -> None:
+    """The gradient scaler's scale and growth tracker as saved; a checkpoint without one leaves it fresh."""
+    if scaler is not None and (path / "scaler.pt").is_file():
+        scaler.load_state_dict(load_plain(path / "scaler.pt"))
+
+
+def restore(path: Path, model: Any, optimizer: Any, scaler: Any = None) -> None:
     import random
 
     import torch
@@ -158,6 +169,7 @@ def restore(path: Path, model: Any, optimizer: Any) -> None:
         for name, tensor in weights.items():
             params[name].copy_(tensor.to(params[name].device, params[name].dtype))
     optimizer.load_state_dict(load_plain(path / "optimizer.pt"))
+    restore_scaler(path, scaler)
     rng = load_plain(path / "rng.pt")
     torch.set_rng_state(rng["torch"])
     random.setstate(rng["python"])

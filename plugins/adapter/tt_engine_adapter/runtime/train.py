@@ -146,7 +146,7 @@ def train(
         found = D.on_main(lambda: checkpoint.latest(checkpoint_dir, stage_fingerprint), "checkpoint choice")
         if found:
             path, meta = found
-            _restore_everywhere(path, model, optimizer)
+            _restore_everywhere(path, model, optimizer, scaler)
             state = TrainState(step=meta["step"], tokens=meta["tokens"], seconds=meta["seconds"], losses=meta["losses"],
                                **meta.get("evaluation", {}))
             log(f"resumed from {path.name} at step {state.step}/{total}")
@@ -160,7 +160,7 @@ def train(
                 "losses": state.losses, "total_steps": total, "evaluation": state.evaluation_meta()}
         rank_rng = D.gather_objects(checkpoint.rng_state(), "RNG gather for the checkpoint") if ctx.enabled else None
         if ctx.is_main:
-            checkpoint.save(checkpoint_dir, state.step, model, optimizer, meta, hp.keep_checkpoints, rank_rng)
+            checkpoint.save(checkpoint_dir, state.step, model, optimizer, meta, hp.keep_checkpoints, rank_rng, scaler)
 
     model.train()
     use_autocast = autocast_dtype is not None
@@ -238,8 +238,8 @@ def _evaluate(state: TrainState, evaluation: Evaluation, patience: Optional[int]
             f"the adapter is the one from step {state.best_step}")
 
 
-def _restore_everywhere(path: Path, model: Any, optimizer: Any) -> None:
-    """Rank 0 reads the checkpoint; optimizer state and each rank's RNG reach the others by broadcast
+def _restore_everywhere(path: Path, model: Any, optimizer: Any, scaler: Any = None) -> None:
+    """Rank 0 reads the checkpoint; optimizer and scaler state and each rank's RNG reach the others by broadcast
     (the LoRA weights through DDP's start-up broadcast). A changed world size is refused."""
     ctx = D.context()
     payload = None
@@ -250,18 +250,21 @@ def _restore_everywhere(path: Path, model: Any, optimizer: Any) -> None:
                                   f"has {ctx.world_size}; LoRA dropout draws per-rank random numbers, so resume with "
                                   f"hyperparameters.nproc_per_node × nnodes = {saved}, or start a new run directory")
         else:
-            checkpoint.restore(path, model, optimizer)
+            checkpoint.restore(path, model, optimizer, scaler)
             if ctx.enabled:
                 rng = checkpoint.load_plain(path / "rng.pt")
-                payload = ("ok", D.on_cpu(optimizer.state_dict()), rng["ranks"])
+                scaled = scaler.state_dict() if scaler is not None else None
+                payload = ("ok", D.on_cpu(optimizer.state_dict()), rng["ranks"], scaled)
             else:
-                payload = ("ok", None, None)
+                payload = ("ok", None, None, None)
     payload = D.broadcast_object(payload, "checkpoint hand-over")
     if payload[0] == "refused":
         raise InvalidInput(payload[1])
     if ctx.enabled:
         if not ctx.is_main:
             optimizer.load_state_dict(payload[1])
+            if scaler is not None and payload[3]:
+                scaler.load_state_dict(payload[3])
         checkpoint.set_rng(payload[2][ctx.rank])
 
 
