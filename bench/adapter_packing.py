@@ -2,7 +2,7 @@
 
 Run in an adapter engine env that also has the `bench` group (TRL):
 
-    cd plugins/adapter && UV_PROJECT_ENVIRONMENT=/tmp/tt-bench/adapter uv sync --locked --group runtime --group bench
+    cd plugins/adapter && UV_PROJECT_ENVIRONMENT=/tmp/tt-bench/adapter uv sync --locked --group runtime --group bench --compile-bytecode
     TT_NUM_THREADS=2 /tmp/tt-bench/adapter/bin/python bench/adapter_packing.py [--rows 256] [--epochs 1]
 
 All three runs get the same tiny Llama-style model (built locally), the same
@@ -14,7 +14,14 @@ seed, `max_seq_length` 512. tt packs each micro-batch's rows into sequences of
 at most 512 tokens (position ids reset per row, block-diagonal attention);
 TRL packs with its default `bfd` strategy (padding-free: position ids, no
 attention mask). Throughput = row tokens (pad excluded) / wall seconds of the
-training loop (tokenization and model loading excluded). Prints one JSON line.
+training loop (tokenization and model loading excluded). Prints one JSON line,
+and one progress line per run on stderr.
+
+Why earlier runs crawled: with PYTHONDONTWRITEBYTECODE=1 and an env synced
+without `--compile-bytecode`, every start recompiles torch/transformers/peft/
+TRL from source (40-75 s); and two OpenMP threads on a loaded 2-core machine
+spin-wait on each other (steps 0.1 s -> 6.5 s at hidden 64). OMP_WAIT_POLICY
+defaults to PASSIVE here so load slows every run alike instead of at random.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch is imported
 
 SYSTEM = "Classify the sentiment of the review."
 
@@ -127,11 +135,16 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = build(Path(tmp) / "m", arch="llama", hidden=args.hidden, layers=args.layers)
         rows = rows_for(args.rows)
-        for _ in range(args.repeats):  # interleaved, so background load hits all alike
-            results["tt_padded"].append(run_tt(model_dir, rows, hp, packing=False))
-            results["tt_packed"].append(run_tt(model_dir, rows, hp, packing=True))
-            if not args.no_trl:
-                results["trl_packed"].append(run_trl(model_dir, rows, hp))
+        for repeat in range(args.repeats):  # interleaved, so background load hits all alike
+            for name in ("tt_padded", "tt_packed", "trl_packed"):
+                if name == "trl_packed" and args.no_trl:
+                    continue
+                started = time.perf_counter()
+                result = (run_trl(model_dir, rows, hp) if name == "trl_packed"
+                          else run_tt(model_dir, rows, hp, packing=name == "tt_packed"))
+                results[name].append(result)
+                print(f"repeat {repeat + 1} {name}: {result} ({time.perf_counter() - started:.1f} s with setup)",
+                      file=sys.stderr, flush=True)
     best = {k: max(v, key=lambda r: r["tokens_per_second"]) for k, v in results.items() if v}
     summary = {
         "rows": args.rows, "epochs": args.epochs, "hidden": args.hidden, "layers": args.layers,
