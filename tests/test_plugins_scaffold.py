@@ -44,7 +44,10 @@ def test_new_package_installs_next_to_tt_and_runs(tmp_path):
     assert '"tt-stagekit>=0.1,<0.2"' in (package / "pyproject.toml").read_text()
     stage_source = (package / "tt_engine_demo" / "stages" / "train.py").read_text()
     assert "tt_host" not in stage_source.replace("never imports `tt_host`", "")
-    assert "from tt_stagekit.protocol import" in stage_source and "run_main(main)" in stage_source
+    assert "from tt_stagekit.protocol import" in stage_source
+    # the stage reads a typed request, as the shipped engines' stages do (train.passes below comes through it)
+    assert "class DemoRequest(StageRequest):" in stage_source and "request.spec.demo" in stage_source
+    assert "run_main(main, request_type=DemoRequest)" in stage_source
 
     venv = tmp_path / "venv"
     uv = uv_binary()
