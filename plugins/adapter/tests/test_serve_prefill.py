@@ -106,6 +106,17 @@ def test_prompts_of_very_different_lengths_are_prefilled_apart():
     assert [len(g) for g in prefill_groups([job(10), job(10), job(41)])] == [2, 1]
 
 
+def test_ready_made_masks_only_where_every_layer_attends_in_full(model):
+    """A sliding-window model builds its own per-layer masks from the 2D padding mask."""
+    from transformers import Gemma2Config, LlamaConfig, MistralConfig, Qwen3Config
+
+    from tt_engine_adapter.serve.kvcache import windowed
+
+    assert not windowed(LlamaConfig()) and not windowed(Qwen3Config())
+    assert windowed(MistralConfig(sliding_window=4096)) and windowed(Gemma2Config())
+    assert Scheduler(model, max_batch=2, max_batch_tokens=2 * model.context_length)._masks.prepared
+
+
 def _full_decode_deltas(tokenizer, ids: list[int], stops: list[str]) -> list[str]:
     """The reference: decode the whole answer after every token (what the tracker did before)."""
     sent, out = "", []

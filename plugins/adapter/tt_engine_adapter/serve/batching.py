@@ -86,7 +86,7 @@ class Scheduler:
         accepted = inspect.signature(base.forward).parameters
         self._cache_kwarg = "cache" if "cache" in accepted else "past_key_values"
         self._last_logits = {"logits_to_keep": 1} if "logits_to_keep" in accepted else {}
-        self._masks = Masks(self.torch, model.device, base.dtype, getattr(base.config, "_attn_implementation", None))
+        self._masks = Masks(self.torch, model.device, base.dtype, base.config)
         pad = model.tokenizer.pad_token_id
         self._pad_id = int(pad) if pad is not None else min(model.stop_ids)  # masked out: any id will do
         self._pending: deque[Job] = deque()

@@ -10,8 +10,9 @@ row has is dropped with them.
 Masks are built here, not by the model: with an `sdpa` or `eager` attention
 implementation a prepared additive 4D mask (`[rows, 1, queries, keys]`, 0 or
 the dtype's minimum) goes in as it is, which saves the model deriving one
-from a 2D padding mask on every step; other implementations get the 2D mask
-(1 for a token, 0 for padding). A padding query in a prefill attends to
+from a 2D padding mask on every step; other implementations, and models with
+sliding-window layers (whose per-layer masks the model must build), get the
+2D mask (1 for a token, 0 for padding). A padding query in a prefill attends to
 itself only (never to nothing), so its outputs stay finite; they are masked
 out of every real token's attention.
 """
@@ -81,6 +82,14 @@ def layers(cache: Any) -> tuple[list[Any], list[Any]]:
     return keys, values
 
 
+def windowed(config: Any) -> bool:
+    """Whether some layer of the model attends through a sliding window."""
+    kinds = getattr(config, "layer_types", None)
+    if kinds:
+        return any(kind != "full_attention" for kind in kinds)
+    return getattr(config, "sliding_window", None) is not None and getattr(config, "use_sliding_window", True)
+
+
 @dataclass
 class Inputs:
     """Keyword arguments of one forward pass (besides the cache)."""
@@ -96,9 +105,9 @@ class Inputs:
 class Masks:
     """Builds padded inputs for a model on `device` whose attention implementation is `implementation`."""
 
-    def __init__(self, torch: Any, device: Any, dtype: Any, implementation: Optional[str]):
+    def __init__(self, torch: Any, device: Any, dtype: Any, config: Any):
         self.torch, self.device, self.dtype = torch, device, dtype
-        self.prepared = implementation in PREPARED_MASKS
+        self.prepared = getattr(config, "_attn_implementation", None) in PREPARED_MASKS and not windowed(config)
 
     def prefill(self, prompts: list[list[int]], pad_id: int) -> tuple[Inputs, list[int]]:
         """Left-padded prompts in one forward; (inputs, pads). Prompts of one length need no mask."""
