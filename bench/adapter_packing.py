@@ -17,11 +17,15 @@ attention mask). Throughput = row tokens (pad excluded) / wall seconds of the
 training loop (tokenization and model loading excluded). Prints one JSON line,
 and one progress line per run on stderr.
 
-Why earlier runs crawled: with PYTHONDONTWRITEBYTECODE=1 and an env synced
+Why `--rows 256` never finished: it asked sentiment_examples for 2,048
+distinct reviews of the 1,728 there are (an endless loop). Why runs crawled: with PYTHONDONTWRITEBYTECODE=1 and an env synced
 without `--compile-bytecode`, every start recompiles torch/transformers/peft/
 TRL from source (40-75 s); and two OpenMP threads on a loaded 2-core machine
 spin-wait on each other (steps 0.1 s -> 6.5 s at hidden 64). OMP_WAIT_POLICY
 defaults to PASSIVE here so load slows every run alike instead of at random.
+And TRL 1.x's SFTConfig defaults to bf16=True and gradient_checkpointing=True:
+bf16 autocast on a CPU without bf16 units made its step ~10x slower (one
+step over 16 rows: 12.1 s -> 1.4 s); both are now set as tt's run has them.
 """
 
 from __future__ import annotations
@@ -44,10 +48,12 @@ SYSTEM = "Classify the sentiment of the review."
 def rows_for(n: int) -> list[dict]:
     from tt_engine_adapter.testing.tiny_model import sentiment_examples
 
-    examples = sentiment_examples(n * 8, seed=1)
+    # a pool, reused round-robin: sentiment_examples has 1,728 distinct reviews and would loop forever
+    # asked for more (the old `n * 8` hung at --rows 256); rows up to --rows 128 are as before
+    examples = sentiment_examples(min(n * 8, 1024), seed=1)
     rows = []
     for i in range(n):
-        parts = examples[i * 8:i * 8 + 1 + (i * 5) % 8]  # 1..8 sentences: lengths vary as in real data
+        parts = [examples[(i * 8 + j) % len(examples)] for j in range(1 + (i * 5) % 8)]  # 1..8 sentences
         rows.append({"id": f"r{i}", "messages": [
             {"role": "system", "content": SYSTEM},
             {"role": "user", "content": ". ".join(p["input"] for p in parts)},
@@ -99,6 +105,9 @@ def run_trl(model_dir: Path, rows: list[dict], hp) -> dict:
             max_grad_norm=hp.max_grad_norm, logging_steps=1, save_strategy="no", report_to=[], seed=hp.seed,
             max_length=hp.max_seq_length, packing=True, completion_only_loss=True, dataloader_num_workers=0,
             use_cpu=True, disable_tqdm=True, optim="adamw_torch", dataset_num_proc=None,
+            # TRL 1.x defaults both on; tt's run is fp32 without recomputation (bf16 autocast on a CPU
+            # without bf16 units made TRL's step ~10x slower and measured something else)
+            bf16=False, fp16=False, gradient_checkpointing=hp.gradient_checkpointing,
         )
         peft_config = LoraConfig(r=hp.lora_rank, lora_alpha=hp.lora_alpha, lora_dropout=hp.lora_dropout,
                                  target_modules=hp.target_modules, bias="none", task_type="CAUSAL_LM")
