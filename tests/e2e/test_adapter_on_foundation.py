@@ -36,11 +36,11 @@ def pipeline(tmp_path_factory):
     root = tmp_path_factory.mktemp("aof")
     work = root / "example"
     shutil.copytree(EXAMPLE, work, ignore=shutil.ignore_patterns("runs", "base-model", ".tuned-tensor"))
-    shrink(work / "foundation" / "tunedtensor.json", "foundation", pretrain_steps=16, finetune_steps=6,
+    shrink(work / "foundation" / "tunedtensor.json", "foundation", pretrain_steps=16, finetune_steps=6, batch_size=8,
            checkpoint_interval_steps=8, tokenizer_max_chars=40000, max_chars=40000, log_interval_steps=4)
     shrink(work / "adapter" / "tunedtensor.json", "hyperparameters", n_epochs=1, max_steps=3, max_eval_examples=3,
            checkpoint_interval_steps=2)
-    tt = TT(base_env(root, []), work)
+    tt = TT({**base_env(root, []), "TT_NUM_THREADS": "1"}, work)  # tiny models: one thread is fastest on a shared CPU
     steps: dict = {"tt": tt, "work": work}
 
     code, out = tt.json("run", "foundation/tunedtensor.json", "--resume", "runs/foundation")

@@ -25,6 +25,7 @@ import pytest
 
 from adapter_support import (COMPARE, PEFT_CHECK, TT_BIN, build_tiny_model, engine_python, engine_run, hub_cache,
                              only_run_dir, tt, tt_env, write_spec)
+from process_tree import frozen
 
 HUB_ID, COMMIT = "tt-test/tiny", "c0ffee0123456789abcdef0123456789abcdef01"
 
@@ -126,16 +127,17 @@ def test_interrupted_training_resumes_to_the_same_adapter(finished, home, model,
     """The interrupted run names the same base as a local folder: same weights, same adapter."""
     spec = write_spec(home / "interrupted", str(model))
     run_dir = home / "interrupted-run"
-    proc = subprocess.Popen([TT_BIN, "run", str(spec), "--resume", str(run_dir)], env=tt_env(home), cwd=home,
+    env = dict(tt_env(home), TT_HOLD_AT_STEP="6")  # training waits after step 6 (checkpoint at 5) for the signal
+    proc = subprocess.Popen([TT_BIN, "run", str(spec), "--resume", str(run_dir)], env=env, cwd=home,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 600
     checkpoints = run_dir / "train" / "checkpoints"
-    while time.monotonic() < deadline and proc.poll() is None:
-        if checkpoints.is_dir() and any(p.name.startswith("step-") for p in checkpoints.iterdir()):
-            break
+    while not (checkpoints.is_dir() and any(p.name.startswith("step-") for p in checkpoints.iterdir())):
+        assert proc.poll() is None and time.monotonic() < deadline, "no checkpoint while training ran"
         time.sleep(0.05)
-    assert proc.poll() is None, "training ended before it could be interrupted"
-    proc.send_signal(signal.SIGINT)
+    with frozen(proc.pid):  # held while it is checked and signalled: it cannot finish in between
+        assert proc.poll() is None and not (run_dir / "train" / "adapter").exists(), "training ended first"
+        proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 130, out[-3000:]
     assert not (run_dir / "train" / "adapter").exists()

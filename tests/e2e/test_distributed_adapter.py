@@ -60,7 +60,8 @@ def test_two_process_adapter_verifies_and_matches_one_process(home, model):
 def test_sigterm_checkpoints_once_and_another_world_size_is_refused(home, model):
     spec = write_spec(home / "stopped", str(model),
                       hyperparameters={**HP, "n_epochs": 3, "checkpoint_interval_steps": 100, "nproc_per_node": 2})
-    proc = subprocess.Popen([TT_BIN, "run", str(spec)], env=tt_env(home), cwd=home, stdout=subprocess.PIPE,
+    env = dict(tt_env(home), TT_HOLD_AT_STEP="5")  # training waits at step 5 for the signal: it cannot end first
+    proc = subprocess.Popen([TT_BIN, "run", str(spec)], env=env, cwd=home, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     seen = []
     for line in proc.stdout:  # wait for training to be under way, then stop it
