@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from pydantic import ValidationError
 
 from tt_engine_adapter.spec import Hyperparameters
 from tt_engine_foundation.spec import FoundationConfig
-from tt_stagekit.launcher import endpoint_error, nodes_error
+from tt_host.spec.schema import DistributedSettings as SpecSettings
+from tt_stagekit.launcher import DistributedSettings, endpoint_error, nodes_error
 
 
 def test_endpoint_and_nodes_checks():
@@ -28,3 +31,17 @@ def test_both_engines_refuse_with_their_own_field_names(model, prefix):
     with pytest.raises(ValidationError, match="is not host:port"):
         model(nnodes=2, rdzv_endpoint="nohost")
     assert model(nnodes=2, node_rank=1, rdzv_endpoint=" h:29500 ").rdzv_endpoint == "h:29500"
+
+
+def test_the_settings_are_declared_once_for_both_engines():
+    """Both engines' spec blocks and typed stage configs inherit the four fields (bounds, defaults, checks)."""
+    from tt_engine_adapter.runtime import config as adapter_config
+    from tt_engine_foundation.runtime import config as foundation_config
+
+    names = [f.name for f in dataclasses.fields(DistributedSettings)]
+    assert names == list(SpecSettings.model_fields) == ["nproc_per_node", "nnodes", "node_rank", "rdzv_endpoint"]
+    assert issubclass(Hyperparameters, SpecSettings) and issubclass(FoundationConfig, SpecSettings)
+    assert issubclass(adapter_config.Hyperparameters, DistributedSettings)
+    assert issubclass(foundation_config.FoundationConfig, DistributedSettings)
+    assert Hyperparameters(nproc_per_node=2, nnodes=3, node_rank=2, rdzv_endpoint="h:1", batch_size=6).world_size == 6
+    assert adapter_config.Hyperparameters(nproc_per_node=4).world_size == 4

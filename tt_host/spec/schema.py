@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any, Optional, Union
+from typing import Annotated, Any, ClassVar, Optional, Union
 
 from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, StringConstraints,
                       ValidationInfo, field_validator, model_validator)
+
+from tt_stagekit.launcher import endpoint_error, nodes_error
 
 
 class StrictModel(BaseModel):
@@ -27,6 +29,48 @@ class StrictModel(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
+
+
+class DistributedSettings(StrictModel):
+    """The torchrun settings of an engine block whose training stages can run distributed (docs/distributed.md).
+
+    An engine's block inherits the four fields (the same names, bounds and defaults in every engine; the launcher,
+    `tt_stagekit.launcher.stage_arguments`, reads them) and the checks between them: a malformed
+    `rdzv_endpoint`, `nnodes > 1` without one, `node_rank >= nnodes`. `spec_path` is the block's dotted place in
+    the spec, which the errors name (`hyperparameters.node_rank (2) must be smaller than hyperparameters.nnodes
+    (2)`). Rules that depend on the engine (how its batch splits across processes, the devices it runs on)
+    stay in the engine's block. The stage side of the same fields is `tt_stagekit.launcher.DistributedSettings`.
+    """
+
+    spec_path: ClassVar[str] = ""
+
+    nproc_per_node: int = Field(1, ge=1, le=64, description="Processes (GPUs) per node for the stages that train; "
+                                "above 1 they run under torchrun with DistributedDataParallel (docs/distributed.md).")
+    nnodes: int = Field(1, ge=1, le=1024, description="Machines taking part; above 1 needs rdzv_endpoint and "
+                        "node_rank.")
+    node_rank: int = Field(0, ge=0, le=1023, description="This machine's index among nnodes (0 on the machine at "
+                           "rdzv_endpoint).")
+    rdzv_endpoint: Optional[str] = Field(None, min_length=1, max_length=255, description="host:port of node 0 for a "
+                                         "multi-node run (torchrun's master address and port).")
+
+    @property
+    def world_size(self) -> int:
+        """How many processes train: nproc_per_node × nnodes."""
+        return self.nproc_per_node * self.nnodes
+
+    @field_validator("rdzv_endpoint")
+    @classmethod
+    def _endpoint(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and (error := endpoint_error(value)):
+            raise ValueError(error)
+        return value.strip() if value is not None else None
+
+    @model_validator(mode="after")
+    def _nodes(self) -> "DistributedSettings":
+        if error := nodes_error(f"{self.spec_path}." if self.spec_path else "", self.nnodes, self.node_rank,
+                                self.rdzv_endpoint):
+            raise ValueError(error)
+        return self
 
 
 class Example(StrictModel):

@@ -15,7 +15,7 @@ from typing import Any, Iterable, Optional
 from tt_host.engine import SERVE_HF, SERVE_ON_BASE, Check, Engine, Export, ModelKind, Serve, Stage
 from tt_host.hookspecs import hookimpl
 from tt_host.preflight import torch_device_check
-from tt_host.spec.schema import BehaviorSpec
+from tt_host.spec.schema import BehaviorSpec, DistributedSettings
 
 from tt_engine_adapter import fingerprint, memory_estimate
 from tt_engine_adapter.spec import HEX40, AdapterSpec, Hyperparameters
@@ -63,7 +63,7 @@ def _train_inputs(spec: AdapterSpec) -> dict[str, Any]:
     return {**_base_model(spec), **_instruction(spec), "training": training}
 
 
-DISTRIBUTED_KEYS = ("nproc_per_node", "nnodes", "node_rank", "rdzv_endpoint")
+DISTRIBUTED_KEYS = tuple(DistributedSettings.model_fields)
 
 
 def _train_launch(spec: AdapterSpec) -> list[str]:
@@ -185,7 +185,7 @@ def _memory_check(spec: AdapterSpec, device: str) -> Optional[Check]:
 
 def _world_check(hp: Hyperparameters, device: str) -> Check:
     """The requested training world size against the devices present (one GPU per process on CUDA)."""
-    world = hp.nproc_per_node * hp.nnodes
+    world = hp.world_size
     where = f"{hp.nproc_per_node} process(es) per node × {hp.nnodes} node(s) = world size {world}"
     gpus = _nvidia_gpus() if device in ("cuda", "auto") else []
     if gpus:

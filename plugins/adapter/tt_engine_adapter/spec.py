@@ -10,15 +10,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Literal, Optional, Union
+from typing import Any, ClassVar, Literal, Optional, Union
 
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from tt_host.spec.compiler import compile_system_message
-from tt_host.spec.schema import BehaviorSpec, StrictModel, resolve_path
+from tt_host.spec.schema import BehaviorSpec, DistributedSettings, StrictModel, resolve_path
 
 from tt_engine_adapter import fingerprint, lengthcheck, rows
-from tt_stagekit.launcher import endpoint_error, nodes_error
 
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
 # A branch or tag name as the hub takes it (git's ref rules, simplified): `main`, `v1.0`, `refs/pr/3`.
@@ -33,10 +32,12 @@ def _compiled(info: ValidationInfo) -> str:
     return compile_system_message(SimpleNamespace(**fields))
 
 
-class Hyperparameters(StrictModel):
-    """LoRA and training knobs. Strict types: "3" is not an int here."""
+class Hyperparameters(DistributedSettings):
+    """LoRA and training knobs, and the torchrun settings of the train stage (`DistributedSettings`: its
+    nproc_per_node, nnodes, node_rank and rdzv_endpoint). Strict types: "3" is not an int here."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    spec_path: ClassVar[str] = "hyperparameters"
 
     n_epochs: int = Field(3, ge=1, le=1000, description="Passes over the training rows.")
     max_steps: Optional[int] = Field(None, ge=1, description="Stop after this many optimizer steps (caps n_epochs).")
@@ -67,22 +68,11 @@ class Hyperparameters(StrictModel):
     keep_checkpoints: int = Field(2, ge=1, le=1000)
     log_interval_steps: int = Field(1, ge=1)
     seed: int = Field(42, ge=0, le=2**32 - 1)
-    nproc_per_node: int = Field(1, ge=1, le=64, description="Training processes (GPUs) per node; above 1 trains under torchrun with DistributedDataParallel.")
-    nnodes: int = Field(1, ge=1, le=1024, description="Machines taking part in training; above 1 needs rdzv_endpoint.")
-    node_rank: int = Field(0, ge=0, le=1023, description="This machine's index among nnodes.")
-    rdzv_endpoint: Optional[str] = Field(None, min_length=1, max_length=255, description="host:port of node 0 (multi-node).")
     train_on_turns: Literal["all", "last"] = Field(
         "all", description="Loss on every assistant turn of a multi-turn row, or on its last answer only.")
     packing: bool = Field(False, description="Lay each micro-batch's rows end to end in sequences of at most "
                                              "max_seq_length tokens (no padding between rows, attention and "
                                              "positions reset per row).")
-
-    @field_validator("rdzv_endpoint")
-    @classmethod
-    def _endpoint(cls, value: Optional[str]) -> Optional[str]:
-        if value is not None and (error := endpoint_error(value)):
-            raise ValueError(error)
-        return value.strip() if value is not None else None
 
     @model_validator(mode="after")
     def _early_stopping(self) -> "Hyperparameters":
@@ -93,9 +83,7 @@ class Hyperparameters(StrictModel):
 
     @model_validator(mode="after")
     def _world(self) -> "Hyperparameters":
-        if error := nodes_error("hyperparameters.", self.nnodes, self.node_rank, self.rdzv_endpoint):
-            raise ValueError(error)
-        world = self.nproc_per_node * self.nnodes
+        world = self.world_size
         if world > 1 and self.batch_size % world:
             raise ValueError(
                 f"hyperparameters.batch_size ({self.batch_size}) rows per micro-batch cannot be split evenly across "

@@ -13,13 +13,12 @@ import os
 import stat
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Literal, Optional
+from typing import ClassVar, Literal, Optional
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from tt_host.spec.schema import BehaviorSpec, StrictModel, resolve_path, symlink_in
+from tt_host.spec.schema import BehaviorSpec, DistributedSettings, resolve_path, symlink_in
 from tt_stagekit.chatrows import read_chat_file
-from tt_stagekit.launcher import endpoint_error, nodes_error
 from tt_stagekit.promptfit import length_message, words
 from tt_stagekit.userinput import loads, os_reason, special_kind
 
@@ -121,8 +120,11 @@ def resolve_init_model(value: str, info: ValidationInfo) -> str:
     return str(resolved.path)
 
 
-class FoundationConfig(StrictModel):
-    """Every knob of the foundation engine (docs/foundation.md), with bounds and defaults."""
+class FoundationConfig(DistributedSettings):
+    """Every knob of the foundation engine (docs/foundation.md), with bounds and defaults; the torchrun settings
+    of pretraining and SFT (nproc_per_node, nnodes, node_rank, rdzv_endpoint) come from `DistributedSettings`."""
+
+    spec_path: ClassVar[str] = "foundation"
 
     corpus_path: Optional[Path] = Field(None, description="Pretraining text: .txt, .jsonl (text), .parquet (text) or a folder of them. Unset: the smoke corpus from the spec.")
     validation_path: Optional[Path] = Field(None, description="Held-out text for BPB, same formats; must differ from corpus_path.")
@@ -150,10 +152,6 @@ class FoundationConfig(StrictModel):
     seed: int = Field(1337, ge=0, le=2**31 - 1)
     finetune_steps: int = Field(100, ge=0, le=10_000_000)
     rl_steps: int = Field(0, ge=0, le=10_000_000)
-    nproc_per_node: int = Field(1, ge=1, le=64, description="Processes (GPUs) per node for pretraining and SFT; above 1 runs them under torchrun with DistributedDataParallel.")
-    nnodes: int = Field(1, ge=1, le=1024, description="Machines taking part; above 1 needs rdzv_endpoint and node_rank (docs/distributed.md).")
-    node_rank: int = Field(0, ge=0, le=1023, description="This machine's index among nnodes (0 on the machine at rdzv_endpoint).")
-    rdzv_endpoint: Optional[str] = Field(None, min_length=1, max_length=255, description="host:port of node 0 for a multi-node run (torchrun's master address and port).")
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     compile: bool = Field(False, description="torch.compile the model for pretraining.")
     sft_datasets: list[Path] = Field(default_factory=list, max_length=64, description="Chat JSONL files (messages or prompt/completion rows, multi-turn) that SFT trains on besides the spec's training examples.")
@@ -228,13 +226,6 @@ class FoundationConfig(StrictModel):
             raise ValueError("must be a registered model id or a model folder, not blank")
         return resolve_init_model(value, info)
 
-    @field_validator("rdzv_endpoint")
-    @classmethod
-    def _endpoint(cls, value: Optional[str]) -> Optional[str]:
-        if value is not None and (error := endpoint_error(value)):
-            raise ValueError(error)
-        return value.strip() if value is not None else None
-
     @model_validator(mode="after")
     def _init_alone(self) -> "FoundationConfig":
         if self.init_model is not None:
@@ -246,9 +237,7 @@ class FoundationConfig(StrictModel):
 
     @model_validator(mode="after")
     def _world(self) -> "FoundationConfig":
-        if error := nodes_error("foundation.", self.nnodes, self.node_rank, self.rdzv_endpoint):
-            raise ValueError(error)
-        world = self.nproc_per_node * self.nnodes
+        world = self.world_size
         if world > 1 and self.device == "mps":
             raise ValueError("foundation.nproc_per_node × nnodes > 1 needs device cpu (gloo) or cuda (NCCL), not mps")
         if world > 1 and self.batch_size % world and self.gradient_accumulation_steps % world:

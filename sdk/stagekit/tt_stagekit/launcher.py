@@ -13,6 +13,10 @@ Two halves:
   which torchrun forwards to every rank) exits 130, and a rank that died from a
   signal is named in one error event.
 
+`DistributedSettings` is the stage side of the four settings: an engine's typed
+stage config (`tt_stagekit.stageconfig`) inherits it in the block that carries
+them, as the host's spec model inherits `tt_host.spec.schema.DistributedSettings`.
+
 Single node: `--standalone` (a private rendezvous on a free local port).
 Several nodes: static rendezvous at `rdzv_endpoint` (host:port of node 0),
 with `node_rank` fixing each node's ranks. See docs/distributed.md.
@@ -25,12 +29,33 @@ import json
 import os
 import signal
 import sys
+from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 from tt_stagekit import signals
 
 MODULE = "tt_stagekit.launcher"
 DEFAULT_MASTER_PORT = 29500
+
+
+@dataclass(frozen=True)
+class DistributedSettings:
+    """nproc_per_node, nnodes, node_rank and rdzv_endpoint in a typed stage config, with the spec's defaults.
+
+    A frozen dataclass of an engine's stage config inherits it in the block that holds the four settings (its
+    fields come first, as in the spec model that inherits the host's `DistributedSettings`). Under torchrun a
+    rank learns its place from the environment (`tt_stagekit.distributed`); these fields say what was asked.
+    """
+
+    nproc_per_node: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: Optional[str] = None
+
+    @property
+    def world_size(self) -> int:
+        """How many processes train: nproc_per_node × nnodes."""
+        return self.nproc_per_node * self.nnodes
 
 
 def world_size(settings: Mapping[str, Any]) -> int:

@@ -14,14 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Mapping, Optional, Union
 
+from tt_stagekit.launcher import DistributedSettings
 from tt_stagekit.stageconfig import Example, StageRequest, parse_request
 
 SPLITS = ("train", "validation", "test")
 
 
 @dataclass(frozen=True)
-class Hyperparameters:
-    """`spec.hyperparameters`: LoRA and training knobs."""
+class Hyperparameters(DistributedSettings):
+    """`spec.hyperparameters`: LoRA and training knobs (the torchrun settings from `DistributedSettings`)."""
 
     n_epochs: int = 3
     max_steps: Optional[int] = None
@@ -49,10 +50,6 @@ class Hyperparameters:
     keep_checkpoints: int = 2
     log_interval_steps: int = 1
     seed: int = 42
-    nproc_per_node: int = 1
-    nnodes: int = 1
-    node_rank: int = 0
-    rdzv_endpoint: Optional[str] = None
     train_on_turns: Literal["all", "last"] = "all"
     packing: bool = False
 

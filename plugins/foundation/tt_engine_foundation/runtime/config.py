@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Mapping, Optional
 
+from tt_stagekit.launcher import DistributedSettings
 from tt_stagekit.stageconfig import Example, StageRequest, parse_request
 
 
 @dataclass(frozen=True)
-class FoundationConfig:
-    """`spec.foundation`: every knob of the engine (docs/foundation.md)."""
+class FoundationConfig(DistributedSettings):
+    """`spec.foundation`: every knob of the engine (docs/foundation.md); the torchrun settings from `DistributedSettings`."""
 
     corpus_path: Optional[Path] = None
     validation_path: Optional[Path] = None
@@ -48,10 +49,6 @@ class FoundationConfig:
     seed: int = 1337
     finetune_steps: int = 100
     rl_steps: int = 0
-    nproc_per_node: int = 1
-    nnodes: int = 1
-    node_rank: int = 0
-    rdzv_endpoint: Optional[str] = None
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     compile: bool = False
     sft_datasets: tuple[Path, ...] = ()
