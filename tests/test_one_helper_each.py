@@ -1,4 +1,5 @@
-"""Each shared helper has one implementation, in tt_stagekit, used by the host, the engines and the scaffold.
+"""Each shared helper has one implementation, in tt_stagekit (spec models: tt_host.spec.schema), used by the
+host, the engines and the scaffold.
 
 The repository's `duplicates` tool finds repeated blocks of six lines or more; these helpers are shorter,
 so this test pins them by what a copy would contain (a definition, a hashing loop, a temp-file rename,
@@ -20,6 +21,9 @@ ONLY_IN = {
     r"digest\.update\((block|chunk)\)": "sdk/stagekit/tt_stagekit/files.py",  # sha256 of a file, read in blocks
     r"tempfile\.mkstemp\(": "sdk/stagekit/tt_stagekit/files.py",  # atomic write: temp file + rename
     r"[\"']nvidia-smi[\"']": "sdk/stagekit/tt_stagekit/gpus.py",
+    # The torchrun settings: a spec block's (pydantic, host side) and a typed stage config's (dataclass).
+    r"^\s*nproc_per_node: int = Field\(": "tt_host/spec/schema.py",
+    r"^\s*nproc_per_node: int = 1$": "sdk/stagekit/tt_stagekit/launcher.py",
 }
 
 
