@@ -25,6 +25,15 @@ def compile_system_message(spec: Any) -> str:
     return chatrows.compile_system_message(spec.system_prompt or "", spec.guidelines or [], spec.constraints or [])
 
 
+def compile_validated_so_far(info: Any) -> str:
+    """The system message of a spec still being validated, from the neutral fields validated so far
+    (`info`: the pydantic `ValidationInfo` of an engine block's field validator, which runs after them). An
+    engine checks lengths against it; a field that failed validation counts as empty (its own error is shown)."""
+    data = info.data
+    return chatrows.compile_system_message(data.get("system_prompt") or "", data.get("guidelines") or [],
+                                           data.get("constraints") or [])
+
+
 def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 

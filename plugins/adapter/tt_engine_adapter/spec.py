@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, ClassVar, Literal, Optional, Union
 
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from tt_host.spec.compiler import compile_system_message
+from tt_host.spec.compiler import compile_validated_so_far
 from tt_host.spec.schema import BehaviorSpec, DistributedSettings, StrictModel, resolve_path
 
 from tt_engine_adapter import fingerprint, lengthcheck, rows
@@ -24,12 +23,6 @@ HEX40 = re.compile(r"^[0-9a-f]{40}$")
 REF_NAME = re.compile(r"^(?!.*\.\.)(?!.*//)(?!.*\.lock$)[A-Za-z0-9][A-Za-z0-9._/-]{0,254}(?<![/.])$")
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 MODULE_NAME = re.compile(r"^[A-Za-z0-9_.]+$")
-
-
-def _compiled(info: ValidationInfo) -> str:
-    """The host compiler's system message for the fields validated so far (tt_host.spec.compiler)."""
-    fields = {key: info.data.get(key) for key in ("system_prompt", "guidelines", "constraints")}
-    return compile_system_message(SimpleNamespace(**fields))
 
 
 class Hyperparameters(DistributedSettings):
@@ -254,7 +247,7 @@ class AdapterSpec(BehaviorSpec):
         """Refuse what can be proven too long without a tokenizer (lengthcheck); prefetch checks exactly."""
         if info.data.get("base_model") is None:
             return value
-        system = _compiled(info)
+        system = compile_validated_so_far(info)
         answers = [example.output for example in info.data.get("examples", [])]
         error = lengthcheck.length_error(info.data["base_model"], system, answers, value.max_seq_length)
         if error:
@@ -266,7 +259,7 @@ class AdapterSpec(BehaviorSpec):
     def _datasets(cls, value: Optional[Datasets], info: ValidationInfo) -> Optional[Datasets]:
         if value is None:
             return value
-        system = _compiled(info)
+        system = compile_validated_so_far(info)
         inputs = [example.input for example in info.data.get("examples", [])]
         try:
             rows.check_datasets(value.paths(), system, inputs)

@@ -12,7 +12,6 @@ import errno
 import os
 import stat
 from pathlib import Path
-from types import SimpleNamespace
 from typing import ClassVar, Literal, Optional
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
@@ -274,11 +273,9 @@ class FoundationSpec(BehaviorSpec):
         least one token, plus the row's 7 special tokens (with an empty user
         message). The tokenizer stage checks the exact length (exit 2).
         """
-        from tt_host.spec.compiler import compile_system_message
+        from tt_host.spec.compiler import compile_validated_so_far
 
-        fields = {key: info.data.get(key, default) for key, default in
-                  (("system_prompt", ""), ("guidelines", []), ("constraints", []))}
-        system = compile_system_message(SimpleNamespace(**fields))
+        system = compile_validated_so_far(info)
         answers = [example.output for example in info.data.get("examples", [])]
         needed = ROW_SPECIAL_TOKENS + words(system) + max((words(a) for a in answers), default=0)
         if needed > value.sequence_length + 1:  # a row of n ids trains n - 1 positions
