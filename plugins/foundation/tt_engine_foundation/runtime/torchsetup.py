@@ -1,13 +1,16 @@
-"""Per-process torch settings for a stage: threads, denormals, the device and the autocast dtype."""
+"""Per-process torch settings for a stage: threads, denormals, the device and the autocast dtype.
+
+`open_stage` is how every stage that loads a model starts: these settings, its device and the run's tokenizer.
+"""
 
 from __future__ import annotations
 
 import os
-from typing import Optional
+from typing import Any, Optional
 
 from tt_stagekit.devices import pick_device
 
-from tt_engine_foundation.runtime.config import FoundationConfig
+from tt_engine_foundation.runtime.config import FoundationConfig, FoundationRequest
 
 
 def setup_threads() -> None:
@@ -35,3 +38,18 @@ def autocast_dtype(cfg: FoundationConfig, device) -> Optional["torch.dtype"]:  #
     import torch
 
     return torch.bfloat16 if cfg.bf16 and device.type == "cuda" else None
+
+
+def open_stage(request: FoundationRequest, distributed: bool = False) -> tuple[Any, Any]:
+    """The start of a stage that loads a model: threads and denormals, then its torch.device (`--device`, else
+    `foundation.device`) and the run's tokenizer. `distributed` (pretrain, SFT): under torchrun the rank first
+    joins the process group and gets its own device (`tt_stagekit.distributed.init`)."""
+    from tt_engine_foundation.runtime.tokenizer import load_run_tokenizer
+
+    setup_threads()
+    device = torch_device(request.device_choice)
+    if distributed:
+        from tt_stagekit import distributed as D
+
+        device = D.init(device)
+    return device, load_run_tokenizer(request.layout.tokenizer_json)

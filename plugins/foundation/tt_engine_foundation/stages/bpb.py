@@ -17,13 +17,11 @@ def main(request: FoundationRequest) -> dict[str, Any]:
     from tt_engine_foundation.runtime.bpb import evaluate_bpb
     from tt_engine_foundation.runtime.corpus import iter_documents, list_shards, smoke_documents, truncate
     from tt_engine_foundation.runtime.model_io import load_model_dir
-    from tt_engine_foundation.runtime.torchsetup import autocast_dtype, setup_threads, torch_device
+    from tt_engine_foundation.runtime.torchsetup import autocast_dtype, open_stage
 
-    setup_threads()
+    device, tok = open_stage(request)
     cfg = request.cfg
     lay = request.layout
-    device = torch_device(request.device_choice)
-    tok = T.load_run_tokenizer(lay.tokenizer_json)
     validation = cfg.validation_path
     cap = cfg.bpb_max_chars
     cut: list[str] = []

@@ -25,14 +25,12 @@ def main(request: FoundationRequest) -> dict[str, Any]:
     from tt_engine_foundation.runtime.generate import generate
     from tt_engine_foundation.runtime.model_io import load_model_dir
     from tt_engine_foundation.runtime.rl import fit_prompts, max_new_tokens
-    from tt_engine_foundation.runtime.torchsetup import autocast_dtype, setup_threads, torch_device
+    from tt_engine_foundation.runtime.torchsetup import autocast_dtype, open_stage
     from tt_stagekit.promptfit import trimmed_note
 
-    setup_threads()
+    device, tok = open_stage(request)
     cfg = request.cfg
     lay = request.layout
-    device = torch_device(request.device_choice)
-    tok = T.load_run_tokenizer(lay.tokenizer_json)
     baseline = request.stage == "general_baseline"
     if baseline:
         source, folder = "pretrained", lay.base_model  # this run's pretrain/model, or foundation.init_model

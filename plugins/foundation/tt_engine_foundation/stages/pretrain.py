@@ -25,13 +25,11 @@ def main(request: FoundationRequest) -> dict[str, Any]:
     from tt_engine_foundation.runtime.model import config_for_depth
     from tt_engine_foundation.runtime.model_io import save_model_dir
     from tt_engine_foundation.runtime.pretrain import read_series, run_pretraining, training_config
-    from tt_engine_foundation.runtime.torchsetup import setup_threads, torch_device
+    from tt_engine_foundation.runtime.torchsetup import open_stage
 
-    setup_threads()
+    device, tok = open_stage(request, distributed=True)
     cfg = request.cfg
     lay = request.layout
-    device = D.init(torch_device(request.device_choice))
-    tok = T.load_run_tokenizer(lay.tokenizer_json)
     check_fits(tok, cfg.sequence_length, request.system_message, request.answers)  # sequence_length may have changed since the tokenizer stage: exit 2 before training
     manifest = TC.read_manifest(lay.tokens_manifest)
     if manifest is None:

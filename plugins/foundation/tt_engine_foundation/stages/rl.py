@@ -10,17 +10,14 @@ from tt_engine_foundation.runtime.config import FoundationRequest
 
 
 def main(request: FoundationRequest) -> dict[str, Any]:
-    from tt_engine_foundation.runtime import tokenizer as T
     from tt_engine_foundation.runtime.model_io import load_model_dir, save_model_dir
     from tt_engine_foundation.runtime.rl import run_rl
-    from tt_engine_foundation.runtime.torchsetup import autocast_dtype, setup_threads, torch_device
+    from tt_engine_foundation.runtime.torchsetup import autocast_dtype, open_stage
     from tt_stagekit.promptfit import trimmed_note
 
-    setup_threads()
+    device, tok = open_stage(request)
     cfg = request.cfg
     lay = request.layout
-    device = torch_device(request.device_choice)
-    tok = T.load_run_tokenizer(lay.tokenizer_json)
     rows = list(request.train_rows)
     model = load_model_dir(lay.model_dir("sft"), device)
 

@@ -35,18 +35,14 @@ def sft_rows(request: FoundationRequest) -> list[dict]:
 
 
 def main(request: FoundationRequest) -> dict[str, Any]:
-    from tt_stagekit import distributed as D
-    from tt_engine_foundation.runtime import tokenizer as T
     from tt_engine_foundation.runtime.model_io import load_model_dir, save_model_dir
     from tt_engine_foundation.runtime.sft import SftCheckpoints, run_sft, sft_config
-    from tt_engine_foundation.runtime.torchsetup import autocast_dtype, setup_threads, torch_device
+    from tt_engine_foundation.runtime.torchsetup import autocast_dtype, open_stage
     from tt_stagekit.promptfit import trimmed_note
 
-    setup_threads()
+    device, tok = open_stage(request, distributed=True)
     cfg = request.cfg
     lay = request.layout
-    device = D.init(torch_device(request.device_choice))
-    tok = T.load_run_tokenizer(lay.tokenizer_json)
     rows = sft_rows(request)
     model = load_model_dir(lay.base_model, device)
     peak_lr = cfg.peak_learning_rate(model.cfg.hidden_size)
