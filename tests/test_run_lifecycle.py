@@ -12,15 +12,6 @@ from conftest import echo_spec, write_spec
 from process_support import held, signal_pending, wait_until
 
 
-def wait_for(predicate, timeout=120.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def train_step(run: Path) -> int:
     try:
         return json.loads((run / "train" / "state.json").read_text())["step"]
@@ -145,7 +136,8 @@ def test_a_stage_that_ignores_sigterm_is_killed_after_the_grace_period(tt, tmp_p
     run = tmp_path / "run"
     proc = tt.popen("run", write_spec(tmp_path / "s", echo_spec(steps=100000, step_seconds=0.02, ignore_stop=True)),
                     "--resume", run)
-    assert wait_for(lambda: train_step(run) >= 2), proc.stderr.read() if proc.poll() is not None else "no progress"
+    wait_until(lambda: train_step(run) >= 2 or proc.poll() is not None, "two training steps")
+    assert proc.poll() is None, proc.stderr.read()
     assert stage_pids(run)
     signalled = time.monotonic()
     proc.send_signal(signal.SIGTERM)

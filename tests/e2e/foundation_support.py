@@ -11,7 +11,6 @@ import contextlib
 import hashlib
 import json
 import os
-import random
 import shutil
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from process_tree import frozen
+from tt_engine_foundation.testing import write_corpus  # the engine's tests train on the same corpus
 
 REPO = Path(__file__).resolve().parents[2]
 TT_BIN = shutil.which("tt", path=str(Path(sys.executable).parent)) or "tt"
@@ -49,15 +49,6 @@ def tt_popen(tmp_path: Path, *args: Any, hold_at: Optional[int] = None) -> subpr
         env["TT_HOLD_AT_STEP"] = str(hold_at)
     return subprocess.Popen([TT_BIN, *map(str, args)], env=env, cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def write_corpus(path: Path, seed: int, rows: int) -> Path:
-    r = random.Random(seed)
-    with open(path, "w", encoding="utf-8") as handle:
-        for _ in range(rows):
-            a, b = r.randint(0, 40), r.randint(0, 40)
-            handle.write(json.dumps({"text": f"{a} plus {b} is {a + b}. What is {a} plus {b}? {a + b}"}) + "\n")
-    return path
 
 
 def tiny_spec(folder: Path, **foundation: Any) -> Path:

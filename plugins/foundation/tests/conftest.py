@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -17,6 +16,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 import pytest
+
+from tt_engine_foundation.testing import write_corpus
 
 STAGES = ["tokenizer", "token_cache", "pretrain", "bpb", "sft", "rl", "chat_eval"]
 SYSTEM = "Answer with the sum only."
@@ -47,15 +48,6 @@ def train_rows(n: int = 12) -> list[dict[str, Any]]:
 def eval_prompts(n: int = 3) -> list[dict[str, Any]]:
     return [{"id": f"e{i}", "messages": [{"role": "system", "content": SYSTEM},
                                          {"role": "user", "content": f"What is {i} plus 5?"}]} for i in range(n)]
-
-
-def write_corpus(path: Path, seed: int = 1, rows: int = 400) -> Path:
-    r = random.Random(seed)
-    with open(path, "w", encoding="utf-8") as handle:
-        for _ in range(rows):
-            a, b = r.randint(0, 40), r.randint(0, 40)
-            handle.write(json.dumps({"text": f"{a} plus {b} is {a + b}. What is {a} plus {b}? {a + b}"}) + "\n")
-    return path
 
 
 def make_request(run_dir: Path, stage: str, cfg: dict[str, Any], resume: bool = False) -> Path:
