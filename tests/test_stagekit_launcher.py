@@ -45,3 +45,22 @@ def test_the_settings_are_declared_once_for_both_engines():
     assert issubclass(foundation_config.FoundationConfig, DistributedSettings)
     assert Hyperparameters(nproc_per_node=2, nnodes=3, node_rank=2, rdzv_endpoint="h:1", batch_size=6).world_size == 6
     assert adapter_config.Hyperparameters(nproc_per_node=4).world_size == 4
+
+
+def test_doctor_checks_the_world_size_the_same_way_for_both_engines():
+    """One world-size check (tt_host.preflight.world_size_check), named after each engine's field."""
+    import os
+    import shutil
+
+    from tt_host.preflight import world_size_check
+
+    for model, name in ((Hyperparameters, "hyperparameters.nproc_per_node"), (FoundationConfig, "foundation.nproc_per_node")):
+        assert world_size_check(name, model(), "cpu").status == "ok"
+        two = world_size_check(name, model(nproc_per_node=2, batch_size=8), "cpu")
+        assert (two.name, two.status) == (name, "ok") and "gloo on CPU" in two.detail
+        assert world_size_check(name, model(nproc_per_node=2, batch_size=8), "mps").status == "fail"
+        many = (os.cpu_count() or 1) + 1
+        if many <= 64:  # more processes than cores
+            assert world_size_check(name, model(nproc_per_node=many, batch_size=8 * many), "cpu").status == "warn"
+        if shutil.which("nvidia-smi") is None:  # CUDA asked for on a machine without a GPU
+            assert world_size_check(name, model(nproc_per_node=2, batch_size=8), "cuda").status == "fail"

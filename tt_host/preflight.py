@@ -1,5 +1,6 @@
 """Preflight checks that `tt doctor` runs for a spec: the device as torch in the engine's environment sees
-it, and the disk space, writability and filesystems of the folders a run will write.
+it, the torchrun world size against the devices here, and the disk space, writability and filesystems of the
+folders a run will write.
 
 The device probe is a short subprocess of the engine environment's python
 (`python -m tt_stagekit.probe DEVICE`), so the host never imports torch and the
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
 from tt_host.engine import Check, DiskNeed, Engine
+from tt_stagekit.gpus import nvidia_gpus
 
 PROBE_TIMEOUT_SECONDS = 180.0
 
@@ -84,6 +86,34 @@ def torch_device_check(engine: Engine, device: str, name: str) -> Check:
                      "the driver is probably too old for this torch; update it, or set device cpu to silence this",
                      info)
     return Check(name, "ok", f"{info.get('device')}: {detail}", "", info)
+
+
+def world_size_check(name: str, settings: Any, device: str) -> Check:
+    """A spec block's torchrun settings (`tt_host.spec.schema.DistributedSettings`) against this machine, for
+    `device` (the one the run will use): on CUDA one GPU per process, counted by nvidia-smi (never torch), a
+    failure when there are too few; on CPU any count with gloo, a warning above the cores; mps refused above
+    one process. `name` is the check's name, the dotted nproc_per_node field (`<block>.nproc_per_node`)."""
+    nproc, nnodes, world = settings.nproc_per_node, settings.nnodes, settings.world_size
+    where = f"{nproc} process(es) per node × {nnodes} node(s) = world size {world}"
+    gpus = nvidia_gpus() if device in ("cuda", "auto") else None
+    count = None if gpus is None else len(gpus)
+    if device == "cuda" or (device == "auto" and count):
+        if count is None:
+            return Check(name, "fail" if device == "cuda" else "warn", f"{where}; nvidia-smi lists no GPU",
+                         "install the NVIDIA driver or use device cpu (gloo)")
+        if nproc > count:
+            return Check(name, "fail", f"{where}, but this node has {count} CUDA device(s) (nvidia-smi)",
+                         f"set {name} to at most {count}")
+        return Check(name, "ok", f"{where}; NCCL on {nproc} of {count} CUDA device(s)")
+    if world == 1:
+        return Check(name, "ok", "one process")
+    if device == "mps":
+        return Check(name, "fail", f"{where}: distributed training runs on cuda or cpu, not mps", "use device cpu")
+    cores = os.cpu_count() or 1
+    if nproc > cores:
+        return Check(name, "warn", f"{where} with gloo on CPU, more processes than the {cores} CPU cores",
+                     f"use at most {cores} processes per node")
+    return Check(name, "ok", f"{where}; gloo on CPU ({cores} cores)")
 
 
 def _gb(value: int) -> str:

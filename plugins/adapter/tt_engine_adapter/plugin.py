@@ -14,11 +14,11 @@ from typing import Any, Iterable, Optional
 
 from tt_host.engine import SERVE_HF, SERVE_ON_BASE, Check, Engine, Export, ModelKind, Serve, Stage
 from tt_host.hookspecs import hookimpl
-from tt_host.preflight import torch_device_check
+from tt_host.preflight import torch_device_check, world_size_check
 from tt_host.spec.schema import BehaviorSpec, DistributedSettings
 
 from tt_engine_adapter import fingerprint, memory_estimate
-from tt_engine_adapter.spec import HEX40, AdapterSpec, Hyperparameters
+from tt_engine_adapter.spec import HEX40, AdapterSpec
 from tt_stagekit.gpus import first_gpu_memory_bytes, nvidia_gpus
 from tt_stagekit.launcher import stage_arguments
 
@@ -183,25 +183,6 @@ def _memory_check(spec: AdapterSpec, device: str) -> Optional[Check]:
     return None
 
 
-def _world_check(hp: Hyperparameters, device: str) -> Check:
-    """The requested training world size against the devices present (one GPU per process on CUDA)."""
-    world = hp.world_size
-    where = f"{hp.nproc_per_node} process(es) per node × {hp.nnodes} node(s) = world size {world}"
-    gpus = _nvidia_gpus() if device in ("cuda", "auto") else []
-    if gpus:
-        if hp.nproc_per_node > len(gpus):
-            return Check("hyperparameters.nproc_per_node", "fail", f"{where}, but this node has {len(gpus)} GPU(s)",
-                         f"set hyperparameters.nproc_per_node to at most {len(gpus)}")
-        return Check("hyperparameters.nproc_per_node", "ok", f"{where}; NCCL on {hp.nproc_per_node} of {len(gpus)} GPU(s)")
-    if world > 1 and device == "mps":
-        return Check("hyperparameters.nproc_per_node", "fail", f"{where}: distributed training needs cuda or cpu",
-                     "use --device cpu")
-    cores = os.cpu_count() or 1
-    status = "warn" if hp.nproc_per_node > cores else "ok"
-    return Check("hyperparameters.nproc_per_node", status, f"{where}" + (f"; gloo on CPU ({cores} cores)" if world > 1 else ""),
-                 f"use at most {cores} processes per node" if status == "warn" else "")
-
-
 def doctor(spec: Optional[BehaviorSpec], device: str) -> Iterable[Check]:
     if isinstance(spec, AdapterSpec):
         yield from _base_model_checks(spec)
@@ -210,7 +191,7 @@ def doctor(spec: Optional[BehaviorSpec], device: str) -> Iterable[Check]:
     yield from _device_checks(device or "auto")
     if isinstance(spec, AdapterSpec):
         yield torch_device_check(ENGINE, device or "auto", "torch device")  # torch's own view, in the environment
-        yield _world_check(spec.hyperparameters, device or "auto")
+        yield world_size_check("hyperparameters.nproc_per_node", spec.hyperparameters, device or "auto")
         memory = _memory_check(spec, device or "auto")
         if memory is not None:
             yield memory

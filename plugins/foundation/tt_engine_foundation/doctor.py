@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, Optional
 
 from tt_host.engine import Check, DiskNeed
-from tt_host.preflight import torch_device_check
+from tt_host.preflight import torch_device_check, world_size_check
 
 from tt_engine_foundation.runtime.corpus import list_shards
 from tt_engine_foundation.spec import FoundationSpec
@@ -48,36 +48,6 @@ def _device_check(device: str) -> Check:
         found = "cuda" if has_nvidia else ("mps" if has_mps else "cpu")
         return Check("foundation.device", "ok", f"auto picks {found}")
     return Check("foundation.device", "ok", "cpu")
-
-
-def cuda_device_count() -> Optional[int]:
-    """GPUs that nvidia-smi lists (None when nvidia-smi is missing or fails); never imports torch."""
-    gpus = nvidia_gpus()
-    return None if gpus is None else len(gpus)
-
-
-def world_check(name: str, nproc: int, nnodes: int, device: str) -> Check:
-    """The requested world size against the devices present (CUDA: one GPU per process)."""
-    world = nproc * nnodes
-    where = f"{nproc} process(es) per node × {nnodes} node(s) = world size {world}"
-    count = cuda_device_count() if device in ("cuda", "auto") else None
-    if device == "cuda" or (device == "auto" and count):
-        if count is None:
-            return Check(name, "fail" if device == "cuda" else "warn", f"{where}; nvidia-smi lists no GPU",
-                         "install the NVIDIA driver or use device cpu (gloo)")
-        if nproc > count:
-            return Check(name, "fail", f"{where}, but this node has {count} CUDA device(s) (nvidia-smi)",
-                         f"set nproc_per_node to at most {count}")
-        return Check(name, "ok", f"{where}; NCCL on {nproc} of {count} CUDA device(s)")
-    if world == 1:
-        return Check(name, "ok", "one process")
-    if device == "mps":
-        return Check(name, "fail", f"{where}: distributed training runs on cuda or cpu, not mps", "use device cpu")
-    cores = os.cpu_count() or 1
-    if nproc > cores:
-        return Check(name, "warn", f"{where} with gloo on CPU, more processes than the {cores} CPU cores",
-                     f"use at most {cores} processes per node")
-    return Check(name, "ok", f"{where}; gloo on CPU ({cores} cores)")
 
 
 def _presence_or_torch(device: str) -> Check:
@@ -162,4 +132,4 @@ def doctor(spec: Optional[FoundationSpec], device: str) -> Iterable[Check]:
     found = _presence_or_torch(chosen)
     yield found
     yield from _bf16_check(spec, found)
-    yield world_check("foundation.nproc_per_node", f.nproc_per_node, f.nnodes, chosen)
+    yield world_size_check("foundation.nproc_per_node", f, chosen)
