@@ -55,6 +55,31 @@ def base_env(tmp_path: Path, pythonpath: list[str]) -> dict[str, str]:
     return env
 
 
+# Modules that share one session-wide run (foundation_support.reference_run): under pytest-xdist they must
+# run on the same worker, or each worker trains the reference again.
+SHARED_MODULES = {
+    "tests/e2e/test_foundation_recovery.py": "foundation-reference",
+    "tests/e2e/test_foundation_operations.py": "foundation-reference",
+}
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: ignored when xdist is not installed
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """`--dist loadfile` (scripts/test), with the modules of SHARED_MODULES as one unit: each worker takes whole
+    modules, so a module fixture (a trained run, built wheels) is made once. (Marks and `--dist loadgroup`
+    would say the same, but pytest 9.2 ignores the node ids xdist rewrites for them: pytest-xdist issue 1386.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedModules(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = super()._split_scope(nodeid)
+            return SHARED_MODULES.get(module, module)
+
+    return SharedModules(config, log)
+
+
 @pytest.fixture
 def tt(tmp_path: Path) -> TT:
     """The `tt` command with the echo test engine installed and a private TT_HOME."""
@@ -76,3 +101,4 @@ def echo_spec(**echo) -> dict:
         "examples": [{"input": f"Capital of country {i}?", "output": f"City {i}"} for i in range(10)],
         "echo": echo,
     }
+
