@@ -105,7 +105,7 @@ def test_two_processes_match_one_process(tmp_path, single):
 def test_sigterm_one_checkpoint_then_resume_with_another_world_size(tmp_path, single):
     spec = tiny_spec(tmp_path / "spec", nproc_per_node=2, **{**SETTINGS, "checkpoint_interval_steps": 0})
     run_dir = tmp_path / "run"
-    proc = tt_popen(tmp_path, "run", spec, "--resume", run_dir)
+    proc = tt_popen(tmp_path, "run", spec, "--resume", run_dir, hold_at=5)  # waits at step 5 for the signal
     wait_for_step(run_dir, 5, proc)
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=150)
@@ -132,11 +132,13 @@ def test_sigterm_one_checkpoint_then_resume_with_another_world_size(tmp_path, si
 
 
 def test_sigkill_of_one_rank_fails_the_run_in_bounded_time_then_resumes(tmp_path):
-    total = 150
+    total = 10
     spec = tiny_spec(tmp_path / "spec", nproc_per_node=2, pretrain_steps=total, checkpoint_interval_steps=5,
                      keep_checkpoints=2, finetune_steps=0)
     run_dir = tmp_path / "run"
-    proc = tt_popen(tmp_path, "run", spec, "--resume", run_dir)
+    # Rank 0 waits at step 6 (TT_HOLD_AT_STEP) and rank 1 at the next step's all-reduce: the run cannot end
+    # before the kill, so it needs only a few steps beyond the checkpoint it resumes from.
+    proc = tt_popen(tmp_path, "run", spec, "--resume", run_dir, hold_at=6)
     wait_for_step(run_dir, 6, proc, checkpoint="step-000000005")
     ranks = rank_pids(run_dir)
     assert sorted(ranks) == [0, 1], ranks
@@ -169,10 +171,12 @@ def test_two_nodes_on_loopback_stop_together_and_resume_from_node_0(tmp_path):
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     specs = [tiny_spec(tmp_path / f"node{r}", nproc_per_node=1, nnodes=2, node_rank=r,
-                       rdzv_endpoint=f"127.0.0.1:{port}", pretrain_steps=60, checkpoint_interval_steps=0,
+                       rdzv_endpoint=f"127.0.0.1:{port}", pretrain_steps=12, checkpoint_interval_steps=0,
                        finetune_steps=0) for r in (0, 1)]
     runs = [tmp_path / "run0", tmp_path / "run1"]
-    procs = [tt_popen(tmp_path, "run", spec, "--resume", run) for spec, run in zip(specs, runs)]
+    # Node 0 waits at step 5 for the signal (node 1, which gets none, must not): the run cannot end first.
+    procs = [tt_popen(tmp_path, "run", spec, "--resume", run, hold_at=5 if run == runs[0] else None)
+             for spec, run in zip(specs, runs)]
     wait_for_step(runs[0], 5, procs[0])
     procs[0].send_signal(signal.SIGTERM)
     outs = [p.communicate(timeout=150)[0] for p in procs]
@@ -186,7 +190,7 @@ def test_two_nodes_on_loopback_stop_together_and_resume_from_node_0(tmp_path):
     assert [p.returncode for p in procs] == [0, 0], outs
     for run in runs:
         assert f"at step {stopped} with 2 processes" in (run / "logs" / "pretrain.log").read_text()
-        assert report(run)["metrics"]["pretrain.steps"] == 60
+        assert report(run)["metrics"]["pretrain.steps"] == 12
     model = "pretrain/model/model.safetensors"
     assert (runs[0] / model).read_bytes() == (runs[1] / model).read_bytes()
 
