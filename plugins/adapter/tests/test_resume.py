@@ -11,9 +11,12 @@ from safetensors.torch import load_file
 
 from tt_engine_adapter.testing.harness import sentiment_run
 
-HP = {"n_epochs": 50, "max_steps": 30, "batch_size": 4, "gradient_accumulation_steps": 2, "lora_rank": 4,
+# 24 rows, 8 a step: 3 steps an epoch. The stop comes one step into the third epoch (step 7, after the periodic
+# checkpoint at 4), so the resume restores a mid-epoch data order and the dropout RNG; 12 steps cross one more epoch.
+HP = {"n_epochs": 50, "max_steps": 12, "batch_size": 4, "gradient_accumulation_steps": 2, "lora_rank": 4,
       "lora_dropout": 0.1, "learning_rate": 3e-3, "max_seq_length": 96, "max_new_tokens": 4,
       "checkpoint_interval_steps": 4, "keep_checkpoints": 2}
+STOP_AT = 7
 
 
 def test_interrupted_training_resumes_to_the_same_weights(tmp_path, tiny_llama, monkeypatch):
@@ -25,17 +28,17 @@ def test_interrupted_training_resumes_to_the_same_weights(tmp_path, tiny_llama, 
     done = straight.stage("train")["result"]
 
     with monkeypatch.context() as held:
-        held.setenv("TT_HOLD_AT_STEP", "10")  # the stage waits at step 10 for the SIGTERM: it cannot end first
+        held.setenv("TT_HOLD_AT_STEP", str(STOP_AT))  # the stage waits there for the SIGTERM: it cannot end first
         proc = broken.start("train")
     for line in proc.stdout:
         event = json.loads(line) if line.startswith("{") else {}
-        if event.get("type") == "progress" and event["step"] >= 10:
+        if event.get("type") == "progress" and event["step"] >= STOP_AT:
             os.killpg(proc.pid, signal.SIGTERM)
             break
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, err[-2000:]
     checkpoints = sorted((broken.run_dir / "train" / "checkpoints").glob("step-*"))
-    assert checkpoints and json.loads((checkpoints[-1] / "meta.json").read_text())["step"] < HP["max_steps"]
+    assert checkpoints and json.loads((checkpoints[-1] / "meta.json").read_text())["step"] == STOP_AT
     assert not (broken.run_dir / "train" / "adapter").exists()
 
     resumed = broken.stage("train", resume=True)
