@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "e2e"))
+sys.path[:0] = [str(REPO / "tests" / "e2e"), str(REPO / "tests")]  # foundation_support imports tests/process_support
 from foundation_support import TT_BIN, tiny_spec, tt_env  # noqa: E402
 
 SETTINGS = dict(depth=4, sequence_length=128, batch_size=8, gradient_accumulation_steps=2, pretrain_steps=30,
