@@ -92,32 +92,55 @@ class _StreamWithSlot(StreamingResponse):
             self._lease.release()
 
 
-def _submit(scheduler: Scheduler, params: Any, prompt: list[int], max_new: int, cancel: threading.Event,
-            queue_timeout: float) -> asyncio.Queue:
-    """Hand a request to the scheduler; its items arrive on the returned queue (from the scheduler thread)."""
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue = asyncio.Queue()
+class LoopPost:
+    """Runs callables on one event loop from the scheduler thread; equal for the same loop, so the scheduler
+    wakes the loop once per delivery for all the requests it serves."""
 
-    def put(item: Any) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+
+    def __call__(self, work: Any) -> None:
         try:
-            loop.call_soon_threadsafe(queue.put_nowait, item)
+            self.loop.call_soon_threadsafe(work)
         except RuntimeError:  # the loop is closed (server shutting down)
             pass
 
-    scheduler.submit(Job(params, prompt, max_new, put, cancel, time.monotonic() + queue_timeout))
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LoopPost) and other.loop is self.loop
+
+    def __hash__(self) -> int:
+        return id(self.loop)
+
+
+def _submit(scheduler: Scheduler, params: Any, prompt: list[int], max_new: int, cancel: threading.Event,
+            queue_timeout: float) -> asyncio.Queue:
+    """Hand a request to the scheduler; its items arrive on the returned queue (delivered on this loop)."""
+    queue: asyncio.Queue = asyncio.Queue()
+    scheduler.submit(Job(params, prompt, max_new, queue.put_nowait, cancel, time.monotonic() + queue_timeout,
+                         LoopPost(asyncio.get_running_loop())))
     return queue
 
 
-async def _items(queue: asyncio.Queue, cancel: threading.Event) -> AsyncIterator[Any]:
-    """A job's Delta/Finish items until DONE; an ApiError item is raised. Leaving early cancels the job."""
+async def _batches(queue: asyncio.Queue, cancel: threading.Event) -> AsyncIterator[list[Any]]:
+    """A job's Delta/Finish items until DONE, in lists of what has arrived (a consumer that is behind gets
+    several at once); an ApiError item is raised after the items before it. Leaving early cancels the job."""
     try:
         while True:
-            item = await queue.get()
-            if item is DONE:
-                return
-            if isinstance(item, ApiError):
-                raise item
-            yield item
+            arrived = [await queue.get()]
+            while not queue.empty():
+                arrived.append(queue.get_nowait())
+            items = []
+            for item in arrived:
+                if item is DONE:
+                    if items:
+                        yield items
+                    return
+                if isinstance(item, ApiError):
+                    if items:
+                        yield items
+                    raise item
+                items.append(item)
+            yield items
     finally:
         cancel.set()
 
@@ -225,7 +248,7 @@ def create_app(model: ChatModel, *, model_name: str, system_message: Optional[st
         streaming = False
         try:
             queue = _submit(scheduler, params, prompt, max_new, cancel, queue_timeout)
-            items = _items(queue, cancel)
+            items = _batches(queue, cancel)
             first = await queue.get()  # Started, or an error / DONE while waiting (timeout, client gone)
             if first is not DONE and not isinstance(first, Started):
                 raise first if isinstance(first, ApiError) else ApiError(500, GENERIC_500)
@@ -238,11 +261,12 @@ def create_app(model: ChatModel, *, model_name: str, system_message: Optional[st
                 return _StreamWithSlot(_sse(items, completion_id, stamp, model_name, params.include_usage), lease,
                                        cancel)
             text, finish = [], None
-            async for item in items:
-                if isinstance(item, Delta):
-                    text.append(item.text)
-                else:
-                    finish = item
+            async for batch in items:
+                for item in batch:
+                    if isinstance(item, Delta):
+                        text.append(item.text)
+                    else:
+                        finish = item
         except ApiError as exc:
             return error_response(exc, headers={"Retry-After": "1"} if exc.code == "queue_timeout" else None)
         finally:
@@ -285,9 +309,11 @@ def _usage(finish: Finish) -> dict[str, int]:
             "total_tokens": finish.prompt_tokens + finish.completion_tokens}
 
 
-async def _sse(items: AsyncIterator[Any], completion_id: str, stamp: int, model_name: str,
+async def _sse(batches: AsyncIterator[list[Any]], completion_id: str, stamp: int, model_name: str,
                include_usage: bool) -> AsyncIterator[str]:
-    """OpenAI chunk events: a role chunk, content chunks, a finish chunk, optional usage, [DONE]."""
+    """OpenAI chunk events: a role chunk, content chunks, a finish chunk, optional usage, [DONE].
+
+    The events of the items that arrived together go out in one write (one chunk per delta still)."""
 
     def chunk(delta: dict[str, Any], finish_reason: Optional[str] = None, **extra: Any) -> str:
         body = {"id": completion_id, "object": "chat.completion.chunk", "created": stamp, "model": model_name,
@@ -295,16 +321,23 @@ async def _sse(items: AsyncIterator[Any], completion_id: str, stamp: int, model_
         return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
     yield chunk({"role": "assistant", "content": ""})
+    finished = False
     try:
-        async for item in items:
-            if isinstance(item, Delta):
-                yield chunk({"content": item.text})
-            else:
-                yield chunk({}, item.reason)
-                if include_usage:
-                    body = {"id": completion_id, "object": "chat.completion.chunk", "created": stamp,
-                            "model": model_name, "choices": [], "usage": _usage(item)}
-                    yield f"data: {json.dumps(body)}\n\n"
+        async for batch in batches:
+            events = []
+            for item in batch:
+                if isinstance(item, Delta):
+                    events.append(chunk({"content": item.text}))
+                else:
+                    events.append(chunk({}, item.reason))
+                    if include_usage:
+                        body = {"id": completion_id, "object": "chat.completion.chunk", "created": stamp,
+                                "model": model_name, "choices": [], "usage": _usage(item)}
+                        events.append(f"data: {json.dumps(body)}\n\n")
+                    events.append("data: [DONE]\n\n")  # nothing follows a finish
+                    finished = True
+            yield "".join(events)
     except ApiError as exc:  # headers are sent already: report in-band, as OpenAI does
         yield f"data: {json.dumps(exc.body())}\n\n"
-    yield "data: [DONE]\n\n"
+    if not finished:
+        yield "data: [DONE]\n\n"

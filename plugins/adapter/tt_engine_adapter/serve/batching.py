@@ -1,7 +1,7 @@
 """Continuous batching: one thread owns the model and decodes every running sequence in one forward pass per step.
 
 Requests become `Job`s (prompt ids, answer budget, sampling settings, a cancel
-flag, a thread-safe `emit`). The scheduler thread loops:
+flag, an `emit` and the `post` that runs it on the consumer's side). The scheduler thread loops:
 
 1. drops jobs whose client went away (running or waiting) and answers waiting
    jobs that outlived `--queue-timeout` (503, `Retry-After`);
@@ -21,6 +21,12 @@ flag, a thread-safe `emit`). The scheduler thread loops:
 With one row there is no padding at all. `max_batch` 1 is one request at a
 time (batching off). Each job's items are `Started`, `Delta`s, one `Finish`
 or an `ApiError`, then `DONE`.
+
+Hand-off: the items of an iteration are collected and delivered together, one
+`post` per consumer (the HTTP event loop) rather than one per item and row,
+so a decode step of 8 rows wakes the event loop once, not 8 times; `Started`
+is delivered before the prefill pass, everything else at the end of the
+iteration that produced it, in order.
 """
 
 from __future__ import annotations
@@ -47,14 +53,20 @@ class Started:
     """The job entered the running batch (sent before its first token)."""
 
 
+def _call_now(work: Callable[[], None]) -> None:
+    work()
+
+
 @dataclass
 class Job:
     params: ChatParams
     prompt: list[int]
     max_new: int
-    emit: Callable[[Any], None]
+    emit: Callable[[Any], None]  # called with each item, through `post`
     cancel: threading.Event
     deadline: float  # time.monotonic() by which it must have started
+    post: Callable[[Callable[[], None]], None] = _call_now  # runs a callable on the consumer's side, thread-safe;
+    # jobs whose `post`s are equal get one call per delivery for all their items
 
     @property
     def reserve(self) -> int:
@@ -93,6 +105,7 @@ class Scheduler:
         self._cond = threading.Condition()
         self._rows: list[_Row] = []
         self._batch = BatchCache()
+        self._outbox: list[tuple[Job, Any]] = []
         self._thread = threading.Thread(target=self._loop, name="tt-batch", daemon=True)
 
     def start(self) -> None:
@@ -127,13 +140,30 @@ class Scheduler:
             while not self._pending and not self._rows:
                 self._cond.wait()
             admitted = self._admit()
-        self._drop_cancelled()
-        for group in prefill_groups(admitted):
-            self._guarded(group, lambda: self._prefill(group))
-        if self._rows:
-            self._guarded([r.job for r in self._rows], self._decode)
-        self._retire()
-        self.metrics.set("tt_serve_requests_running", len(self._rows))
+        try:
+            self._drop_cancelled()
+            for group in prefill_groups(admitted):
+                self._guarded(group, lambda: self._prefill(group))
+            if self._rows:
+                self._guarded([r.job for r in self._rows], self._decode)
+            self._retire()
+            self.metrics.set("tt_serve_requests_running", len(self._rows))
+        finally:
+            self._flush()
+
+    def _send(self, job: Job, item: Any) -> None:
+        self._outbox.append((job, item))
+
+    def _flush(self) -> None:
+        """Deliver the collected items: one `post` per consumer, each job's items in order."""
+        if not self._outbox:
+            return
+        by_post: dict[Any, list[tuple[Job, Any]]] = {}
+        for job, item in self._outbox:
+            by_post.setdefault(job.post, []).append((job, item))
+        self._outbox = []
+        for post, items in by_post.items():
+            post(lambda items=items: _deliver(items))
 
     def _admit(self) -> list[Job]:
         now, kept, admitted = time.monotonic(), deque(), []
@@ -142,7 +172,7 @@ class Scheduler:
             job = self._pending.popleft()
             if job.cancel.is_set():
                 self.metrics.add("tt_serve_requests_cancelled_total")
-                job.emit(DONE)
+                self._send(job, DONE)
                 continue
             rows = len(self._rows) + len(admitted) + 1
             fits = not kept and rows <= self.max_batch and rows * max(longest, job.reserve) <= self.max_batch_tokens
@@ -150,9 +180,10 @@ class Scheduler:
                 admitted.append(job)
                 longest = max(longest, job.reserve)
             elif now > job.deadline:
-                job.emit(ApiError(503, "the request waited longer than the server's --queue-timeout for a place in "
-                                       "the running batch; retry shortly", None, "queue_timeout", "server_error"))
-                job.emit(DONE)
+                self._send(job, ApiError(503, "the request waited longer than the server's --queue-timeout for a "
+                                              "place in the running batch; retry shortly", None, "queue_timeout",
+                                         "server_error"))
+                self._send(job, DONE)
             else:
                 kept.append(job)  # first come first served: nothing overtakes a waiting job
         self._pending = kept
@@ -172,8 +203,8 @@ class Scheduler:
                     row.done, row.extra["error"] = True, error
             for job in jobs:
                 if not any(row.job is job for row in self._rows):
-                    job.emit(error)
-                    job.emit(DONE)
+                    self._send(job, error)
+                    self._send(job, DONE)
             if any(row.job is job for row in self._rows for job in jobs):  # a failed decode step leaves the
                 self._batch = BatchCache()  # cache in an unknown state: all its rows went
 
@@ -181,7 +212,8 @@ class Scheduler:
         """One forward pass over the prompts of `jobs`; each row's first token; the unfinished rows join."""
         torch = self.torch
         for job in jobs:
-            job.emit(Started())
+            self._send(job, Started())
+        self._flush()  # the consumers learn they started before the pass
         rows = [_Row(job, TextTracker(self.model.tokenizer, job.params.stop), _generator(torch, job.params))
                 for job in jobs]
         inputs, pads = self._masks.prefill([job.prompt for job in jobs], self._pad_id)
@@ -228,7 +260,7 @@ class Scheduler:
                 continue
             delta = row.tracker.add(token)
             if delta:
-                row.job.emit(Delta(delta))
+                self._send(row.job, Delta(delta))
             if row.tracker.stopped:
                 row.done, row.reason = True, "stop"
             elif row.produced >= row.job.max_new:
@@ -237,13 +269,13 @@ class Scheduler:
     def _finish(self, row: _Row) -> None:
         error = row.extra.get("error")
         if error is not None:
-            row.job.emit(error)
+            self._send(row.job, error)
         else:
             rest = row.tracker.finish()
             if rest:
-                row.job.emit(Delta(rest))
-            row.job.emit(Finish(row.reason, len(row.job.prompt), row.produced))
-        row.job.emit(DONE)
+                self._send(row.job, Delta(rest))
+            self._send(row.job, Finish(row.reason, len(row.job.prompt), row.produced))
+        self._send(row.job, DONE)
 
     def _drop_cancelled(self) -> None:
         for row in self._rows:
@@ -260,12 +292,17 @@ class Scheduler:
         for row in self._rows:
             if row.done:
                 if row.extra.get("cancelled"):
-                    row.job.emit(DONE)
+                    self._send(row.job, DONE)
                 else:
                     self._finish(row)
         if self._batch.pads:
             self._batch.keep(self.torch, keep)
         self._rows = [self._rows[i] for i in keep]
+
+
+def _deliver(items: list[tuple[Job, Any]]) -> None:
+    for job, item in items:
+        job.emit(item)
 
 
 def _generator(torch: Any, params: ChatParams) -> Optional[Any]:

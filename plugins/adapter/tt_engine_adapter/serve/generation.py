@@ -109,8 +109,14 @@ class ChatModel:
         """
         budget = params.max_tokens if params.max_tokens is not None else self.default_max_tokens
         limit = self.context_length - budget
+        measured: list[tuple[list, list[int]]] = []  # each candidate measured, so the fitted one is not rendered again
+
+        def count(candidate: list) -> int:
+            measured.append((candidate, self.prompt_ids(candidate)))
+            return len(measured[-1][1])
+
         try:
-            fitted = promptfit.fit_chat(messages, lambda m: len(self.prompt_ids(m)), limit, keep_answer=False)
+            fitted = promptfit.fit_chat(messages, count, limit, keep_answer=False)
         except promptfit.PromptTooLong as exc:
             what = f"max_tokens ({budget})" if params.max_tokens is not None else f"the default max_tokens ({budget})"
             raise ApiError(400, f"the system message with an empty user message is {exc.needed} tokens; with "
@@ -118,7 +124,8 @@ class ChatModel:
                            f"(needs {exc.needed + budget}); only user text is trimmed to fit",
                            "max_tokens" if params.max_tokens is not None else "messages",
                            "context_length_exceeded") from None
-        return self.prompt_ids(fitted.messages), budget
+        ids = next((ids for candidate, ids in measured if candidate is fitted.messages), None)
+        return (ids if ids is not None else self.prompt_ids(fitted.messages)), budget
 
     def pick(self, logits, params: list[ChatParams], generators: list) -> list[int]:
         """The next token of each row of `logits` (`[rows, vocab]`): greedy rows by one argmax, others sampled."""
@@ -153,8 +160,15 @@ def _stop_ids(tokenizer: Any) -> list[int]:
 
 
 def set_threads() -> None:
+    """Torch's CPU threads for the model: `TT_NUM_THREADS` when set, else one fewer than the CPU cores this
+    process may use (at least one): the event loop, the request workers and clients on the same machine
+    need a core, and torch's threads spin-wait for work, so a thread per core makes them wait for each
+    other. Only lowers torch's own default."""
     import torch
 
     value = os.environ.get("TT_NUM_THREADS")
     if value and value.isdigit() and int(value) > 0:
         torch.set_num_threads(int(value))
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    torch.set_num_threads(max(1, min(torch.get_num_threads(), cores - 1)))
