@@ -3,7 +3,7 @@
 1. `tt --help` wall time versus `python -c pass` (interpreter start) — target: well under a second.
 2. Environment-ready check per stage (`ensure_env` on a ready environment: hash the lockfiles,
    check the marker) in milliseconds.
-3. Runner overhead per stage: a stage run through `tt_host.runner.run_stage` versus the same
+3. Runner overhead per stage: a stage run through `tt_host.engines.runner.run_stage` versus the same
    `python -m <module> request.json` run directly with subprocess.
 
 Run: .venv/bin/python bench/host_overhead.py   (uses the echo test engine; builds its env once)
@@ -44,9 +44,9 @@ def main() -> None:
     print(f"tt --help           {help_time * 1000:7.1f} ms  ({help_time / baseline:.2f}x interpreter start)")
 
     sys.path[:0] = os.environ["PYTHONPATH"].split(os.pathsep)
-    from tt_host import envs
+    from tt_host.engines import envs
     from tt_host.plugins import load_plugins
-    from tt_host.runner import run_stage
+    from tt_host.engines.runner import run_stage
 
     engine = load_plugins().engine("echo")
     info = envs.ensure_env(engine)

@@ -14,7 +14,7 @@ import sys
 
 from plugin_site import ECHO_SOURCE, add_distribution
 
-from tt_host.envs import uv_binary
+from tt_host.engines.uv import uv_binary
 
 
 def installed_here() -> str:

@@ -14,7 +14,7 @@ from conftest import echo_spec, write_spec
 from plugin_site import ECHO_SOURCE, add_distribution
 from process_support import alive, wait_until
 
-from tt_host.envs import uv_binary
+from tt_host.engines.uv import uv_binary
 
 
 def copy_engine(tmp_path: Path, tt, name="echo"):

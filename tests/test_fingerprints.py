@@ -11,8 +11,9 @@ import pytest
 
 from tt_engine_foundation.plugin import ENGINE
 from tt_host.engine import Engine, Stage
-from tt_host.runs.decide import decide, refusal
-from tt_host.runs.fingerprint import chain, needs_error
+from tt_host.runs.plan import decide, refusal
+from tt_host.engine import needs_error
+from tt_host.runs.fingerprint import chain
 from tt_host.spec.compiler import compile_spec
 from tt_host.spec.placeholders import find_placeholders, starter_spec
 

@@ -1,4 +1,4 @@
-"""The host's side of stop requests (tt_host/runner.py, docs/operations.md): copies of one request that reach
+"""The host's side of stop requests (tt_host/engines/runner.py, docs/operations.md): copies of one request that reach
 `tt` together stop the stage once, at its step boundary; a second request after the window kills it at once.
 
 Nothing here depends on how fast the machine is: each signal is sent once `tt` has taken the previous one

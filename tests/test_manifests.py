@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tt_host.models import MANIFEST, verify_artifact
+from tt_host.models.registry import MANIFEST, verify_artifact
 
 
 def entry(path: str, data: bytes) -> dict:

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from conftest import echo_spec, write_spec
-from tt_host import ids, models
-from tt_host.export import ExportError, serving_folder
-from tt_host.modelref import ResolvedModel, from_folder
+from tt_host import ids
+from tt_host.models import registry as models
+from tt_host.models.export import ExportError, serving_folder
+from tt_host.models.references import ResolvedModel, from_folder
 
 
 def foundation_model(folder: Path) -> Path:

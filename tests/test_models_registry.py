@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tt_host import models
+from tt_host.models import registry as models
 
 
 def artifact(folder: Path, content: str) -> Path:

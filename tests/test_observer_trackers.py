@@ -1,5 +1,5 @@
 """The shipped tracker observers (plugins/observer-{tensorboard,mlflow,wandb}), loaded through their real entry
-points and driven by the host's delivery (tt_host.observers) with a run's calls, including the host-scored
+points and driven by the host's delivery (tt_host.runs.observers) with a run's calls, including the host-scored
 metrics and the general-regression gate, which the e2e foundation run (tests/e2e/test_foundation_reuse.py) has
 no stage for; each tracker's own reader reads the result back. A spec's `observers` block is validated strictly."""
 
@@ -11,9 +11,9 @@ import pytest
 
 from conftest import echo_spec, write_spec
 from tracker_support import mlflow_run, tensorboard_scalars, wandb_offline_run
-from tt_host.observers import Observers
+from tt_host.runs.observers import Observers
 from tt_host.plugins import load_plugins
-from tt_host.runinfo import RunInfo, enabled_observers
+from tt_host.runs.runinfo import RunInfo, enabled_observers
 
 GATE = {"type": "gate", "status": "failed", "baseline": {"score": 0.5, "pass_rate": 0.5},
         "candidate": {"score": 0.25, "pass_rate": 0.0}, "delta": {"score": -0.25, "pass_rate": -0.5},

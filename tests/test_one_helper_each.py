@@ -42,6 +42,6 @@ def test_each_shared_helper_is_implemented_once_in_stagekit():
 
 
 def test_the_scaffold_carries_no_copy_of_the_protocol():
-    templates = REPO / "tt_host" / "scaffold_templates"
+    templates = REPO / "tt_host" / "engines" / "scaffold_templates"
     assert not list(templates.rglob("protocol.py*"))
     assert "tt-stagekit" in (templates / "pyproject.toml.tmpl").read_text()

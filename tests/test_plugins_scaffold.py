@@ -16,7 +16,7 @@ from pathlib import Path
 
 from conftest import REPO, base_env
 
-from tt_host.envs import uv_binary
+from tt_host.engines.uv import uv_binary
 
 HOST_TT = shutil.which("tt", path=str(Path(sys.executable).parent)) or "tt"
 

@@ -17,7 +17,7 @@ from plugin_site import add_distribution
 
 from tt_host import hookspecs
 from tt_host.engine import Check, Engine, Stage
-from tt_host.envs import uv_binary
+from tt_host.engines.uv import uv_binary
 
 GUIDE = REPO / "docs" / "plugins.md"
 PROTOCOL = REPO / "docs" / "protocol.md"

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tt_host.runner import OutputReader
+from tt_host.engines.runner import OutputReader
 
 LINES = 5000  # about 550 kB: far more than a pipe holds, so a dead reader would block the stage
 STAGE = f"for i in range({LINES}): print('line', i, 'x' * 100)\nprint('finished')\n"
@@ -18,7 +18,7 @@ STAGE = f"for i in range({LINES}): print('line', i, 'x' * 100)\nprint('finished'
 DRIVER = '''
 import json, resource, signal, sys
 from pathlib import Path
-from tt_host.runner import run_stage
+from tt_host.engines.runner import run_stage
 
 mode, folder = sys.argv[1], Path(sys.argv[2])
 seen = []

@@ -12,8 +12,8 @@ import json
 
 import pytest
 
-from tt_host.console import QuietReporter
-from tt_host.envs import EnvInfo
+from tt_host.runs.progress import QuietReporter
+from tt_host.engines.envs import EnvInfo
 from tt_host.plugins import load_plugins
 from tt_host.runs.fingerprint import chain
 from tt_host.runs.pipeline import RunCall, StageCall, _request

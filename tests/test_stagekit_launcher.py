@@ -48,11 +48,11 @@ def test_the_settings_are_declared_once_for_both_engines():
 
 
 def test_doctor_checks_the_world_size_the_same_way_for_both_engines():
-    """One world-size check (tt_host.preflight.world_size_check), named after each engine's field."""
+    """One world-size check (tt_host.checks.preflight.world_size_check), named after each engine's field."""
     import os
     import shutil
 
-    from tt_host.preflight import world_size_check
+    from tt_host.checks.preflight import world_size_check
 
     for model, name in ((Hyperparameters, "hyperparameters.nproc_per_node"), (FoundationConfig, "foundation.nproc_per_node")):
         assert world_size_check(name, model(), "cpu").status == "ok"

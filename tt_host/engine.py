@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence
 
-from tt_host.spec.schema import BehaviorSpec
+if TYPE_CHECKING:  # annotations only: the records stay importable below the spec layer
+    from tt_host.spec.schema import BehaviorSpec
 
 
 def _always(spec: BehaviorSpec) -> bool:
@@ -83,6 +84,32 @@ class Stage:
     def arguments(self, spec: BehaviorSpec) -> list[str]:
         """Interpreter arguments that start this stage (before the request path)."""
         return list(self.launch(spec)) if self.launch is not None else ["-m", self.module]
+
+
+GATE_SIDES = ("baseline", "candidate")  # the two sides of the general-regression gate (tt_host.runs.gate)
+
+
+def gate_side(stage: Stage) -> Optional[str]:
+    """Which side of the gate a stage answers the general set for (None: it does not)."""
+    if stage.general is not None:
+        return stage.general
+    return stage.evaluates if stage.evaluates in GATE_SIDES else None
+
+
+def evaluates_both_sides(stages: Iterable[Stage]) -> bool:
+    """Whether an engine has a baseline and a candidate stage to answer the general set."""
+    return set(GATE_SIDES) <= {gate_side(stage) for stage in stages}
+
+
+def needs_error(stages: Sequence[Stage]) -> str | None:
+    """Why an engine's `needs` declarations are unusable (None when they are fine)."""
+    seen: set[str] = set()
+    for stage in stages:
+        for name in stage.needs or ():
+            if name not in seen:
+                return f"stage {stage.name!r} needs {name!r}, which is not a stage before it"
+        seen.add(stage.name)
+    return None
 
 
 @dataclass(frozen=True)

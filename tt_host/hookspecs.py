@@ -3,7 +3,7 @@
 Plugins are found through the entry-point group `tt`. Each entry point names a
 module (or object) with `@hookimpl`-decorated functions. An engine implements
 `tt_engines`; an observer any of `tt_run_start`, `tt_stage_event`, `tt_run_end`
-(called in that order, on the observer's own thread, see tt_host.observers).
+(called in that order, on the observer's own thread, see tt_host.runs.observers).
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ def tt_stage_event(run_dir: str, stage: str, event: Mapping[str, Any]) -> None:
 
 
 @hookspec
-def tt_run_start(run: "tt_host.runinfo.RunInfo") -> None:  # noqa: F821
+def tt_run_start(run: "tt_host.runs.runinfo.RunInfo") -> None:  # noqa: F821
     """A run starts (or resumes): its folder, spec, compiled system message and observer settings."""
 
 
 @hookspec
-def tt_run_end(run: "tt_host.runinfo.RunInfo", report: Mapping[str, Any]) -> None:  # noqa: F821
+def tt_run_end(run: "tt_host.runs.runinfo.RunInfo", report: Mapping[str, Any]) -> None:  # noqa: F821
     """A run ended (completed, failed or interrupted); `report` is what report.json holds."""

@@ -33,7 +33,7 @@ from importlib import metadata
 import pluggy
 
 from tt_host import HOST_API_VERSION, hookspecs
-from tt_host.engine import Engine
+from tt_host.engine import Engine, needs_error
 
 GROUP = "tt"
 # Engine names become folder names (environments) and parts of model ids: lower-case letters, digits, `_`, `-`.
@@ -241,7 +241,6 @@ def _check_record(record: object, plugin: str, owners: dict[str, str]) -> str | 
             f"engine {record.name!r} needs host API {record.host_api}, this tt offers {HOST_API_VERSION}; "
             "upgrade the plugin or tt"
         )
-    from tt_host.runs.fingerprint import needs_error
 
     if problem := needs_error(record.stages):
         return f"engine {record.name!r}: {problem}; fix Stage.needs in the plugin"

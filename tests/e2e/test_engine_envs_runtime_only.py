@@ -18,7 +18,7 @@ import pytest
 
 from foundation_support import tt
 
-from tt_host.envs import uv_binary
+from tt_host.engines.uv import uv_binary
 
 DEV_ONLY = {"foundation": {"pytest", "transformers"}, "adapter": {"pytest", "httpx", "openai"}}
 HUB_REQUIRES = ("import importlib.metadata as m\n"

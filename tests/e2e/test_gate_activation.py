@@ -159,7 +159,7 @@ print(json.dumps({"model": name, "answer": reply.choices[0].message.content.stri
 def openai_python() -> str:
     """The adapter project's test environment (runtime + dev groups, so the official openai client), the one
     scripts/test builds; users' engine environments carry runtime dependencies only."""
-    from tt_host.envs import uv_binary
+    from tt_host.engines.uv import uv_binary
 
     project = REPO / "plugins" / "adapter"
     python = project / ".venv" / "bin" / "python"

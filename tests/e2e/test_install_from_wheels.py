@@ -25,7 +25,7 @@ from packaging.requirements import Requirement
 
 from foundation_support import REPO, tiny_spec
 
-from tt_host.envs import uv_binary
+from tt_host.engines.uv import uv_binary
 
 PROJECTS = {".": "tuned-tensor", "sdk/stagekit": "tt-stagekit", "plugins/foundation": "tt-engine-foundation",
             "plugins/adapter": "tt-engine-adapter", "plugins/observer-csv": "tt-observer-csv"}
@@ -91,7 +91,7 @@ def tool(wheels, tmp_path_factory):
     env.update(UV_TOOL_DIR=str(root / "tools"), UV_TOOL_BIN_DIR=str(root / "bin"), TT_HOME=str(root / "tt-home"),
                TT_ENVS_DIR=str(root / "envs"), TT_NUM_THREADS="1")
     # The built wheels stand in for the package index every uv call sees, as PyPI would for a user: a
-    # scaffolded engine depends on tt-stagekit and locks it from there (tt_host.scaffold).
+    # scaffolded engine depends on tt-stagekit and locks it from there (tt_host.engines.scaffold).
     env["UV_FIND_LINKS"] = str(wheels)
     cwd = root / "work"
     cwd.mkdir()

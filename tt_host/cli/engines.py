@@ -13,7 +13,7 @@ app = typer.Typer(no_args_is_help=True, help="Installed engines and their enviro
 
 
 def engine_rows() -> tuple[list[dict], list[dict]]:
-    from tt_host import envs
+    from tt_host.engines import envs
 
     plugins = load_plugins()
     rows = []
@@ -60,7 +60,7 @@ def prepare(
     json_mode: bool = JsonOption,
 ) -> None:
     """Build an engine's environment ahead of time."""
-    from tt_host import envs
+    from tt_host.engines import envs
     from tt_host.plugins import UnknownEngineError
 
     try:
@@ -90,7 +90,7 @@ def gc(
     """Remove environments tt built that no installed engine uses and no running tt holds."""
     import sys
 
-    from tt_host import envs
+    from tt_host.engines import envs
 
     if dry_run is None:
         dry_run = not sys.stdout.isatty()
@@ -130,7 +130,7 @@ def new(
     json_mode: bool = JsonOption,
 ) -> None:
     """Scaffold a working engine plugin package (see docs/plugins.md)."""
-    from tt_host import scaffold
+    from tt_host.engines import scaffold
 
     try:
         made = scaffold.create(name, directory, lock=lock)
@@ -160,7 +160,8 @@ def lock(
     json_mode: bool = JsonOption,
 ) -> None:
     """Write each engine's shipped runtime lock (pylock.runtime.toml) from its project's uv.lock."""
-    from tt_host import envs, runtime_lock
+    from tt_host.engines import envs
+    from tt_host.engines import runtime_lock
     from tt_host.plugins import UnknownEngineError
 
     plugins = load_plugins()
@@ -213,7 +214,7 @@ def install(
     json_mode: bool = JsonOption,
 ) -> None:
     """Install engine or observer plugins into tt's own environment (uv tool, pipx or venv, detected)."""
-    from tt_host import installer
+    from tt_host.engines import installer
 
     try:
         requirements = [arg for package in packages for arg in installer.requirement(package, editable)]
@@ -228,7 +229,7 @@ def uninstall(
     json_mode: bool = JsonOption,
 ) -> None:
     """Remove an engine or observer plugin from tt's environment (its built environments stay until `tt engines gc`)."""
-    from tt_host import installer
+    from tt_host.engines import installer
 
     engine = load_plugins().engines.get(name)
     distribution = engine.distribution if engine is not None and engine.distribution else name
@@ -240,7 +241,7 @@ def uninstall(
 
 
 def _run_installer(command: list[str], verb: str, json_mode: bool) -> None:
-    from tt_host import installer
+    from tt_host.engines import installer
 
     lines: list[str] = []
     log = lines.append if json_mode else (lambda line: err.print(line, markup=False))

@@ -114,7 +114,7 @@ def _dry_run(loaded, resume: Optional[Path], json_mode: bool) -> None:
 
 
 def _run(spec: Path, resume: Optional[Path], device: Optional[str], json_mode: bool, dry_run: bool = False) -> None:
-    from tt_host.console import reporter
+    from tt_host.runs.progress import reporter
     from tt_host.runs.pipeline import RunRefused, execute
     from tt_host.runs.store import RunInUseError
     from tt_host.spec.loading import load_spec
@@ -186,7 +186,7 @@ def doctor(
 ) -> None:
     """Check python, uv, disk, writable folders, plugins, and a spec's engine prerequisites.
     Exit 1 when a check fails; exit 2, checking nothing, when the spec file cannot be read as JSON."""
-    from tt_host.doctor import run_checks
+    from tt_host.checks.doctor import run_checks
     from tt_host.spec.loading import read_json
 
     if spec is None and SPEC_DEFAULT.is_file():

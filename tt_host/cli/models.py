@@ -1,6 +1,6 @@
 """`tt models list|get|verify|export|activate|active|rollback|history`: registered artifacts and which is live.
 
-Logic lives in tt_host.models (registry), tt_host.export and tt_host.activation.
+Logic lives in tt_host.models.registry (registry), tt_host.models.export and tt_host.models.activation.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ app = typer.Typer(no_args_is_help=True, help="Registered models: the verified ar
 @app.command("list")
 def list_models(json_mode: bool = JsonOption) -> None:
     """Every registered model."""
-    from tt_host.models import list_models as entries
+    from tt_host.models.registry import list_models as entries
 
     models = entries()
     if json_mode:
@@ -30,7 +30,7 @@ def list_models(json_mode: bool = JsonOption) -> None:
 @app.command()
 def verify(model_id: str = typer.Argument(..., help="Model id (see `tt models list`)."), json_mode: bool = JsonOption) -> None:
     """Check every file of a model against its manifest; exit 1 naming what changed."""
-    from tt_host.models import verify_model
+    from tt_host.models.registry import verify_model
 
     try:
         entry, problems = verify_model(model_id)
@@ -57,8 +57,8 @@ def export(
     json_mode: bool = JsonOption,
 ) -> None:
     """Write MODEL as a folder other tools load, the way its engine declares (LoRA weights: optionally merged)."""
-    from tt_host.export import ExportError, export_model
-    from tt_host.modelref import ModelRefError, resolve
+    from tt_host.models.export import ExportError, export_model
+    from tt_host.models.references import ModelRefError, resolve
 
     log = (lambda line: None) if json_mode else (lambda line: err.print(line, markup=False))
     try:
@@ -76,8 +76,8 @@ def export(
 @app.command()
 def get(model_id: str = typer.Argument(..., help="Model id (see `tt models list`)."), json_mode: bool = JsonOption) -> None:
     """One registered model: its entry, whether it is active, and its run's general-regression gate."""
-    from tt_host.activation import current, gate_of
-    from tt_host.models import get_model
+    from tt_host.models.activation import current, gate_of
+    from tt_host.models.registry import get_model
 
     entry = get_model(model_id)
     if entry is None:
@@ -101,7 +101,7 @@ def activate(
 ) -> None:
     """Make MODEL the active one (`tt serve active`). Refuses, exit 1, a model that fails verification or whose
     general-regression gate failed or was not run."""
-    from tt_host.activation import ActivationError, activate as run
+    from tt_host.models.activation import ActivationError, activate as run
 
     try:
         record = run(model_id, force=force)
@@ -119,7 +119,7 @@ def activate(
 @app.command()
 def active(json_mode: bool = JsonOption) -> None:
     """The active model (or the base model after a rollback past the first activation)."""
-    from tt_host.activation import current
+    from tt_host.models.activation import current
 
     state = current()
     if json_mode:
@@ -135,7 +135,7 @@ def active(json_mode: bool = JsonOption) -> None:
 @app.command()
 def rollback(json_mode: bool = JsonOption) -> None:
     """Back to the previously active model, or to the base model when there was none."""
-    from tt_host.activation import ActivationError, rollback as run
+    from tt_host.models.activation import ActivationError, rollback as run
 
     try:
         record = run()
@@ -152,7 +152,7 @@ def rollback(json_mode: bool = JsonOption) -> None:
 @app.command()
 def history(json_mode: bool = JsonOption) -> None:
     """Every activation and rollback, oldest first (append-only)."""
-    from tt_host.activation import history_path, read_history
+    from tt_host.models.activation import history_path, read_history
 
     records = read_history()
     if json_mode:

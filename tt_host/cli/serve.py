@@ -1,4 +1,4 @@
-"""`tt serve MODEL`: an OpenAI-compatible server for a trained model (logic in tt_host.serve)."""
+"""`tt serve MODEL`: an OpenAI-compatible server for a trained model (logic in tt_host.models.serve)."""
 
 from __future__ import annotations
 
@@ -55,8 +55,8 @@ def serve(
     With --json, stdout carries one JSON event per line, among them
     {"type": "ready", "url": ...} once the server answers.
     """
-    from tt_host.modelref import ModelRefError
-    from tt_host.serve import ServeError, ServeOptions, read_api_key_file, serve as run
+    from tt_host.models.references import ModelRefError
+    from tt_host.models.serve import ServeError, ServeOptions, read_api_key_file, serve as run
 
     def log(line: str, level: str = "info") -> None:
         if json_mode:

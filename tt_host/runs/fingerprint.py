@@ -14,8 +14,7 @@ import hashlib
 import json
 from typing import Any, Sequence
 
-from tt_host.engine import Engine, Stage
-from tt_host.gate import side
+from tt_host.engine import Engine, Stage, gate_side
 from tt_host.spec.compiler import CompiledSpec
 from tt_host.spec.schema import BehaviorSpec
 
@@ -58,21 +57,10 @@ def needs(stages: Sequence[Stage], index: int) -> tuple[str, ...]:
     return tuple(stage.needs)
 
 
-def needs_error(stages: Sequence[Stage]) -> str | None:
-    """Why an engine's `needs` declarations are unusable (None when they are fine)."""
-    seen: set[str] = set()
-    for stage in stages:
-        for name in stage.needs or ():
-            if name not in seen:
-                return f"stage {stage.name!r} needs {name!r}, which is not a stage before it"
-        seen.add(stage.name)
-    return None
-
-
 def chain(engine: Engine, spec: BehaviorSpec, compiled: CompiledSpec) -> list[tuple[Stage, dict[str, Any], str]]:
     """(stage, inputs, fingerprint) for every stage of the engine, in order.
 
-    The stages answering the general-regression set (tt_host.gate.side) also
+    The stages answering the general-regression set (tt_host.engine.gate_side) also
     hash its inputs, outside the chain: a new general set re-runs both evaluations and
     nothing else (training does not depend on it)."""
     prints: dict[str, str] = {}  # the chained part of each fingerprint, which later stages hash
@@ -87,7 +75,7 @@ def chain(engine: Engine, spec: BehaviorSpec, compiled: CompiledSpec) -> list[tu
         payload = canonical({"engine": engine.name, "stage": stage.name, "module": stage.module,
                              "inputs": inputs, "previous": previous})
         prints[stage.name] = fingerprint = hashlib.sha256(payload.encode()).hexdigest()
-        if general is not None and side(stage) is not None:
+        if general is not None and gate_side(stage) is not None:
             inputs[GENERAL_KEY] = general
             fingerprint = hashlib.sha256(canonical({"chain": fingerprint, GENERAL_KEY: general}).encode()).hexdigest()
         out.append((stage, inputs, fingerprint))

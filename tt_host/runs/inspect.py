@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
-from tt_host.runner import parse_event
+from tt_host.engines.runner import parse_event
 from tt_host.runs.store import RunDir, is_run_dir
 
 LOCK_NAME = ".tt-run.lock"

@@ -3,7 +3,7 @@
 Order of work, so that invalid input never creates anything:
 1. the spec is already validated and compiled (tt_host.spec.loading);
 2. the run directory is locked (before anything else is decided, so two `tt run --resume R` never both
-   start R) and, when it exists, checked (tt_host.runs.decide): a
+   start R) and, when it exists, checked (tt_host.runs.plan): a
    finished (or partly done) stage that may not be replaced whose inputs
    changed is refused, naming what changed, before any file is written;
 3. the engine environment is made ready;
@@ -25,20 +25,21 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from tt_host import __version__
-from tt_host import envs, gate
-from tt_host.console import QuietReporter
-from tt_host.engine import Stage
+from tt_host.engines import envs
+from tt_host.runs import gate
+from tt_host.runs.progress import QuietReporter
+from tt_host.engine import Stage, gate_side
 from tt_host.fsutil import make_private_dir, remove_tree, write_json_atomic
-from tt_host.models import VerifyError, register
-from tt_host.observers import Observers
+from tt_host.models.registry import VerifyError, register
+from tt_host.runs.observers import Observers
 from tt_host.plugins import Plugins
-from tt_host.report import build_report, write_report
-from tt_host.runinfo import RunInfo, enabled_observers
-from tt_host.runner import EXIT_INTERRUPTED, run_stage
-from tt_host.runs.decide import Decision, decide, refusal
+from tt_host.runs.report import build_report, write_report
+from tt_host.runs.runinfo import RunInfo, enabled_observers
+from tt_host.engines.runner import EXIT_INTERRUPTED, run_stage
+from tt_host.runs.plan import Decision, decide, refusal
 from tt_host.runs.fingerprint import canonical, chain
 from tt_host.runs.store import RunDir, now
-from tt_host.scoring import read_predictions, score
+from tt_host.runs.scoring import read_predictions, score
 from tt_host.spec.general import GeneralSet
 from tt_host.spec.loading import LoadedSpec
 from tt_stagekit.userinput import os_reason, special_kind
@@ -361,10 +362,10 @@ def _take_result(call: RunCall, state: dict[str, Any], stage: Stage, result: dic
         predictions = read_predictions(run.stage_dir(stage.name) / result["predictions"])
         scored.update(score(predictions, call.loaded.compiled.references(), stage.evaluates))
         scored["eval.count"] = scored[f"{stage.evaluates}.count"]
-    if general is not None and gate.side(stage) and result.get("general_predictions"):
+    if general is not None and gate_side(stage) and result.get("general_predictions"):
         answers = read_predictions(run.stage_dir(stage.name) / result["general_predictions"])
-        tally.general_answers[gate.side(stage)] = answers
-        scored.update(score(answers, general.references(), f"{gate.side(stage)}.general"))
+        tally.general_answers[gate_side(stage)] = answers
+        scored.update(score(answers, general.references(), f"{gate_side(stage)}.general"))
     tally.metrics.update(scored)
     if scored:
         call.observers.event(str(run.path), stage.name, {"type": "scores", "stage": stage.name, "values": scored})
@@ -409,7 +410,7 @@ def _request(call: StageCall, stage_dir: Path, result_path: Path) -> dict[str, A
         "system_message_sha256": loaded.compiled.system_message_sha256,
         "train_rows": loaded.compiled.train_rows if stage.gets_train_rows else [],
         "eval_prompts": loaded.compiled.eval_prompts() if stage.evaluates else [],
-        "general_prompts": general.prompts() if general is not None and gate.side(stage) else [],
+        "general_prompts": general.prompts() if general is not None and gate_side(stage) else [],
         "device": call.call.device or loaded.engine.spec_device(loaded.spec) or "auto",
         "resume": call.resume, "fingerprint": call.fingerprint, "stages": dict(call.completed),
     }
@@ -429,7 +430,7 @@ def _run_one(call: StageCall) -> tuple[dict[str, Any], int, Optional[str]]:
 
     def on_event(event: dict[str, Any]) -> None:
         reporter.event(stage.name, event)
-        observers.event(str(run.path), stage.name, event)  # an observer never stops a run (tt_host.observers)
+        observers.event(str(run.path), stage.name, event)  # an observer never stops a run (tt_host.runs.observers)
 
     on_event({"type": "stage_start", "stage": stage.name, "resume": call.resume})
     outcome = run_stage(call.env.python, stage.arguments(call.call.loaded.spec), request_path, run.path,

@@ -7,7 +7,7 @@ prompts (normalized as for examples), a system message that differs between
 rows (or is present in some and absent in others), and a `system_prompt`
 that differs from the one embedded in the rows. Stages receive prompts only
 (`general_prompts`: ids and messages without the answer); the host keeps the
-references and scores the answers (tt_host.gate). Nothing here writes.
+references and scores the answers (tt_host.runs.gate). Nothing here writes.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from tt_host.spec.loading import SpecError
+from tt_host.spec.errors import SpecError
 
 PREBUILT_FORMATS = ("chat", "chat-jsonl", "chat_jsonl", "jsonl", "messages")
 CAMEL_GATE_KEYS = {"systemPrompt": "system_prompt", "maxScoreDrop": "max_score_drop",

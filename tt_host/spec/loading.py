@@ -17,21 +17,13 @@ from typing import Any, Optional
 
 from pydantic import ValidationError
 
-from tt_host.engine import Engine
+from tt_host.engine import Engine, evaluates_both_sides
 from tt_host.plugins import Plugins, UnknownEngineError
+from tt_host.spec.errors import SpecError
 from tt_host.spec.compiler import CompiledSpec, DuplicatePromptError, compile_spec
 from tt_host.spec.placeholders import find_placeholders
 from tt_host.spec.schema import DEFAULT_ENGINE, BehaviorSpec
 from tt_stagekit.userinput import InputFileError, JSONInputError, loads, os_reason, read_regular
-
-
-@dataclass
-class SpecError:
-    loc: str
-    msg: str
-
-    def as_dict(self) -> dict[str, str]:
-        return {"loc": self.loc, "msg": self.msg}
 
 
 @dataclass
@@ -129,9 +121,7 @@ def load_spec(path: Path, plugins: Plugins, require_examples: bool = True) -> Lo
             )
         )
     if loaded.spec.evaluation and loaded.spec.evaluation.general_regression:
-        from tt_host.gate import engine_evaluates_both
-
-        if not engine_evaluates_both(loaded.engine.stages):
+        if not evaluates_both_sides(loaded.engine.stages):
             loaded.errors.append(SpecError("evaluation.general_regression", (
                 f"the {engine_name} engine has no baseline and candidate evaluation stages to answer a "
                 "general-regression set (docs/evaluation.md); remove the block")))

@@ -14,7 +14,7 @@ from typing import Any, Iterable, Optional
 
 from tt_host.engine import SERVE_HF, SERVE_ON_BASE, Check, Engine, Export, ModelKind, Serve, Stage
 from tt_host.hookspecs import hookimpl
-from tt_host.preflight import torch_device_check, world_size_check
+from tt_host.checks.preflight import torch_device_check, world_size_check
 from tt_host.spec.schema import BehaviorSpec, DistributedSettings
 
 from tt_engine_adapter import fingerprint, memory_estimate

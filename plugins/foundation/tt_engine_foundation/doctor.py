@@ -2,7 +2,7 @@
 environment sees it, the world size against the devices, and an estimate of the disk a run will use.
 
 Host side: pydantic, tt_host and the stdlib only (torch is asked through
-`tt_host.preflight.torch_device_check`, a subprocess of the engine environment).
+`tt_host.checks.preflight.torch_device_check`, a subprocess of the engine environment).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, Optional
 
 from tt_host.engine import Check, DiskNeed
-from tt_host.preflight import torch_device_check, world_size_check
+from tt_host.checks.preflight import torch_device_check, world_size_check
 
 from tt_engine_foundation.runtime.corpus import list_shards
 from tt_engine_foundation.spec import FoundationSpec

@@ -98,7 +98,7 @@ FOUNDATION_KINDS = ("foundation-base", "foundation-sft", "foundation-rl")
 def resolve_init_model(value: str, info: ValidationInfo) -> str:
     """A registered model id, a foundation model folder or a run directory (its pretrained base), as the
     absolute path of a verified foundation model folder."""
-    from tt_host import modelref
+    from tt_host.models import references as modelref
 
     text = value.strip()
     local = resolve_path(text, info)

@@ -6,7 +6,7 @@ that leads out of the folder. Entries that break this are refused (reported,
 never opened or hashed), and a manifest whose shape is wrong (not an object,
 `files` not a list, an entry without a string `path`, an integer `size` and a
 64-hex `sha256`) is a clear problem naming the entry, not a traceback.
-Used by the host (tt_host.models) and the engines; stdlib only.
+Used by the host (tt_host.models.registry) and the engines; stdlib only.
 """
 
 from __future__ import annotations

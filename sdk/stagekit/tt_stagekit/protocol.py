@@ -237,7 +237,7 @@ def run_main(body: Callable[[Any], Mapping[str, Any]], argv: Optional[Sequence[s
     """A stage module's entry point: `if __name__ == "__main__": run_main(main)`.
 
     Reads the request, calls the stage's `main(request)`, writes the result it returns and exits with the
-    protocol's code. (`tt_host.runner.run_stage` is the other side: it starts this process.)
+    protocol's code. (`tt_host.engines.runner.run_stage` is the other side: it starts this process.)
 
     With `request_type` (a `tt_stagekit.stageconfig.StageRequest` dataclass) `body` receives the request
     parsed into it once, here; a wrong value exits 2 naming the field, before the stage does any work.

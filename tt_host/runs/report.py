@@ -99,7 +99,7 @@ def render_markdown(report: dict[str, Any], charts: list[tuple[str, str]]) -> st
                      f"{'' if seconds is None else f'{seconds:.1f}'} |")
     lines.append("")
     if report.get("general_regression"):
-        from tt_host.gate import markdown
+        from tt_host.runs.gate import markdown
 
         lines += markdown(report["general_regression"])
     if charts:

@@ -57,7 +57,7 @@ class Installer:
 
 
 def _uv() -> str:
-    from tt_host.envs import uv_binary
+    from tt_host.engines.uv import uv_binary
 
     return uv_binary()
 

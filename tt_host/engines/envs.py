@@ -14,7 +14,7 @@ built from one of two sources (see `runtime_source`):
 - the lock its wheel ships (`runtime_lock`, a PEP 751 pylock.toml) when there
   is no source project: `uv venv` + `uv pip sync` of the lock, then the engine
   and the companions the lock leaves out copied without dependencies
-  (tt_host.runtime_lock). key = sha256("tt-env-v2", engine, "lock", lock bytes,
+  (tt_host.engines.runtime_lock). key = sha256("tt-env-v2", engine, "lock", lock bytes,
   interpreter, platform, digest of the copied files)[:16].
 
 Only runtime dependencies go in: never the project's `dev` group (pytest and
@@ -47,14 +47,12 @@ from typing import Callable, Iterable, Optional
 from tt_host.engine import Engine
 from tt_host.fsutil import FileLock, LockHeld, remove_tree, write_json_atomic
 from tt_host.ids import inside
-from tt_host import runtime_lock
+from tt_host.engines import runtime_lock
+from tt_host.engines.uv import base_python, uv_binary
+from tt_host.errors import EnvBuildError
 
 MARKER = ".tt-env-complete.json"
 KEY_VERSION = "tt-env-v2"  # v2: no default `dev` group in users' environments; shipped locks
-
-
-class EnvBuildError(RuntimeError):
-    pass
 
 
 def envs_root() -> Path:
@@ -123,18 +121,6 @@ def is_ready(path: Path) -> bool:
     return (path / MARKER).is_file() and env_python(path).exists()
 
 
-def uv_binary() -> str:
-    try:
-        from uv import find_uv_bin
-
-        return find_uv_bin()
-    except (ImportError, FileNotFoundError):
-        found = shutil.which("uv")
-        if found:
-            return found
-    raise EnvBuildError("uv is not installed; reinstall tt (`pip install tuned-tensor`) or install uv, then `tt doctor`")
-
-
 def _die_with_parent() -> None:
     """In the uv child: receive SIGKILL when tt dies, so no orphan keeps writing the env."""
     try:
@@ -197,7 +183,7 @@ def ensure_env(
 def _uv_sync(engine: Engine, project: Path, path: Path, offline: bool, log: Callable[[str], None]) -> None:
     command = [
         uv_binary(), "sync", "--locked", "--project", str(project),
-        "--python", runtime_lock.base_python(), "--no-python-downloads",
+        "--python", base_python(), "--no-python-downloads",
         "--no-default-groups",  # never the project's `dev` group (pytest, ...) in a user's environment
         "--compile-bytecode",  # stages start fast even where PYTHONDONTWRITEBYTECODE is set
     ]
@@ -208,7 +194,7 @@ def _uv_sync(engine: Engine, project: Path, path: Path, offline: bool, log: Call
 
 def _from_lock(engine: Engine, lock: Path, path: Path, offline: bool, log: Callable[[str], None]) -> None:
     uv = uv_binary()
-    _run_uv(engine, [uv, "venv", "--quiet", "--python", runtime_lock.base_python(), "--no-python-downloads",
+    _run_uv(engine, [uv, "venv", "--quiet", "--python", base_python(), "--no-python-downloads",
                      str(path)], offline, log, path)
     # uv (0.13) calls installing from a pylock.toml a preview feature; tt pins the uv it is tested with.
     _run_uv(engine, [uv, "pip", "sync", "--preview-features", "pylock", "--python", str(env_python(path)),

@@ -58,7 +58,7 @@ def _describe(info: dict[str, Any]) -> str:
 
 def torch_device_check(engine: Engine, device: str, name: str) -> Check:
     """Whether torch in the engine's environment can compute on `device` (cpu, cuda, mps or auto)."""
-    from tt_host import envs
+    from tt_host.engines import envs
 
     try:
         path = envs.env_dir(engine)

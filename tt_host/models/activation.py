@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from tt_host import models as registry
+from tt_host.models import registry
 from tt_host.fsutil import FileLock, make_private_dir
 
 HISTORY = "activations.jsonl"
@@ -158,42 +158,3 @@ def rollback() -> dict[str, Any]:
         leaving = stack.pop()
         return _append({"action": "rollback", "model": stack[-1] if stack else None, "previous": leaving,
                         "base_of": None if stack else leaving})
-
-
-def resolve_active():
-    """The active model as a ResolvedModel (`tt serve active`); the base model after a rollback to it."""
-    from tt_host.modelref import ModelRefError, resolve_registered
-
-    state = current()
-    if state["model"] is not None:
-        return resolve_registered(state["model"])
-    if state["base_of"] is not None:
-        return resolve_base()
-    raise ModelRefError("no model is active; activate one with `tt models activate ID` (see `tt models list`)")
-
-
-def resolve_base():
-    """The base model under the active model (or under the one last rolled back from), served with the same
-    spec system message, so base and tuned answer the same prompts (`tt serve base`)."""
-    from tt_host.engine import SERVE_ON_BASE
-    from tt_host.modelref import ModelRefError, from_folder, resolve_registered
-    from tt_host.plugins import plugins
-
-    state = current()
-    anchor = state["model"] or state["base_of"]
-    if anchor is None:
-        raise ModelRefError("no model has been activated, so there is no base model to pick; "
-                            "activate one with `tt models activate ID`")
-    tuned = resolve_registered(anchor)
-    if tuned.form == SERVE_ON_BASE and tuned.base_model_path is not None:
-        base = from_folder(tuned.base_model_path, model_id=f"{anchor}-base")
-    else:
-        entry = registry.get_model(anchor) or {}
-        base_kinds = {kind.kind for engine in plugins().engines.values() for kind in engine.model_kinds if kind.base}
-        pretrained = [e for e in registry.list_models()
-                      if e.get("run_dir") == entry.get("run_dir") and e.get("kind") in base_kinds]
-        if not pretrained or pretrained[0]["id"] == anchor:
-            raise ModelRefError(f"{anchor} has no base model recorded (kind {tuned.kind}); serve a model id instead")
-        base = resolve_registered(pretrained[0]["id"])
-    base.system_message, base.system_message_sha256 = tuned.system_message, tuned.system_message_sha256
-    return base

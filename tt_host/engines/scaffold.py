@@ -2,7 +2,7 @@
 
 The package is rendered into a hidden temporary folder beside the target,
 locked with `uv lock` there (and its runtime lock exported into the package,
-`<package>/pylock.runtime.toml`, which its wheel ships: tt_host.runtime_lock),
+`<package>/pylock.runtime.toml`, which its wheel ships: tt_host.engines.runtime_lock),
 and renamed into place only at the end, so an
 existing folder is never touched and a failure leaves nothing half-written.
 Templates are plain files ending in `.tmpl`; `{{key}}` placeholders are
@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from tt_host import HOST_API_VERSION, runtime_lock
+from tt_host import HOST_API_VERSION
+
+from tt_host.engines import runtime_lock
 
 TEMPLATES = Path(__file__).resolve().parent / "scaffold_templates"
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,38}[a-z0-9]$|^[a-z]$")
@@ -106,13 +108,14 @@ def _output_path(relative: Path, mapping: dict[str, str]) -> Path:
 
 def uv_lock(project: Path, log: Callable[[str], None]) -> Optional[str]:
     """Run `uv lock` in the project; return None on success, else the reason it failed."""
-    from tt_host.envs import EnvBuildError, uv_binary
+    from tt_host.engines.uv import base_python, uv_binary
+    from tt_host.errors import EnvBuildError
 
     try:
         uv = uv_binary()
     except EnvBuildError as exc:
         return str(exc)
-    command = [uv, "lock", "--project", str(project), "--python", runtime_lock.base_python(), "--no-python-downloads"]
+    command = [uv, "lock", "--project", str(project), "--python", base_python(), "--no-python-downloads"]
     if os.environ.get("TT_OFFLINE", "") not in ("", "0"):
         command.append("--offline")
     env = dict(os.environ)

@@ -25,8 +25,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Optional
 
-from tt_host import models as registry
 from tt_host.engine import SERVE_HF, SERVE_ON_BASE, Engine, ModelKind
+from tt_host.models import activation, registry
 from tt_host.spec.compiler import compile_system_message, sha256_text
 
 
@@ -193,12 +193,10 @@ def resolve_registered(model_id: str) -> ResolvedModel:
 
 
 def resolve(reference: str) -> ResolvedModel:
-    """MODEL as given on the command line (`active` and `base`: see tt_host.activation)."""
+    """MODEL as given on the command line (`active` and `base`: see tt_host.models.activation)."""
     path = Path(reference).expanduser()
     if reference in ("active", "base") and not path.exists():
-        from tt_host import activation
-
-        return activation.resolve_active() if reference == "active" else activation.resolve_base()
+        return resolve_active() if reference == "active" else resolve_base()
     if path.is_dir():
         if (path / "run.json").is_file():
             return from_run_dir(path)
@@ -206,3 +204,36 @@ def resolve(reference: str) -> ResolvedModel:
     if path.exists():
         raise ModelRefError(f"{path} is a file; give a model id, a run directory or a model folder")
     return resolve_registered(reference)
+
+
+def resolve_active() -> ResolvedModel:
+    """The active model as a ResolvedModel (`tt serve active`); the base model after a rollback to it."""
+    state = activation.current()
+    if state["model"] is not None:
+        return resolve_registered(state["model"])
+    if state["base_of"] is not None:
+        return resolve_base()
+    raise ModelRefError("no model is active; activate one with `tt models activate ID` (see `tt models list`)")
+
+
+def resolve_base() -> ResolvedModel:
+    """The base model under the active model (or under the one last rolled back from), served with the same
+    spec system message, so base and tuned answer the same prompts (`tt serve base`)."""
+    state = activation.current()
+    anchor = state["model"] or state["base_of"]
+    if anchor is None:
+        raise ModelRefError("no model has been activated, so there is no base model to pick; "
+                            "activate one with `tt models activate ID`")
+    tuned = resolve_registered(anchor)
+    if tuned.form == SERVE_ON_BASE and tuned.base_model_path is not None:
+        base = from_folder(tuned.base_model_path, model_id=f"{anchor}-base")
+    else:
+        entry = registry.get_model(anchor) or {}
+        base_kinds = {kind.kind for engine in _engines().values() for kind in engine.model_kinds if kind.base}
+        pretrained = [e for e in registry.list_models()
+                      if e.get("run_dir") == entry.get("run_dir") and e.get("kind") in base_kinds]
+        if not pretrained or pretrained[0]["id"] == anchor:
+            raise ModelRefError(f"{anchor} has no base model recorded (kind {tuned.kind}); serve a model id instead")
+        base = resolve_registered(pretrained[0]["id"])
+    base.system_message, base.system_message_sha256 = tuned.system_message, tuned.system_message_sha256
+    return base

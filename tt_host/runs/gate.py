@@ -3,7 +3,7 @@
 Both models answer the same prompts in the engine's evaluation stages
 (`general_prompts` in the request, `general_predictions` in the result); the
 host joins the answers to the references it kept back and scores them with
-the held-out scorer (tt_host.scoring): score = mean token F1, pass rate =
+the held-out scorer (tt_host.runs.scoring): score = mean token F1, pass rate =
 exact-match rate. The gate passes when
 
     baseline score − candidate score ≤ max_score_drop   and
@@ -12,7 +12,7 @@ exact-match rate. The gate passes when
 The verdict is computed when the report is written, so a policy change only
 re-writes the report; each row that passed on the baseline and fails on the
 candidate is listed as a regression. A failed gate does not fail the run;
-`tt models activate` refuses the model (tt_host.activation).
+`tt models activate` refuses the model (tt_host.models.activation).
 """
 
 from __future__ import annotations
@@ -20,24 +20,12 @@ from __future__ import annotations
 import html
 from typing import Any, Optional
 
-from tt_host.scoring import exact_match, score
+from tt_host.engine import GATE_SIDES
+from tt_host.runs.scoring import exact_match, score
 from tt_host.spec.general import GeneralSet
 from tt_host.spec.schema import GeneralRegression
 
-SIDES = ("baseline", "candidate")
 MAX_LISTED = 50
-
-
-def side(stage) -> Optional[str]:
-    """Which side of the gate a stage answers the general set for (None: it does not)."""
-    if stage.general is not None:
-        return stage.general
-    return stage.evaluates if stage.evaluates in SIDES else None
-
-
-def engine_evaluates_both(stages) -> bool:
-    """Whether an engine has a baseline and a candidate stage to answer the general set."""
-    return set(SIDES) <= {side(stage) for stage in stages}
 
 
 def _side(predictions: dict[str, str], references: dict[str, str]) -> dict[str, Any]:
@@ -51,14 +39,14 @@ def evaluate(policy: GeneralRegression, data: GeneralSet, answers: dict[str, Opt
         "dataset": str(data.path), "dataset_sha256": data.sha256, "rows": len(data.rows),
         "policy": {"max_score_drop": policy.max_score_drop, "max_pass_rate_drop": policy.max_pass_rate_drop},
     }
-    missing = [side for side in SIDES if answers.get(side) is None]
+    missing = [side for side in GATE_SIDES if answers.get(side) is None]
     if missing:
         return {**section, "status": "not run", "failures": [],
                 "reason": f"no general-set answers from the {' and '.join(missing)} evaluation"}
     references = data.references()
-    sides = {side: _side(answers[side], references) for side in SIDES}
-    if any(sides[side]["count"] != len(references) for side in SIDES):
-        counts = ", ".join(f"{side} {sides[side]['count']}" for side in SIDES)
+    sides = {side: _side(answers[side], references) for side in GATE_SIDES}
+    if any(sides[side]["count"] != len(references) for side in GATE_SIDES):
+        counts = ", ".join(f"{side} {sides[side]['count']}" for side in GATE_SIDES)
         return {**section, **sides, "status": "not run", "failures": [],
                 "reason": f"incomplete answers ({counts} of {len(references)} rows)"}
     delta = {key: sides["candidate"][key] - sides["baseline"][key] for key in ("score", "pass_rate")}

@@ -10,12 +10,12 @@ The host:
 
 1. refuses a non-loopback `--host` without an API key (exit 2) before doing
    anything else;
-2. resolves MODEL (`tt_host.modelref`); a model served through its export is
-   first exported to a Hugging Face folder (`tt_host.export.serving_folder`, cached);
+2. resolves MODEL (`tt_host.models.references`); a model served through its export is
+   first exported to a Hugging Face folder (`tt_host.models.export.serving_folder`, cached);
 3. writes the request JSON into a private temporary folder (the API key goes
    to the child through the environment, never into a file);
 4. runs the server in its own session with stdout parsed for JSON events (by a
-   reader that survives its own errors, tt_host.runner.OutputReader) and
+   reader that survives its own errors, tt_host.engines.runner.OutputReader) and
    stderr (uvicorn's log) passed through; Ctrl-C / SIGTERM are forwarded
    (the first asks for a graceful shutdown, a second Ctrl-C stops at once, and
    after the grace period the process group is killed).
@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from tt_host.engine import SERVE_EXPORT, SERVE_ON_BASE, SERVE_OWN, Engine
-from tt_host.export import ExportError, engine_python, serving_folder
+from tt_host.models.export import ExportError, engine_python, serving_folder
 from tt_host.fsutil import write_json_atomic
-from tt_host.modelref import ResolvedModel
-from tt_host.runner import EXIT_INTERRUPTED, OutputReader, SignalForwarder, parse_event
+from tt_host.models.references import ResolvedModel
+from tt_host.engines.runner import EXIT_INTERRUPTED, OutputReader, SignalForwarder, parse_event
 from tt_stagekit.addresses import is_loopback
 
 KILL_AFTER_SECONDS = 30.0
@@ -194,7 +194,7 @@ def run_server(model: ResolvedModel, options: ServeOptions, on_event: Callable[[
 
 def serve(reference: str, options: ServeOptions, on_event: Callable[[dict[str, Any]], None],
           log: Callable[[str], None]) -> int:
-    from tt_host.modelref import resolve
+    from tt_host.models.references import resolve
 
     check_options(options)
     model = resolve(reference)

@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 import pluggy
 
 from tt_host.plugins import Plugins, call_hookimpl
-from tt_host.runinfo import RunInfo
+from tt_host.runs.runinfo import RunInfo
 
 HOOKS = ("tt_run_start", "tt_stage_event", "tt_run_end")
 DEFAULT_TIMEOUT_SECONDS = 120.0

@@ -28,6 +28,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Iterable
 
+from tt_host.engines.uv import uv_binary
+
 LOCK_NAME = "pylock.runtime.toml"
 EXPORT_TIMEOUT_SECONDS = 180
 # Files of an installed distribution that describe that installation, not the code: never copied or hashed.
@@ -52,8 +54,6 @@ def export_command(uv: str, project: Path, groups: Iterable[str], output: Path) 
 
 
 def _exported(project: Path, groups: Iterable[str], offline: bool) -> str:
-    from tt_host.envs import uv_binary
-
     if not (project / "uv.lock").is_file():
         raise RuntimeLockError(f"{project} has no uv.lock; run `uv lock --project {project}` first")
     with tempfile.TemporaryDirectory(prefix="tt-export-") as scratch:
@@ -181,7 +181,3 @@ def install_copies(dists: Iterable[metadata.Distribution], python: Path) -> list
     # stages start fast even where PYTHONDONTWRITEBYTECODE is set (as `uv sync --compile-bytecode` does)
     subprocess.run([str(python), "-m", "compileall", "-q", *sorted(tops)], capture_output=True, check=False)
     return copied
-
-
-def base_python() -> str:
-    return getattr(sys, "_base_executable", sys.executable)

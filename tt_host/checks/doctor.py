@@ -1,5 +1,5 @@
 """`tt doctor`: host checks (python, uv, disk, writable folders, plugins) and a spec's checks: its fields
-(placeholders included), its engine's checks, and the disk its run needs (tt_host.preflight)."""
+(placeholders included), its engine's checks, and the disk its run needs (tt_host.checks.preflight)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Iterator, Optional
 
 from tt_host.engine import Check
 from tt_host.plugins import Plugins
-from tt_host.preflight import existing_parent
+from tt_host.checks.preflight import existing_parent
 
 MIN_FREE_GB = 10.0
 
@@ -27,13 +27,14 @@ def _disk(path: Path) -> float:
 
 
 def host_checks(plugins: Plugins) -> Iterator[Check]:
-    from tt_host import envs
+    from tt_host.engines import envs
+    from tt_host.engines.uv import uv_binary
 
     version = ".".join(map(str, sys.version_info[:3]))
     yield Check("python", "ok" if sys.version_info >= (3, 11) else "fail", f"{version} at {sys.executable}",
                 "" if sys.version_info >= (3, 11) else "install Python 3.11 or newer")
     try:
-        uv = envs.uv_binary()
+        uv = uv_binary()
         out = subprocess.run([uv, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
         yield Check("uv", "ok", f"{out} ({uv})")
     except (envs.EnvBuildError, OSError, subprocess.SubprocessError) as exc:
@@ -54,8 +55,9 @@ def host_checks(plugins: Plugins) -> Iterator[Check]:
 
 def spec_checks(spec_path: Path, device: Optional[str], plugins: Plugins,
                 run_folder: Optional[Path] = None) -> Iterator[Check]:
-    from tt_host import envs
-    from tt_host.preflight import default_run_folder, engine_disk_checks
+    from tt_host.engines import envs
+    from tt_host.engines.uv import uv_binary
+    from tt_host.checks.preflight import default_run_folder, engine_disk_checks
     from tt_host.spec.loading import load_spec
 
     loaded = load_spec(spec_path, plugins)

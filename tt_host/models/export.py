@@ -20,11 +20,13 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from tt_host import envs, ids
+from tt_host import ids
+
+from tt_host.engines import envs
 from tt_host.engine import SERVE_EXPORT, SERVE_HF, Export
 from tt_host.fsutil import make_private_dir, sha256_file, write_json_atomic
-from tt_host.models import MANIFEST, tt_home, verify_artifact
-from tt_host.modelref import ModelRefError, ResolvedModel
+from tt_host.models.registry import MANIFEST, tt_home, verify_artifact
+from tt_host.models.references import ModelRefError, ResolvedModel
 
 FORMATS = ("hf",)
 
@@ -52,7 +54,7 @@ def engine_python(name: str, offline: Optional[bool], log: Callable[[str], None]
 def run_engine_module(engine: str, module: str, request: dict[str, Any], offline: Optional[bool],
                       log: Callable[[str], None]) -> None:
     """Run `python -m module REQUEST.json` in the engine env (signals forwarded); raise on failure."""
-    from tt_host.runner import run_stage
+    from tt_host.engines.runner import run_stage
 
     python = engine_python(engine, offline, log)
     with tempfile.TemporaryDirectory(prefix="tt-export-") as tmp:

@@ -1,0 +1,1 @@
+"""Checks before a run: `tt doctor` and the engine-environment probes it runs."""

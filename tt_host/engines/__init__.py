@@ -1,0 +1,1 @@
+"""Engine environments and processes: hashed environments, runtime locks, uv, `tt engines install`, the scaffold, the stage runner."""

@@ -1,0 +1,26 @@
+"""The root of the host's errors: every error tt reports to a user is a `TTError` carrying its exit code.
+
+The CLI maps a `TTError` onto the process in one place (`tt_host.cli.common.refused`): the message on
+stderr (or in the `--json` object) and `exit_code` as the status. Exit codes follow the command line's
+rule (docs/host.md): 1 a run or check failed, 2 invalid input or usage, 130 interrupted. A subclass sets
+its default code; a raise site may pass another.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+
+class TTError(Exception):
+    """An error with a message for the user (what failed and the next thing to try) and an exit code."""
+
+    exit_code: int = 1
+
+    def __init__(self, message: str = "", exit_code: Optional[int] = None) -> None:
+        super().__init__(message)
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+
+class EnvBuildError(TTError):
+    """An engine environment could not be built or uv could not be run (tt_host.engines.envs, .uv)."""

@@ -1,0 +1,1 @@
+"""Models: the registry, model references, activation, export and `tt serve`."""
