@@ -1,4 +1,4 @@
-"""The host's record of a stage call (tt_host.runs.pipeline.StageCall) and the request it becomes.
+"""The host's record of a stage call (tt_host.runs.invoke.StageCall) and the request it becomes.
 
 In process, no subprocess: every request the host would write for a foundation run parses into the
 engine's typed request (tt_engine_foundation.runtime.config, the stage side), so the two ends of the
@@ -16,7 +16,7 @@ from tt_host.runs.progress import QuietReporter
 from tt_host.engines.envs import EnvInfo
 from tt_host.plugins import load_plugins
 from tt_host.runs.fingerprint import chain
-from tt_host.runs.pipeline import RunCall, StageCall, _request
+from tt_host.runs.invoke import RunCall, StageCall, stage_request
 from tt_host.runs.store import RunDir
 from tt_host.spec.loading import load_spec
 
@@ -44,7 +44,7 @@ def test_every_request_the_host_writes_parses_into_the_engines_typed_request(cal
         with pytest.raises(dataclasses.FrozenInstanceError):
             stage_call.resume = True  # type: ignore[misc]
         stage_dir = tmp_path / "run" / stage.name
-        request = json.loads(json.dumps(_request(stage_call, stage_dir, stage_dir / "result.json")))
+        request = json.loads(json.dumps(stage_request(stage_call, stage_dir, stage_dir / "result.json")))
         typed = parse(request)
         assert typed.stage == stage.name and typed.stage_dir == stage_dir and typed.fingerprint == fingerprint
         assert typed.cfg.depth == 2 and typed.cfg.pretrain_steps == 10 and typed.device_choice == "cpu"

@@ -32,6 +32,7 @@ from importlib import metadata
 
 import pluggy
 
+from tt_host.errors import TTError
 from tt_host import HOST_API_VERSION, hookspecs
 from tt_host.engine import Engine, needs_error
 
@@ -70,12 +71,17 @@ class Plugins:
         )
 
 
-class UnknownEngineError(LookupError):
-    pass
+class UnknownEngineError(TTError, LookupError):
+    """The spec or command names an engine no installed plugin provides (exit 2)."""
+
+    exit_code = 2
 
 
-class PluginLoadError(RuntimeError):
-    pass
+class PluginLoadError(TTError, RuntimeError):
+    """A plugin failed to load while TT_PLUGINS_STRICT is set (exit 1)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"{message} (TT_PLUGINS_STRICT is set)")
 
 
 class PluginError(RuntimeError):

@@ -1,5 +1,9 @@
 """Helpers shared by the CLI modules: JSON output, errors with exit codes, the --json option, tables.
 
+Every error tt reports is a `tt_host.errors.TTError`; `TTGroup`, the root group of `tt` (every sub-app's
+command runs inside it), maps one that escapes a command onto `fail`: the message (or the `--json` error object, when
+the command was given `--json`) and the error's `exit_code`. Commands raise; they do not catch to fail.
+
 Text a user controls (paths, spec and run names, dataset keys, error messages
 quoting them) is escaped before rich sees it (`escape`), so `[/x]` prints as
 itself; nothing printed is wrapped (`soft_wrap`), so a path piped to a file or
@@ -19,13 +23,35 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
+from typer.core import TyperGroup
 
-JsonOption = typer.Option(False, "--json", help="Print one JSON object for scripts instead of tables.")
+from tt_host.errors import TTError
+
+_JSON_SEEN = "tt.json"  # click's ctx.meta, shared by a command's context and its parents'
+
+
+def _note_json(ctx: typer.Context, value: bool) -> bool:
+    ctx.meta[_JSON_SEEN] = bool(value)
+    return value
+
+
+JsonOption = typer.Option(False, "--json", help="Print one JSON object for scripts instead of tables.",
+                          callback=_note_json)
+
+
+class TTGroup(TyperGroup):
+    """The group of `tt` and its sub-apps: a TTError escaping a command ends it through `fail`."""
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except TTError as exc:
+            fail(str(exc), code=exc.exit_code, json_mode=ctx.meta.get(_JSON_SEEN, False))
 
 console = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
-__all__ = ["JsonOption", "console", "emit_json", "err", "escape", "fail", "load_plugins", "os_errors_refused",
+__all__ = ["JsonOption", "TTGroup", "console", "emit_json", "err", "escape", "fail", "load_plugins", "os_errors_refused",
            "show_table"]
 
 
@@ -77,9 +103,7 @@ def os_errors_refused(json_mode: bool) -> Iterator[None]:
 
 
 def load_plugins():
-    from tt_host.plugins import PluginLoadError, plugins
+    """The plugins of this process (tt_host.plugins.plugins), imported when a command first needs them."""
+    from tt_host.plugins import plugins
 
-    try:
-        return plugins()
-    except PluginLoadError as exc:
-        fail(f"{exc} (TT_PLUGINS_STRICT is set)", code=1)
+    return plugins()

@@ -61,17 +61,10 @@ def prepare(
 ) -> None:
     """Build an engine's environment ahead of time."""
     from tt_host.engines import envs
-    from tt_host.plugins import UnknownEngineError
 
-    try:
-        engine = load_plugins().engine(name)
-    except UnknownEngineError as exc:
-        fail(str(exc), json_mode=json_mode)
+    engine = load_plugins().engine(name)
     log = (lambda line: None) if json_mode else (lambda line: err.print(line, markup=False))
-    try:
-        info = envs.ensure_env(engine, offline=offline or None, log=log)
-    except envs.EnvBuildError as exc:
-        fail(str(exc), code=1, json_mode=json_mode)
+    info = envs.ensure_env(engine, offline=offline or None, log=log)
     if json_mode:
         emit_json({"engine": info.engine, "key": info.key, "path": str(info.path), "python": str(info.python),
                    "built": info.built, "seconds": round(info.seconds, 3)})
@@ -132,10 +125,7 @@ def new(
     """Scaffold a working engine plugin package (see docs/plugins.md)."""
     from tt_host.engines import scaffold
 
-    try:
-        made = scaffold.create(name, directory, lock=lock)
-    except scaffold.ScaffoldError as exc:
-        fail(str(exc), json_mode=json_mode)
+    made = scaffold.create(name, directory, lock=lock)
     if json_mode:
         emit_json({"ok": True, "engine": made.name, "path": str(made.path), "package": made.package,
                    "distribution": made.distribution, "files": made.files, "locked": made.locked,
@@ -162,13 +152,9 @@ def lock(
     """Write each engine's shipped runtime lock (pylock.runtime.toml) from its project's uv.lock."""
     from tt_host.engines import envs
     from tt_host.engines import runtime_lock
-    from tt_host.plugins import UnknownEngineError
 
     plugins = load_plugins()
-    try:
-        engines = [plugins.engine(n) for n in names] if names else list(plugins.engines.values())
-    except UnknownEngineError as exc:
-        fail(str(exc), json_mode=json_mode)
+    engines = [plugins.engine(n) for n in names] if names else list(plugins.engines.values())
     rows, stale = [], []
     for engine in sorted(engines, key=lambda e: e.name):
         try:
@@ -182,14 +168,11 @@ def lock(
                      "record", json_mode=json_mode)
             continue
         target = Path(engine.runtime_lock)
-        try:
-            if check:
-                current = runtime_lock.is_current(project, engine.sync_groups, target)
-            else:
-                runtime_lock.export(project, engine.sync_groups, target)
-                current = True
-        except runtime_lock.RuntimeLockError as exc:
-            fail(str(exc), code=1, json_mode=json_mode)
+        if check:
+            current = runtime_lock.is_current(project, engine.sync_groups, target)
+        else:
+            runtime_lock.export(project, engine.sync_groups, target)
+            current = True
         rows.append({"engine": engine.name, "lock": str(target), "current": current})
         if not current:
             stale.append(engine.name)
@@ -216,10 +199,7 @@ def install(
     """Install engine or observer plugins into tt's own environment (uv tool, pipx or venv, detected)."""
     from tt_host.engines import installer
 
-    try:
-        requirements = [arg for package in packages for arg in installer.requirement(package, editable)]
-    except installer.InstallError as exc:
-        fail(str(exc), json_mode=json_mode)
+    requirements = [arg for package in packages for arg in installer.requirement(package, editable)]
     _run_installer(installer.detect().install(requirements, upgrade), "install", json_mode)
 
 
@@ -233,10 +213,7 @@ def uninstall(
 
     engine = load_plugins().engines.get(name)
     distribution = engine.distribution if engine is not None and engine.distribution else name
-    try:
-        installer.check_uninstallable(distribution)
-    except installer.InstallError as exc:
-        fail(str(exc), json_mode=json_mode)
+    installer.check_uninstallable(distribution)
     _run_installer(installer.detect().uninstall(distribution), "uninstall", json_mode)
 
 

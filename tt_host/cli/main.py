@@ -16,12 +16,12 @@ from tt_host.cli import engines as engines_cli
 from tt_host.cli import models as models_cli
 from tt_host.cli import runs as runs_cli
 from tt_host.cli import serve as serve_cli
-from tt_host.cli.common import (JsonOption, console, emit_json, err, escape, fail, load_plugins, os_errors_refused,
+from tt_host.cli.common import (JsonOption, TTGroup, console, emit_json, err, escape, fail, load_plugins, os_errors_refused,
                                 show_table)
 from tt_host.spec.schema import DEFAULT_ENGINE
 
 app = typer.Typer(
-    name="tt", no_args_is_help=True, add_completion=False,
+    name="tt", no_args_is_help=True, add_completion=False, cls=TTGroup,
     help="tt: turn a behavior spec (tunedtensor.json) into a trained, evaluated model on your own hardware.",
 )
 pipeline_app = typer.Typer(no_args_is_help=True, help="Run the pipeline in the form long runs use.")
@@ -93,12 +93,9 @@ def validate(spec: Path = SpecArgument, json_mode: bool = JsonOption) -> None:
 
 def _dry_run(loaded, resume: Optional[Path], json_mode: bool) -> None:
     """Print what `tt run` would do with each stage; create nothing. Exit 2 when it would refuse."""
-    from tt_host.runs.pipeline import RunRefused, preview
+    from tt_host.runs.pipeline import preview
 
-    try:
-        run_dir, exists, decisions = preview(loaded, resume.absolute() if resume else None)
-    except RunRefused as exc:
-        fail(str(exc), code=2, json_mode=json_mode)
+    run_dir, exists, decisions = preview(loaded, resume.absolute() if resume else None)
     refused = any(d.action == "refuse" for d in decisions)
     if json_mode:
         emit_json({"dry_run": True, "ok": not refused, "run_dir": str(run_dir), "exists": exists,
@@ -115,8 +112,7 @@ def _dry_run(loaded, resume: Optional[Path], json_mode: bool) -> None:
 
 def _run(spec: Path, resume: Optional[Path], device: Optional[str], json_mode: bool, dry_run: bool = False) -> None:
     from tt_host.runs.progress import reporter
-    from tt_host.runs.pipeline import RunRefused, execute
-    from tt_host.runs.store import RunInUseError
+    from tt_host.runs.pipeline import execute
     from tt_host.spec.loading import load_spec
 
     if device is not None and device not in DEVICES:
@@ -132,8 +128,6 @@ def _run(spec: Path, resume: Optional[Path], device: Optional[str], json_mode: b
     try:
         outcome = execute(loaded, plugins, run_dir=resume.absolute() if resume else None, device=device,
                           reporter=reporter(json_mode))
-    except (RunRefused, RunInUseError) as exc:
-        fail(str(exc), code=2, json_mode=json_mode)
     except KeyboardInterrupt:
         fail("interrupted", code=130, json_mode=json_mode)
     if json_mode:

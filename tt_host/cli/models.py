@@ -57,15 +57,12 @@ def export(
     json_mode: bool = JsonOption,
 ) -> None:
     """Write MODEL as a folder other tools load, the way its engine declares (LoRA weights: optionally merged)."""
-    from tt_host.models.export import ExportError, export_model
-    from tt_host.models.references import ModelRefError, resolve
+    from tt_host.models.export import export_model
+    from tt_host.models.references import resolve
 
     log = (lambda line: None) if json_mode else (lambda line: err.print(line, markup=False))
-    try:
-        with os_errors_refused(json_mode):
-            summary = export_model(resolve(model), out, fmt=fmt, merged=merged, offline=offline or None, log=log)
-    except (ExportError, ModelRefError) as exc:
-        fail(str(exc), code=exc.exit_code, json_mode=json_mode)
+    with os_errors_refused(json_mode):
+        summary = export_model(resolve(model), out, fmt=fmt, merged=merged, offline=offline or None, log=log)
     if json_mode:
         emit_json(summary)
     else:
@@ -101,12 +98,9 @@ def activate(
 ) -> None:
     """Make MODEL the active one (`tt serve active`). Refuses, exit 1, a model that fails verification or whose
     general-regression gate failed or was not run."""
-    from tt_host.models.activation import ActivationError, activate as run
+    from tt_host.models import activation
 
-    try:
-        record = run(model_id, force=force)
-    except ActivationError as exc:
-        fail(str(exc), code=exc.exit_code, json_mode=json_mode)
+    record = activation.activate(model_id, force=force)
     if json_mode:
         emit_json({"ok": True, **record})
     elif record.get("already_active"):
@@ -135,12 +129,9 @@ def active(json_mode: bool = JsonOption) -> None:
 @app.command()
 def rollback(json_mode: bool = JsonOption) -> None:
     """Back to the previously active model, or to the base model when there was none."""
-    from tt_host.models.activation import ActivationError, rollback as run
+    from tt_host.models import activation
 
-    try:
-        record = run()
-    except ActivationError as exc:
-        fail(str(exc), code=exc.exit_code, json_mode=json_mode)
+    record = activation.rollback()
     if json_mode:
         emit_json({"ok": True, **record})
     elif record["model"]:

@@ -59,13 +59,10 @@ def report(run: Path = typer.Argument(..., help="Run directory."), json_mode: bo
 
 
 def _run_path(reference: str, json_mode: bool) -> Path:
-    from tt_host.runs.inspect import RunNotFound, resolve_run
+    from tt_host.runs.inspect import resolve_run
 
-    try:
-        with os_errors_refused(json_mode):
-            return resolve_run(reference)
-    except RunNotFound as exc:
-        fail(str(exc), json_mode=json_mode)
+    with os_errors_refused(json_mode):
+        return resolve_run(reference)
 
 
 def _cell(value) -> str:

@@ -55,7 +55,6 @@ def serve(
     With --json, stdout carries one JSON event per line, among them
     {"type": "ready", "url": ...} once the server answers.
     """
-    from tt_host.models.references import ModelRefError
     from tt_host.models.serve import ServeError, ServeOptions, read_api_key_file, serve as run
 
     def log(line: str, level: str = "info") -> None:
@@ -64,16 +63,13 @@ def serve(
         else:
             err.print(line, markup=False)
 
-    try:
-        if api_key_file is not None:
-            if api_key:
-                raise ServeError("give the API key once: --api-key-file, or --api-key / TT_API_KEY, not both")
-            api_key = read_api_key_file(api_key_file)
-        elif api_key and getattr(ctx.get_parameter_source("api_key"), "name", "") == "COMMANDLINE":
-            log("warning: --api-key on the command line is visible to every user of this machine (ps); "
-                "use --api-key-file FILE or the TT_API_KEY environment variable", "warning")
-    except ServeError as exc:
-        fail(str(exc), code=exc.exit_code, json_mode=json_mode)
+    if api_key_file is not None:
+        if api_key:
+            raise ServeError("give the API key once: --api-key-file, or --api-key / TT_API_KEY, not both")
+        api_key = read_api_key_file(api_key_file)
+    elif api_key and getattr(ctx.get_parameter_source("api_key"), "name", "") == "COMMANDLINE":
+        log("warning: --api-key on the command line is visible to every user of this machine (ps); "
+            "use --api-key-file FILE or the TT_API_KEY environment variable", "warning")
     options = ServeOptions(host=host, port=port, api_key=api_key or None, max_concurrency=max_concurrency,
                            max_queue=max_queue, queue_timeout=queue_timeout, max_batch_tokens=max_batch_tokens,
                            spec_prompt=not no_spec_prompt, device=device, offline=offline or None,
@@ -93,8 +89,6 @@ def serve(
     try:
         with os_errors_refused(json_mode):  # a path the OS refuses (a name too long): exit 2 naming it
             code = run(model, options, on_event, log)
-    except (ServeError, ModelRefError) as exc:
-        fail(str(exc), code=exc.exit_code, json_mode=json_mode)
     except KeyboardInterrupt:
         code = 130
     raise typer.Exit(code)

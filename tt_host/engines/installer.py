@@ -28,12 +28,16 @@ from importlib import metadata
 from pathlib import Path
 from typing import Callable, Sequence
 
+from tt_host.errors import TTError
+
 ENGINE_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 HOST_DISTRIBUTION = "tuned-tensor"
 
 
-class InstallError(ValueError):
-    """A bad argument; nothing was run."""
+class InstallError(TTError, ValueError):
+    """A bad argument; nothing was run (exit 2)."""
+
+    exit_code = 2
 
 
 @dataclass(frozen=True)

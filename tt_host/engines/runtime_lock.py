@@ -28,6 +28,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Iterable
 
+from tt_host.errors import TTError
 from tt_host.engines.uv import uv_binary
 
 LOCK_NAME = "pylock.runtime.toml"
@@ -36,8 +37,8 @@ EXPORT_TIMEOUT_SECONDS = 180
 _INSTALL_RECORDS = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"}
 
 
-class RuntimeLockError(RuntimeError):
-    pass
+class RuntimeLockError(TTError, RuntimeError):
+    """The shipped runtime lock cannot be exported, read or installed (exit 1)."""
 
 
 def normalize(name: str) -> str:

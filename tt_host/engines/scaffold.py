@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from tt_host.errors import TTError
 from tt_host import HOST_API_VERSION
 
 from tt_host.engines import runtime_lock
@@ -35,8 +36,10 @@ LOCK_TIMEOUT_SECONDS = 180
 RUNTIME_GROUPS = ("runtime",)
 
 
-class ScaffoldError(ValueError):
-    """Invalid NAME or DIR; nothing was created."""
+class ScaffoldError(TTError, ValueError):
+    """Invalid NAME or DIR; nothing was created (exit 2)."""
+
+    exit_code = 2
 
 
 @dataclass

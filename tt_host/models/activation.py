@@ -30,16 +30,15 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from tt_host.errors import TTError
 from tt_host.models import registry
 from tt_host.fsutil import FileLock, make_private_dir
 
 HISTORY = "activations.jsonl"
 
 
-class ActivationError(Exception):
-    def __init__(self, message: str, exit_code: int = 1):
-        super().__init__(message)
-        self.exit_code = exit_code
+class ActivationError(TTError):
+    """The model cannot be activated or rolled back (exit 1; 2 for an unknown id)."""
 
 
 def history_path() -> Path:

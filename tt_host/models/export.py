@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from tt_host.errors import TTError
 from tt_host import ids
 
 from tt_host.engines import envs
@@ -31,10 +32,8 @@ from tt_host.models.references import ModelRefError, ResolvedModel
 FORMATS = ("hf",)
 
 
-class ExportError(Exception):
-    def __init__(self, message: str, exit_code: int = 1):
-        super().__init__(message)
-        self.exit_code = exit_code
+class ExportError(TTError):
+    """The model cannot be exported as asked (exit 1; 2 for a bad argument)."""
 
 
 def engine_python(name: str, offline: Optional[bool], log: Callable[[str], None]) -> Path:

@@ -25,17 +25,16 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Optional
 
+from tt_host.errors import TTError
 from tt_host.engine import SERVE_HF, SERVE_ON_BASE, Engine, ModelKind
 from tt_host.models import activation, registry
 from tt_host.spec.compiler import compile_system_message, sha256_text
 
 
-class ModelRefError(Exception):
+class ModelRefError(TTError):
     """MODEL cannot be used; exit_code 2 (bad argument) or 1 (a model that fails verification)."""
 
-    def __init__(self, message: str, exit_code: int = 2):
-        super().__init__(message)
-        self.exit_code = exit_code
+    exit_code = 2
 
 
 @dataclass

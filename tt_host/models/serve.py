@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from tt_host.errors import TTError
 from tt_host.engine import SERVE_EXPORT, SERVE_ON_BASE, SERVE_OWN, Engine
 from tt_host.models.export import ExportError, engine_python, serving_folder
 from tt_host.fsutil import write_json_atomic
@@ -41,10 +42,10 @@ from tt_stagekit.addresses import is_loopback
 KILL_AFTER_SECONDS = 30.0
 
 
-class ServeError(Exception):
-    def __init__(self, message: str, exit_code: int = 2):
-        super().__init__(message)
-        self.exit_code = exit_code
+class ServeError(TTError):
+    """`tt serve` cannot start as asked (exit 2) or its server failed (exit 1)."""
+
+    exit_code = 2
 
 
 @dataclass

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from tt_host.engine import Engine, Stage, gate_side
 from tt_host.spec.compiler import CompiledSpec
@@ -57,8 +57,16 @@ def needs(stages: Sequence[Stage], index: int) -> tuple[str, ...]:
     return tuple(stage.needs)
 
 
-def chain(engine: Engine, spec: BehaviorSpec, compiled: CompiledSpec) -> list[tuple[Stage, dict[str, Any], str]]:
-    """(stage, inputs, fingerprint) for every stage of the engine, in order.
+class PlannedStage(NamedTuple):
+    """One stage of a run's plan: the stage, the inputs it reads (kept in run.json) and its fingerprint."""
+
+    stage: Stage
+    inputs: dict[str, Any]
+    fingerprint: str
+
+
+def chain(engine: Engine, spec: BehaviorSpec, compiled: CompiledSpec) -> list[PlannedStage]:
+    """The PlannedStage of every stage of the engine, in order.
 
     The stages answering the general-regression set (tt_host.engine.gate_side) also
     hash its inputs, outside the chain: a new general set re-runs both evaluations and
@@ -78,7 +86,7 @@ def chain(engine: Engine, spec: BehaviorSpec, compiled: CompiledSpec) -> list[tu
         if general is not None and gate_side(stage) is not None:
             inputs[GENERAL_KEY] = general
             fingerprint = hashlib.sha256(canonical({"chain": fingerprint, GENERAL_KEY: general}).encode()).hexdigest()
-        out.append((stage, inputs, fingerprint))
+        out.append(PlannedStage(stage, inputs, fingerprint))
     return out
 
 

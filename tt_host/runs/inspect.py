@@ -15,14 +15,17 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
+from tt_host.errors import TTError
 from tt_host.engines.runner import parse_event
 from tt_host.runs.store import RunDir, is_run_dir
 
 LOCK_NAME = ".tt-run.lock"
 
 
-class RunNotFound(LookupError):
-    pass
+class RunNotFound(TTError, LookupError):
+    """No run by that folder or id (exit 2)."""
+
+    exit_code = 2
 
 
 def resolve_run(reference: str | Path, cwd: Optional[Path] = None) -> Path:

@@ -21,10 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from tt_host.runs.fingerprint import GENERAL_KEY, changed_keys, needs
+from tt_host.runs.fingerprint import GENERAL_KEY, PlannedStage, changed_keys, needs
+from tt_host.runs.state import STARTED
 from tt_host.runs.store import RunDir
-
-STARTED = ("completed", "interrupted", "running")
 
 
 @dataclass(frozen=True)
@@ -38,18 +37,18 @@ class Decision:
         return {"stage": self.stage, "action": self.action, "reason": self.reason}
 
 
-def _why(index: int, plan: list, old: dict[str, Any], cache: dict[int, list[str]]) -> list[str]:
+def _why(index: int, plan: list[PlannedStage], old: dict[str, Any], cache: dict[int, list[str]]) -> list[str]:
     """What changed for stage `index`: its own inputs, else (recursively) those of the stages it reads."""
     if index in cache:
         return cache[index]
-    stage, inputs, fingerprint = plan[index]
+    stage, inputs = plan[index].stage, plan[index].inputs
     record = old.get(stage.name) or {}
     found = changed_keys(record.get("inputs") or {}, inputs) if record.get("inputs") is not None else []
     if not found:
-        stages = [s for s, _, _ in plan]
+        stages = [planned.stage for planned in plan]
         for name in needs(stages, index):
             up = next(i for i, s in enumerate(stages) if s.name == name)
-            if (old.get(name) or {}).get("fingerprint") != plan[up][2]:
+            if (old.get(name) or {}).get("fingerprint") != plan[up].fingerprint:
                 found += [f"{key} (via stage {name!r})" if "(via" not in key else key
                           for key in _why(up, plan, old, cache)]
     cache[index] = list(dict.fromkeys(found))
@@ -61,7 +60,7 @@ def _general_only(record: dict[str, Any], inputs: dict[str, Any]) -> bool:
     return bool(changed) and all(key.startswith(GENERAL_KEY.lstrip("_")) for key in changed)
 
 
-def decide(plan: list, state: Optional[dict[str, Any]], run: Optional[RunDir], spec) -> list[Decision]:
+def decide(plan: list[PlannedStage], state: Optional[dict[str, Any]], run: Optional[RunDir], spec) -> list[Decision]:
     """One Decision per stage. `state` is the run's run.json (None for a new run)."""
     old = (state or {}).get("stages") or {}
     cache: dict[int, list[str]] = {}

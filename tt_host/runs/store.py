@@ -1,15 +1,8 @@
 """The run directory (docs/host.md, Runs): run.json, the frozen spec, stage folders, logs, the run lock.
 
-Layout:
-
-    <run>/run.json        engine, spec hash, versions, status, per-stage state and fingerprints
-    <run>/spec.json       the spec as validated for this run (frozen; updated only by a safe resume)
-    <run>/<stage>/        one folder per stage: request.json, result.json, outputs
-    <run>/logs/<stage>.log
-    <run>/report.json, report.md
-    <run>/.tt-run.lock    held (flock) by the process driving the run and by the stage processes it
-                          started (they inherit its descriptor), so it outlives a killed `tt`
-                          until its stages have stopped
+Its layout is tt_host.runs.layout's; run.json's shape is tt_host.runs.state's. The lock is held (flock)
+by the process driving the run and by the stage processes it started (they inherit its descriptor), so
+it outlives a killed `tt` until its stages have stopped.
 
 Folders are 0700, files 0600, every JSON write is atomic.
 """
@@ -24,18 +17,21 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from tt_host.fsutil import FileLock, LockHeld, make_private_dir, processes_holding, sha256_file, write_json_atomic
-
-RUN_FORMAT = 1
-STAGE_STATES = ("pending", "running", "completed", "failed", "interrupted", "skipped")
+from tt_host.errors import TTError
+from tt_host.fsutil import (FileLock, LockHeld, make_private_dir, processes_holding, remove_tree, sha256_file,
+                            write_json_atomic)
+from tt_host.runs import layout
+from tt_host.runs.state import RunState
 
 
 def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-class RunInUseError(RuntimeError):
-    pass
+class RunInUseError(TTError, RuntimeError):
+    """Another process drives the run directory, or stages of a dead one still run (exit 2)."""
+
+    exit_code = 2
 
 
 class RunDir:
@@ -46,37 +42,49 @@ class RunDir:
     # --- paths -----------------------------------------------------------
     @property
     def run_json(self) -> Path:
-        return self.path / "run.json"
+        return self.path / layout.RUN_JSON
 
     @property
     def spec_json(self) -> Path:
-        return self.path / "spec.json"
+        return self.path / layout.SPEC_JSON
 
     @property
     def logs(self) -> Path:
-        return self.path / "logs"
+        return self.path / layout.LOGS
 
     def stage_dir(self, stage: str) -> Path:
         return self.path / stage
 
     def result_path(self, stage: str) -> Path:
-        return self.stage_dir(stage) / "result.json"
+        return self.stage_dir(stage) / layout.RESULT
 
     # --- state -----------------------------------------------------------
     def exists(self) -> bool:
         return self.run_json.is_file()
 
     def load(self) -> dict[str, Any]:
+        """run.json as written (for reading; a run being driven uses `load_state`)."""
         return json.loads(self.run_json.read_text(encoding="utf-8"))
 
-    def save(self, state: dict[str, Any]) -> None:
-        state["updated_at"] = now()
-        write_json_atomic(self.run_json, state)
+    def load_state(self) -> RunState:
+        return RunState.from_json(self.load())
 
-    def create(self, state: dict[str, Any], spec: dict[str, Any]) -> None:
+    def save(self, state: RunState) -> None:
+        state.updated_at = now()
+        write_json_atomic(self.run_json, state.to_json())
+
+    def write_spec(self, spec: dict[str, Any]) -> None:
+        """The frozen spec.json, replaced only by a resume the plan allowed."""
+        write_json_atomic(self.spec_json, spec)
+
+    def remove_stage(self, stage: str) -> None:
+        """Delete a replaceable stage's folder before it runs again from scratch."""
+        remove_tree(self.stage_dir(stage))
+
+    def create(self, state: RunState, spec: dict[str, Any]) -> None:
         make_private_dir(self.path)
         make_private_dir(self.logs)
-        write_json_atomic(self.spec_json, spec)
+        self.write_spec(spec)
         self.save(state)
 
     # --- lock ------------------------------------------------------------
@@ -84,7 +92,7 @@ class RunDir:
         """Refuse at once when another process drives this run directory, or stages of a dead one still run."""
         make_private_dir(self.path)
         holder = f"pid {os.getpid()} on {socket.gethostname()} since {now()}"
-        lock = FileLock(self.path / ".tt-run.lock", holder=holder)
+        lock = FileLock(self.path / layout.LOCK, holder=holder)
         try:
             self._lock = lock.acquire(blocking=False)
         except LockHeld as exc:
@@ -119,14 +127,14 @@ class RunDir:
 
 
 def is_run_dir(path: Path) -> bool:
-    return (Path(path) / "run.json").is_file()
+    return (Path(path) / layout.RUN_JSON).is_file()
 
 
 def find_runs(root: Path) -> list[Path]:
     """Run directories under `root` (a spec folder's `.tuned-tensor/runs`, or any folder)."""
     root = Path(root)
     candidates = [root] if is_run_dir(root) else []
-    for base in (root, root / ".tuned-tensor" / "runs"):
+    for base in (root, root.joinpath(*layout.RUNS_FOLDER)):
         if base.is_dir():
             candidates += [p for p in sorted(base.iterdir()) if is_run_dir(p)]
     seen, unique = set(), []

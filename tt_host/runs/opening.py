@@ -1,0 +1,80 @@
+"""Opening a run folder: refuse one that can never be a run, lock it, and leave nothing behind if unused.
+
+A `--resume` folder is refused at once (RunRefused, exit 2, nothing made) when it is a file, FIFO or
+device, a dangling symbolic link, has a parent that is a file, or exists holding something other than
+a run (`foreign`). The lock comes first (`open_run`): whether the run exists is decided under it, so a
+second `tt run --resume R` started meanwhile is refused at once instead of re-creating R once the
+first has finished. A folder the opening made, in which no run was created, is removed again.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from tt_host.errors import TTError
+from tt_host.runs import layout
+from tt_host.runs.store import RunDir
+from tt_stagekit.userinput import os_reason, special_kind
+
+
+class RunRefused(TTError):
+    """The run cannot start or resume as asked (exit 2); nothing was changed."""
+
+    exit_code = 2
+
+
+def check_run_path(path: Path) -> None:
+    """Refuse at once a `--resume` that can never be a run directory (RunRefused, exit 2, nothing made):
+    a file, FIFO or device, a dangling symbolic link (following it would create its target), a parent
+    that is a file, a name the filesystem cannot hold."""
+    try:
+        mode = os.lstat(path).st_mode
+        if stat.S_ISLNK(mode):
+            if not os.path.exists(path):
+                raise RunRefused(f"--resume {path} is a symbolic link to {os.readlink(path)}, which does not "
+                                 "exist; pass a real folder (new or a run directory)")
+            mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise RunRefused(f"--resume {path}: {os_reason(exc)}") from None
+    if not stat.S_ISDIR(mode):
+        raise RunRefused(f"--resume {path} is {special_kind(mode)}, not a run directory; pass a new folder or "
+                         "an existing run directory")
+
+
+def _fresh(path: Path) -> bool:
+    """An empty folder, or one holding only a run lock (a run being started right now)."""
+    return path.is_dir() and all(entry.name == layout.LOCK for entry in path.iterdir())
+
+
+def refuse_foreign(run: RunDir) -> None:
+    """Refuse a folder that exists, is not a run directory and is neither empty nor being started."""
+    if run.path.exists() and not run.exists() and not _fresh(run.path):
+        raise RunRefused(f"{run.path} exists and is not a tt run directory; pass an empty or new folder")
+
+
+@contextmanager
+def open_run(run: RunDir) -> Iterator[bool]:
+    """Lock the run folder for the block (refused at once when another process holds it); yields whether
+    the run existed. A folder made here in which no run was created is removed afterwards."""
+    refuse_foreign(run)
+    made = not run.path.exists()
+    run.lock()
+    try:
+        existed = run.exists()
+        if not existed:
+            refuse_foreign(run)  # decided again under the lock
+        yield existed
+    finally:
+        run.unlock()
+        if made and not run.exists():  # nothing was run: leave no folder behind
+            (run.path / layout.LOCK).unlink(missing_ok=True)
+            try:
+                run.path.rmdir()
+            except OSError:
+                pass

@@ -1,0 +1,61 @@
+"""What a run's finished stages add up to: each completed stage's result taken into the tally.
+
+A stage's result.json (docs/protocol.md) gives metrics, series, notes, predictions and artifacts. The
+host scores predictions against the references it kept back (labels never crossed into the engine),
+keeps the general-regression answers for the gate, and registers every artifact at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from tt_host.engine import Stage, gate_side
+from tt_host.models.registry import register
+from tt_host.runs.invoke import RunCall
+from tt_host.runs.scoring import read_predictions, score
+from tt_host.runs.state import RunState
+from tt_host.spec.general import GeneralSet
+
+
+@dataclass
+class Tally:
+    """What the finished stages of a run add up to, for the report."""
+
+    metrics: dict[str, Any] = field(default_factory=dict)
+    series: dict[str, list] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    models: list[dict[str, Any]] = field(default_factory=list)
+    actions: dict[str, str] = field(default_factory=dict)
+    completed: dict[str, Any] = field(default_factory=dict)
+    general_answers: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+def take_result(call: RunCall, state: RunState, stage: Stage, result: dict[str, Any], tally: Tally,
+                general: Optional[GeneralSet]) -> None:
+    """Add a completed stage's result to the tally: metrics, series, notes, scores, registered models."""
+    run = call.run
+    tally.completed[stage.name] = {"dir": str(run.stage_dir(stage.name)), "result": result}
+    tally.metrics.update(result.get("metrics") or {})
+    tally.series.update(result.get("series") or {})
+    tally.notes += [n for n in result.get("notes") or [] if isinstance(n, str)]
+    scored: dict[str, Any] = {}
+    if stage.evaluates and result.get("predictions"):
+        predictions = read_predictions(run.stage_dir(stage.name) / result["predictions"])
+        scored.update(score(predictions, call.loaded.compiled.references(), stage.evaluates))
+        scored["eval.count"] = scored[f"{stage.evaluates}.count"]
+    side = gate_side(stage)
+    if general is not None and side and result.get("general_predictions"):
+        answers = read_predictions(run.stage_dir(stage.name) / result["general_predictions"])
+        tally.general_answers[side] = answers
+        scored.update(score(answers, general.references(), f"{side}.general"))
+    tally.metrics.update(scored)
+    if scored:
+        call.observers.event(str(run.path), stage.name, {"type": "scores", "stage": stage.name, "values": scored})
+    for artifact in result.get("artifacts") or []:
+        path = Path(artifact["path"])
+        path = path if path.is_absolute() else run.path / path
+        tally.models.append(register(path, run_id=state.id, run_dir=run.path, spec_name=call.loaded.spec.name,
+                                     engine=call.loaded.engine.name, kind=artifact.get("kind", "model")))
+        call.reporter.message(f"registered model {tally.models[-1]['id']}", "green")
