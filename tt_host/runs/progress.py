@@ -7,7 +7,6 @@ the end instead).
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Optional
 
 from rich.console import Console
@@ -87,6 +86,3 @@ class RichReporter(QuietReporter):
 def reporter(json_mode: bool) -> QuietReporter:
     return QuietReporter() if json_mode else RichReporter()
 
-
-def stdout_is_terminal() -> bool:
-    return sys.stdout.isatty()
