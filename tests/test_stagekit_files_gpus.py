@@ -32,9 +32,9 @@ def test_host_and_engines_use_the_same_helpers():
     from tt_engine_adapter import fingerprint
     from tt_host import fsutil
     from tt_host.spec import compiler
-    from tt_stagekit import chatrows, protocol
+    from tt_stagekit import chatrows
 
-    assert fsutil.sha256_file is files.file_sha256 is protocol.file_sha256 is fingerprint.sha256_file
+    assert fsutil.sha256_file is files.file_sha256 is fingerprint.sha256_file
     assert compiler.normalize_prompt is chatrows.normalize_prompt
 
 

@@ -17,13 +17,14 @@ import time
 import pytest
 
 from process_support import alive, process_state, send_and_wait_taken, wait_until
+from tt_stagekit import files as F
 from tt_stagekit import protocol as P
 from tt_stagekit import signals as S
 
 
 def test_new_folder_publishes_every_file_at_once(tmp_path):
     target = tmp_path / "out"
-    with P.new_folder(target) as building:
+    with F.new_folder(target) as building:
         (building / "a.txt").write_text("a")
         (building / "sub").mkdir()
         (building / "sub" / "b.txt").write_text("b")
@@ -35,7 +36,7 @@ def test_new_folder_publishes_every_file_at_once(tmp_path):
 def test_new_folder_never_overwrites_and_cleans_up(tmp_path):
     target = tmp_path / "out"
     with pytest.raises(P.InvalidInput, match="appeared while it was being written"):
-        with P.new_folder(target) as building:
+        with F.new_folder(target) as building:
             (building / "a.txt").write_text("mine")
             target.mkdir()
             (target / "theirs.txt").write_text("keep")
@@ -43,7 +44,7 @@ def test_new_folder_never_overwrites_and_cleans_up(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
 
     with pytest.raises(RuntimeError):
-        with P.new_folder(tmp_path / "other") as building:
+        with F.new_folder(tmp_path / "other") as building:
             (building / "half.txt").write_text("x")
             raise RuntimeError("crash while writing")
     assert [p.name for p in tmp_path.iterdir()] == ["out"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from tt_stagekit.protocol import InvalidInput
+from tt_stagekit.contract import InvalidInput
 
 DEVICES = ("cpu", "cuda", "mps")
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from tt_stagekit import signals
-from tt_stagekit.protocol import InvalidInput, StageError
+from tt_stagekit.contract import InvalidInput, StageError
 
 DEFAULT_TIMEOUT_SECONDS = 600.0
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 from tt_stagekit import signals
+from tt_stagekit.contract import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID
 
 MODULE = "tt_stagekit.launcher"
 DEFAULT_MASTER_PORT = 29500
@@ -122,7 +123,7 @@ def _error(message: str) -> None:
 
 def _exit_code(failure: Any) -> int:
     code = int(getattr(failure, "exitcode", 1))
-    return code if code in (1, 2, 130) else 1
+    return code if code in (EXIT_FAILED, EXIT_INVALID, EXIT_INTERRUPTED) else EXIT_FAILED
 
 
 def _count_copies_once(api: Any) -> None:
@@ -168,7 +169,7 @@ def _launch(argv: Optional[Sequence[str]]) -> int:
             return 1
         return _exit_code(first)
     except SignalException:
-        return 130
+        return EXIT_INTERRUPTED
     return 0
 
 

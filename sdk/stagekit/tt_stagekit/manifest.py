@@ -1,4 +1,8 @@
-"""Reading an `artifact-manifest.json`'s file list safely (docs/protocol.md, Artifacts).
+"""`artifact-manifest.json`: the one writer and the one verifier (docs/protocol.md, Manifest).
+
+`write_manifest` lists every file of a model folder (size, sha256) with the engine's fields;
+`verify` checks a folder against its manifest: every listed file has its size and sha256, no file
+is unlisted, at least one file inside the folder is listed.
 
 Every listed path must name a file inside the model folder: a relative POSIX
 path without `..`, `.` or empty parts, no backslash, and no symlink on the way
@@ -11,10 +15,15 @@ Used by the host (tt_host.models.registry) and the engines; stdlib only.
 
 from __future__ import annotations
 
+import datetime
+import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Collection, Mapping, Optional
 
+from tt_stagekit.files import atomic_write_json, file_sha256
+
+MANIFEST = "artifact-manifest.json"
 SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -56,3 +65,71 @@ def file_entries(folder: Path, manifest: Any) -> tuple[list[dict[str, Any]], lis
         else:
             usable.append(entry)
     return usable, problems
+
+
+def folder_files(folder: str | Path, skip_dirs: Collection[str] = ()) -> list[dict[str, Any]]:
+    """Every regular file under `folder` but the manifest (sorted POSIX paths) with size and sha256;
+    files inside a folder named in `skip_dirs` (at any depth) are left out."""
+    folder = Path(folder)
+    files = []
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder)
+        if any(part in skip_dirs for part in rel.parts[:-1]) or not path.is_file() or rel.as_posix() == MANIFEST:
+            continue
+        files.append({"path": rel.as_posix(), "size": path.stat().st_size, "sha256": file_sha256(path)})
+    return files
+
+
+def write_manifest(folder: str | Path, kind: str, engine: str, *, fields: Optional[Mapping[str, Any]] = None,
+                   extra: Optional[Mapping[str, Any]] = None,
+                   files: Optional[list[dict[str, Any]]] = None) -> dict[str, Any]:
+    """Write `folder`/artifact-manifest.json atomically and return it.
+
+    Keys in this order: format, kind, engine, files (default: `folder_files(folder)`), `fields`, created
+    (UTC, seconds), then `extra` (a key already there keeps its place and takes extra's value).
+    """
+    folder = Path(folder)
+    manifest: dict[str, Any] = {"format": 1, "kind": kind, "engine": engine,
+                                "files": folder_files(folder) if files is None else files, **(fields or {}),
+                                "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    manifest.update(extra or {})
+    atomic_write_json(folder / MANIFEST, manifest)
+    return manifest
+
+
+def verify(folder: str | Path) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """(the manifest, the (what, why) problems): empty problems when the folder is what its manifest lists.
+
+    A manifest that cannot be read gives ({}, [its problem]); one that is not an object gives ({}, problems).
+    """
+    folder = Path(folder)
+    manifest_path = folder / MANIFEST
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}, [(str(manifest_path), "missing manifest")]
+    except json.JSONDecodeError as exc:
+        return {}, [(str(manifest_path), f"invalid JSON: {exc.msg} (line {exc.lineno})")]
+    except (OSError, UnicodeDecodeError, RecursionError, ValueError) as exc:
+        return {}, [(str(manifest_path), f"unreadable: {exc}")]
+    entries, problems = file_entries(folder, manifest)
+    if not isinstance(manifest, dict):
+        return {}, problems
+    listed = set()
+    for entry in entries:
+        rel = entry["path"]
+        listed.add(rel)
+        target = folder / rel
+        if not target.is_file():
+            problems.append((rel, "missing"))
+        elif target.stat().st_size != entry["size"]:
+            problems.append((rel, f"size {target.stat().st_size} != recorded {entry['size']}"))
+        elif file_sha256(target) != entry["sha256"]:
+            problems.append((rel, "sha256 differs from the manifest (the file was changed)"))
+    for file in sorted(p for p in folder.rglob("*") if p.is_file()):
+        rel = file.relative_to(folder).as_posix()
+        if rel != MANIFEST and rel not in listed:
+            problems.append((rel, "not listed in the manifest"))
+    if not entries:
+        problems.append((MANIFEST, "lists no files inside the model folder"))
+    return manifest, problems

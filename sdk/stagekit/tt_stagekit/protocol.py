@@ -1,12 +1,14 @@
 """The stage side of tt's stage protocol (docs/protocol.md), shared by the engines.
 
-Reads the request, emits JSON-line events on stdout, writes files atomically,
+Reads the request, emits JSON-line events on stdout, writes the result,
 turns SIGTERM/SIGINT into a flag long loops check at step boundaries (copies
 of one stop request arriving together count once; a second request exits at
 once: tt_stagekit.signals), stops the stage when the `tt` that started it dies,
-and maps errors onto the protocol's exit codes:
-0 completed, 1 failed, 2 invalid input, 130 interrupted. Stdlib only; never
-imports tt_host.
+and maps errors onto the protocol's exit codes (0 completed, 1 failed, 2 invalid
+input, 130 interrupted). What crosses the process boundary (exit codes, errors,
+request and result fields) is defined in tt_stagekit.contract, and re-exported
+here for stage code (`from tt_stagekit.protocol import InvalidInput`); atomic
+writes and folders are tt_stagekit.files. Stdlib only; never imports tt_host.
 
 Under torchrun only the first rank of each node (LOCAL_RANK 0) speaks to the
 host: it emits events and writes result.json; the other ranks write warnings
@@ -19,41 +21,20 @@ import contextlib
 import gc
 import json
 import os
-import shutil
 import signal
 import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, TextIO
+from typing import Any, Callable, Mapping, Optional, Sequence, TextIO
 
 from tt_stagekit import signals
-from tt_stagekit.files import atomic_file, atomic_write_bytes, file_sha256, fsync_dir  # noqa: F401 (re-exported)
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_INVALID = 2
-EXIT_INTERRUPTED = 130
-
-REQUIRED_FIELDS = ("run_dir", "stage_dir", "result_path", "spec")
-OPTIONAL_FIELDS = {"train_rows": [], "eval_prompts": [], "device": "auto", "resume": False, "stages": {},
-                   "fingerprint": ""}
-
-
-class StageError(Exception):
-    """The stage failed (exit 1); the message names the file and line, or the field, and what to do."""
-
-    exit_code = EXIT_FAILED
-
-
-class InvalidInput(StageError):
-    """The stage found its input invalid before doing any work (exit 2)."""
-
-    exit_code = EXIT_INVALID
-
-
-class Interrupted(Exception):
-    """Raised after the stage saved its state in answer to SIGTERM/SIGINT (exit 130)."""
+from tt_stagekit.contract import (  # noqa: F401 (the errors and exit codes are re-exported for stage code)
+    EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, InvalidInput, Interrupted, StageError, StageResult,
+    request_defaults, required_request_fields, result_body,
+)
+from tt_stagekit.files import atomic_write_json, json_default
+from tt_stagekit.stageconfig import parse_request
 
 
 class StopFlag:
@@ -100,21 +81,13 @@ def speaks() -> bool:
     return os.environ.get("LOCAL_RANK", "0") == "0"
 
 
-def _json_default(value: Any) -> Any:
-    if hasattr(value, "item"):  # numpy and torch scalars
-        return value.item()
-    if isinstance(value, Path):
-        return str(value)
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
-
-
 def emit(event: Mapping[str, Any]) -> None:
     """Write one event as a JSON line on stdout and flush it."""
     if not speaks():
         if event.get("type") == "log" and event.get("level") in ("warning", "error"):
             _write(sys.stderr, f"[rank {os.environ.get('RANK', '?')}] {event.get('level')}: {event.get('message')}\n")
         return
-    _write(sys.stdout, json.dumps(event, ensure_ascii=False, default=_json_default) + "\n")
+    _write(sys.stdout, json.dumps(event, ensure_ascii=False, default=json_default) + "\n")
 
 
 def _write(stream: TextIO, text: str) -> None:
@@ -163,43 +136,6 @@ def artifact(kind: str, path: str | Path) -> None:
     emit({"type": "artifact", "kind": kind, "path": str(path)})
 
 
-def atomic_write_json(path: str | Path, value: Any) -> None:
-    text = json.dumps(value, indent=2, ensure_ascii=False, default=_json_default) + "\n"
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def atomic_write_jsonl(path: str | Path, rows: Sequence[Mapping[str, Any]]) -> None:
-    text = "".join(json.dumps(row, ensure_ascii=False, default=_json_default) + "\n" for row in rows)
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-@contextlib.contextmanager
-def new_folder(target: str | Path) -> Iterator[Path]:
-    """Build a folder beside `target`, then publish it as `target`: every file fsynced, one rename.
-
-    Never overwrites: a `target` that appeared meanwhile is refused (InvalidInput); on any error
-    the partial folder is removed and `target` is untouched.
-    """
-    target = Path(target)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(mode=0o700)
-    try:
-        yield tmp
-        for path in tmp.rglob("*"):
-            if path.is_file():
-                with open(path, "rb") as handle:
-                    os.fsync(handle.fileno())
-        fsync_dir(tmp)
-        if target.exists():
-            raise InvalidInput(f"{target} appeared while it was being written; nothing was overwritten")
-        os.replace(tmp, target)
-        fsync_dir(target.parent)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
 def read_request(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     """Load the request named on the command line (or by TT_STAGE_REQUEST); optional fields get their defaults."""
     args = sys.argv[1:] if argv is None else list(argv)
@@ -214,22 +150,24 @@ def read_request(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
         raise InvalidInput(f"{path}:{exc.lineno}: request is not valid JSON: {exc.msg}") from None
     if not isinstance(request, dict):
         raise InvalidInput(f"{path}: the request must be a JSON object")
-    for key in REQUIRED_FIELDS:
+    for key in required_request_fields():
         if key not in request:
             raise InvalidInput(f"{path}: request field {key!r} is missing")
-    for key, default in OPTIONAL_FIELDS.items():
-        request.setdefault(key, type(default)(default) if isinstance(default, (list, dict)) else default)
+    for key, default in request_defaults().items():
+        request.setdefault(key, default)
     Path(request["stage_dir"]).mkdir(parents=True, exist_ok=True, mode=0o700)
     return request
 
 
-def write_result(request: Mapping[str, Any], result: Mapping[str, Any]) -> None:
-    """result.json with the protocol's defaults for what the stage left out (first rank of each node only)."""
+def write_result(request: Any, result: Mapping[str, Any] | StageResult) -> None:
+    """result.json with the protocol's defaults for what the stage left out (first rank of each node only).
+
+    `request` is the request's dict or its typed StageRequest; `result` a StageResult or the dict a stage
+    body returned (written as `contract.result_body` orders it)."""
     if not speaks():
         return
-    body = {"status": "completed", "metrics": {}, "series": {}, "outputs": {}, "artifacts": [], "notes": []}
-    body.update(result)
-    atomic_write_json(request["result_path"], body)
+    path = request["result_path"] if isinstance(request, Mapping) else request.result_path
+    atomic_write_json(path, result_body(result.to_json() if isinstance(result, StageResult) else result))
 
 
 def run_main(body: Callable[[Any], Mapping[str, Any]], argv: Optional[Sequence[str]] = None,
@@ -247,8 +185,6 @@ def run_main(body: Callable[[Any], Mapping[str, Any]], argv: Optional[Sequence[s
     try:
         request = read_request(argv)
         if request_type is not None:
-            from tt_stagekit.stageconfig import parse_request
-
             write_result(request, body(parse_request(request_type, request)))
         else:
             write_result(request, body(request))

@@ -24,9 +24,9 @@ import dataclasses
 import types
 import typing
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Mapping, Optional, TypeVar, Union
+from typing import Any, ClassVar, Literal, Mapping, TypeVar, Union
 
-from tt_stagekit.protocol import InvalidInput
+from tt_stagekit.contract import EarlierStage, InvalidInput, StageRequest  # noqa: F401 (StageRequest, EarlierStage: re-exported)
 
 T = TypeVar("T")
 
@@ -157,47 +157,7 @@ class Example:
     output: str = ""
 
 
-@dataclasses.dataclass(frozen=True)
-class EarlierStage:
-    """A completed earlier stage of the run: its folder and its result.json (free-form `outputs`)."""
-
-    dir: Path
-    result: dict[str, Any]
-
-    def output(self, key: str) -> Any:
-        return (self.result.get("outputs") or {}).get(key)
-
-
-@dataclasses.dataclass(frozen=True)
-class StageRequest:
-    """The engine-neutral fields of `request.json` (docs/protocol.md). Engines subclass it with a typed `spec`."""
-
-    extra_keys: ClassVar[str] = "ignore"  # the protocol may grow; a stage reads what it declares
-
-    run_dir: Path
-    stage_dir: Path
-    result_path: Path
-    spec: Any
-    protocol: int = 1
-    engine: str = ""
-    stage: str = ""
-    spec_dir: Optional[Path] = None
-    system_message: str = ""
-    system_message_sha256: str = ""
-    train_rows: tuple[dict[str, Any], ...] = ()
-    eval_prompts: tuple[dict[str, Any], ...] = ()
-    general_prompts: tuple[dict[str, Any], ...] = ()
-    device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
-    resume: bool = False
-    fingerprint: str = ""
-    stages: Mapping[str, EarlierStage] = dataclasses.field(default_factory=lambda: types.MappingProxyType({}))
-
-    def output(self, stage: str, key: str) -> Any:
-        """An earlier stage's `outputs[key]`, or None when that stage has not completed in this run."""
-        earlier = self.stages.get(stage)
-        return earlier.output(key) if earlier is not None else None
-
-
 def parse_request(cls: type[T], request: Mapping[str, Any]) -> T:
-    """The typed request: `cls` is StageRequest or an engine's subclass declaring its `spec` dataclass."""
+    """The typed request: `cls` is StageRequest (tt_stagekit.contract) or an engine's subclass declaring its
+    `spec` dataclass."""
     return parse(cls, request, "request")

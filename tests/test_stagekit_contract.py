@@ -1,0 +1,235 @@
+"""tt_stagekit.contract is the one definition of the host-stage contract; tt_stagekit.files.publish_folder and
+tt_stagekit.manifest are the one folder publisher and the one manifest writer and verifier."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+from tt_stagekit import contract as C
+from tt_stagekit import files as F
+from tt_stagekit import manifest as M
+from tt_stagekit import protocol as P
+
+REPO = Path(__file__).resolve().parents[1]
+ROOTS = ["tt_host", "sdk/stagekit/tt_stagekit", "plugins/foundation/tt_engine_foundation",
+         "plugins/adapter/tt_engine_adapter"]
+CONTRACT = "sdk/stagekit/tt_stagekit/contract.py"
+
+
+def _modules():
+    for root in ROOTS:
+        for path in sorted((REPO / root).rglob("*.py")):
+            if ".venv" not in path.parts:
+                yield path.relative_to(REPO).as_posix(), ast.parse(path.read_text(encoding="utf-8"))
+
+
+def _assigned(tree: ast.AST):
+    """(name, value node) for every assignment to a plain name, tuple targets unpacked."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Name):
+                    yield target.id, node.value
+                elif isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple):
+                    for name, value in zip(target.elts, node.value.elts):
+                        if isinstance(name, ast.Name):
+                            yield name.id, value
+
+
+def test_exit_codes_have_one_definition():
+    found = sorted(f"{name} = {ast.unparse(value)} in {module}" for module, tree in _modules() if module != CONTRACT
+                   for name, value in _assigned(tree)
+                   if name.startswith("EXIT_") or (isinstance(value, ast.Constant) and value.value == 130))
+    assert found == []
+    assert (C.EXIT_OK, C.EXIT_FAILED, C.EXIT_INVALID, C.EXIT_INTERRUPTED) == (0, 1, 2, 130)
+    from tt_host import runner
+    from tt_host.runs import pipeline
+
+    assert runner.EXIT_INTERRUPTED is pipeline.EXIT_INTERRUPTED is P.EXIT_INTERRUPTED is C.EXIT_INTERRUPTED
+    assert P.InvalidInput is C.InvalidInput and P.StageError is C.StageError and P.Interrupted is C.Interrupted
+
+
+def test_tt_stagekit_has_no_import_circle():
+    graph: dict[str, set[str]] = {}
+    for path in (REPO / "sdk/stagekit/tt_stagekit").glob("*.py"):
+        deps = graph.setdefault(path.stem, set())
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == "tt_stagekit":
+                deps.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tt_stagekit."):
+                deps.add(node.module.split(".")[1])
+    assert graph["contract"] == set()
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        return any(d == goal or (d not in seen and reaches(d, goal, seen | {d})) for d in graph.get(start, ()))
+
+    assert [m for m in graph if reaches(m, m, {m})] == []
+
+
+def test_request_fields_are_the_order_the_host_writes_and_read_request_defaults_them(tmp_path):
+    assert C.request_fields() == (
+        "protocol", "engine", "stage", "run_dir", "stage_dir", "result_path", "spec", "spec_dir", "system_message",
+        "system_message_sha256", "train_rows", "eval_prompts", "general_prompts", "device", "resume", "fingerprint",
+        "stages")
+    assert C.required_request_fields() == ("run_dir", "stage_dir", "result_path", "spec")
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"run_dir": str(tmp_path), "stage_dir": str(tmp_path / "s"),
+                                   "result_path": str(tmp_path / "r.json"), "spec": {}}))
+    read = P.read_request([str(request)])
+    assert read["general_prompts"] == [] and read["stages"] == {} and read["device"] == "auto"
+    read["train_rows"].append(1)
+    assert C.request_defaults()["train_rows"] == []  # fresh values every time
+
+
+RESULT = {"status": "completed", "metrics": {"train.loss": 1.5}, "series": {"train.loss": [[1, 2.0]]},
+          "outputs": {"adapter": "/abs/a"},
+          "artifacts": [{"kind": "adapter", "path": "/abs/a", "manifest": "artifact-manifest.json"}],
+          "notes": ["smoke corpus"], "predictions": "predictions.jsonl", "general_predictions": "general.jsonl",
+          "_seconds": 3.0}
+
+
+def test_stage_result_round_trip():
+    result = C.StageResult.from_json(RESULT)
+    assert result.completed and result.metrics == {"train.loss": 1.5} and result.notes == ("smoke corpus",)
+    assert result.artifacts == (C.Artifact(kind="adapter", path="/abs/a", manifest="artifact-manifest.json"),)
+    assert result.predictions == "predictions.jsonl" and result.extra == {"_seconds": 3.0}
+    assert result.to_json() == RESULT and list(result.to_json()) == list(RESULT)
+    assert C.StageResult.from_json(result.to_json()) == result
+    # the host's leniency: null or missing fields are empty, non-string notes dropped, an artifact is a model
+    lax = C.StageResult.from_json({"status": "completed", "metrics": None, "notes": ["a", 3],
+                                   "artifacts": [{"path": "x"}]})
+    assert (lax.metrics, lax.notes, lax.artifacts[0].kind, lax.predictions) == ({}, ("a",), "model", None)
+    assert not C.StageResult.from_json({}).completed
+    with pytest.raises(KeyError, match="path"):
+        C.StageResult.from_json({"artifacts": [{"kind": "adapter"}]})
+
+
+def test_write_result_writes_a_stage_result_and_a_dict_alike(tmp_path):
+    as_dict, as_result = tmp_path / "a.json", tmp_path / "b.json"
+    returned = {"metrics": {"m": 1}, "predictions": "p.jsonl"}
+    P.write_result({"result_path": str(as_dict)}, returned)
+    P.write_result({"result_path": str(as_result)}, C.StageResult(metrics={"m": 1}, predictions="p.jsonl"))
+    assert as_dict.read_bytes() == as_result.read_bytes()
+    assert list(json.loads(as_dict.read_text())) == ["status", "metrics", "series", "outputs", "artifacts", "notes",
+                                                     "predictions"]
+
+
+SERVE_CASES = [
+    (dict(port=70000), "--port must be between 0 and 65535"),
+    (dict(max_concurrency=0), "--max-concurrency must be between 1 and 1024"),
+    (dict(max_concurrency=1025), "--max-concurrency must be between 1 and 1024"),
+    (dict(device="tpu"), "--device must be one of auto, cpu, cuda, mps, not 'tpu'"),
+    (dict(max_queue=-1), "--max-queue must be between 0 and 100000"),
+    (dict(queue_timeout=0), "--queue-timeout must be a number of seconds between 0 and 86400"),
+    (dict(max_batch_tokens=0), "--max-batch-tokens must be at least 1"),
+    (dict(default_max_tokens=0), "--default-max-tokens must be at least 1"),
+]
+
+
+@pytest.mark.parametrize("change,message", SERVE_CASES, ids=[next(iter(c)) for c, _ in SERVE_CASES])
+def test_serve_bounds_are_one_check_for_tt_serve_and_the_engines_server(change, message, tmp_path):
+    """`tt serve`'s options and the adapter's server reading the same values refuse them with one message."""
+    from tt_host.serve import ServeError, ServeOptions, check_options
+
+    with pytest.raises(ServeError) as host:
+        check_options(ServeOptions(**change))
+    assert str(host.value) == message and host.value.exit_code == C.EXIT_INVALID
+    with pytest.raises(C.InvalidInput) as direct:
+        C.ServeRequest(**change).check_bounds()
+    assert str(direct.value) == message
+    server = _engine_server_check()
+    if server is not None:
+        (tmp_path / "config.json").write_text("{}")
+        with pytest.raises(C.InvalidInput) as engine:
+            server({"model_path": str(tmp_path), "model_name": "m", "host": "127.0.0.1", **change})
+        assert str(engine.value) == message
+
+
+def _engine_server_check():
+    """The adapter server's request check, when its module imports here (it needs no torch to import)."""
+    try:
+        from tt_engine_adapter.serve.__main__ import check
+    except ImportError:
+        return None
+    return check
+
+
+def test_serve_defaults_are_tt_serves():
+    from tt_host.serve import ServeOptions
+
+    options, request = ServeOptions(), C.ServeRequest()
+    assert (request.max_concurrency, request.port, request.max_queue, request.queue_timeout) == (8, 8000, 64, 60.0)
+    assert (options.max_concurrency, options.port, options.max_queue) == (8, 8000, 64)
+    request.check_bounds()
+
+
+@pytest.mark.parametrize("policy", [F.REFUSE, F.REPLACE, F.KEEP])
+def test_publish_folder_policies_for_an_existing_target(tmp_path, policy):
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / "old.txt").write_text("old")
+    built = tmp_path / ".out.tmp"
+    built.mkdir()
+    (built / "sub").mkdir()
+    (built / "sub" / "new.txt").write_text("new")
+    if policy == F.REFUSE:
+        with pytest.raises(FileExistsError):
+            F.publish_folder(built, target, policy, sync_files=True)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # the built folder is removed
+        assert (target / "old.txt").read_text() == "old"
+        return
+    aside = F.publish_folder(built, target, policy, sync_files=True)
+    assert (target / "sub" / "new.txt").read_text() == "new" and not (target / "old.txt").exists()
+    if policy == F.REPLACE:
+        assert aside is None and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    else:
+        assert aside is not None and aside.name.startswith("out.replaced-") and (aside / "old.txt").read_text() == "old"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["out", aside.name]
+
+
+def test_publish_folder_without_a_target_just_renames(tmp_path):
+    built = tmp_path / ".x.tmp"
+    built.mkdir()
+    (built / "a").write_text("a")
+    assert F.publish_folder(built, tmp_path / "x") is None
+    assert [p.name for p in tmp_path.iterdir()] == ["x"]
+    with pytest.raises(ValueError):
+        F.publish_folder(tmp_path / "x", tmp_path / "y", "overwrite")
+
+
+def test_manifest_writer_bytes_and_verifier(tmp_path, monkeypatch):
+    folder = tmp_path / "model"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "sub" / "b.bin").write_bytes(b"bb")
+    (folder / "a.txt").write_text("a")
+    (folder / ".cache").mkdir()
+    (folder / ".cache" / "x").write_text("x")
+    written = M.write_manifest(folder, "adapter", "adapter", fields={"system_message_sha256": "s"},
+                               extra={"metrics": {"m": 1}, "kind": "export"}, files=M.folder_files(folder, {".cache"}))
+    assert list(written) == ["format", "kind", "engine", "files", "system_message_sha256", "created", "metrics"]
+    assert written["kind"] == "export" and [f["path"] for f in written["files"]] == ["a.txt", "sub/b.bin"]
+    text = (folder / M.MANIFEST).read_text()
+    assert text == json.dumps(written, indent=2, ensure_ascii=False) + "\n"
+    # .cache/x is not listed, so the one verifier names it; without it the folder verifies
+    assert M.verify(folder)[1] == [(".cache/x", "not listed in the manifest")]
+    (folder / ".cache" / "x").unlink()
+    assert M.verify(folder) == (written, [])
+    (folder / "a.txt").write_text("b")
+    assert M.verify(folder)[1] == [("a.txt", "sha256 differs from the manifest (the file was changed)")]
+    (folder / "a.txt").write_text("longer")
+    assert M.verify(folder)[1] == [("a.txt", "size 6 != recorded 1")]
+    (folder / M.MANIFEST).write_text("{")
+    assert M.verify(folder)[1][0][1].startswith("invalid JSON")
+
+
+def test_the_manifest_name_has_one_definition():
+    found = sorted(module for module, tree in _modules() for name, _ in _assigned(tree) if name == "MANIFEST")
+    assert found == ["sdk/stagekit/tt_stagekit/manifest.py"]
+    from tt_host import models
+
+    assert models.MANIFEST is M.MANIFEST
