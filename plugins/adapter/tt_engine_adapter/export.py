@@ -29,7 +29,8 @@ from typing import Any, Mapping
 
 from tt_engine_adapter import fingerprint
 from tt_engine_adapter.runtime import model_source
-from tt_stagekit.protocol import InvalidInput, atomic_write_json, new_folder, run_command
+from tt_stagekit.files import atomic_write_json, new_folder
+from tt_stagekit.protocol import InvalidInput, run_command
 
 EXPORT_KIND = "merged"
 

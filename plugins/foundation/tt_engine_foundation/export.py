@@ -32,7 +32,8 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from tt_stagekit.protocol import InvalidInput, StageError, atomic_write_json, file_sha256, new_folder, run_command
+from tt_stagekit.files import atomic_write_json, file_sha256, new_folder
+from tt_stagekit.protocol import InvalidInput, StageError, run_command
 
 from tt_engine_foundation.runtime import tokenizer as T
 from tt_engine_foundation.runtime.model_io import write_manifest

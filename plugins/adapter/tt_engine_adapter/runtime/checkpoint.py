@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tt_engine_adapter import fingerprint
-from tt_stagekit.protocol import InvalidInput, atomic_write_json, fsync_dir, log
+from tt_stagekit.files import REPLACE, atomic_write_json, publish_folder
+from tt_stagekit.protocol import InvalidInput, log
 
 PREFIX = "step-"
 BEST = "best"
@@ -66,10 +67,7 @@ def save(root: Path, step: int, model: Any, optimizer: Any, meta: dict[str, Any]
         with open(tmp / name, "rb") as handle:
             os.fsync(handle.fileno())
     atomic_write_json(tmp / "meta.json", {**meta, "step": step, "files": files})
-    fsync_dir(tmp)
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
-    fsync_dir(root)
+    publish_folder(tmp, final, REPLACE)
     for old in sorted(p for p in root.glob(f"{PREFIX}*") if p.is_dir())[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
@@ -82,10 +80,7 @@ def save_best(root: Path, step: int, loss: float, model: Any) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(str(tmp), safe_serialization=True)
     atomic_write_json(tmp / "best.json", {"step": step, "validation_loss": loss})
-    fsync_dir(tmp)
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
-    fsync_dir(root)
+    publish_folder(tmp, final, REPLACE)
     return final
 
 

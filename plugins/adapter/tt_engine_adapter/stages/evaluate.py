@@ -16,7 +16,8 @@ import time
 
 from tt_engine_adapter.runtime import model_source
 from tt_engine_adapter.runtime.config import AdapterRequest
-from tt_stagekit.protocol import atomic_write_jsonl, log, progress, run_main, StageError
+from tt_stagekit.files import atomic_write_jsonl
+from tt_stagekit.protocol import log, progress, run_main, StageError
 
 model_source.go_offline()
 

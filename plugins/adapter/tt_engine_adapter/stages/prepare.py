@@ -13,7 +13,8 @@ from typing import Any
 
 from tt_engine_adapter.runtime.config import AdapterRequest
 from tt_engine_adapter.runtime.data import load_prebuilt, with_system
-from tt_stagekit.protocol import InvalidInput, atomic_write_jsonl, log, run_main
+from tt_stagekit.files import atomic_write_jsonl
+from tt_stagekit.protocol import InvalidInput, log, run_main
 
 
 def _check_host_row(row: Any, index: int) -> None:

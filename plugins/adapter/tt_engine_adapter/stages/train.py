@@ -17,7 +17,8 @@ import shutil
 
 from tt_engine_adapter.runtime import model_source
 from tt_engine_adapter.runtime.config import AdapterRequest
-from tt_stagekit.protocol import InvalidInput, artifact, fsync_dir, log, progress, run_main, speaks
+from tt_stagekit.files import REPLACE, publish_folder
+from tt_stagekit.protocol import InvalidInput, artifact, log, progress, run_main, speaks
 
 model_source.go_offline()
 
@@ -118,10 +119,7 @@ def main(request: AdapterRequest) -> dict:
     (tmp / "tt-adapter.json").write_text(json.dumps(info, indent=2) + "\n")
     manifest.write_manifest(tmp, "adapter", base, request.system_message_sha256,
                             extra={"metrics": metrics})
-    fsync_dir(tmp)
-    shutil.rmtree(adapter_dir, ignore_errors=True)
-    tmp.rename(adapter_dir)
-    fsync_dir(stage_dir)
+    publish_folder(tmp, adapter_dir, REPLACE)
     artifact("adapter", adapter_dir)
     log(f"adapter saved to {adapter_dir} (final loss {metrics.get('train.final_loss')}"
         + (f"; the best step {state.best_step} by validation loss" if state.best_step is not None else "") + ")")

@@ -35,7 +35,8 @@ import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save_file
 
-from tt_stagekit.protocol import InvalidInput, StageError, atomic_write_json, file_sha256, fsync_dir
+from tt_stagekit.contract import InvalidInput, StageError
+from tt_stagekit.files import KEEP, atomic_write_json, file_sha256, publish_folder
 
 STEP_RE = re.compile(r"^step-(\d{9})$")
 FILES = ("model.safetensors", "optimizer.pt", "trainer-state.pt")
@@ -211,11 +212,7 @@ def _finalize(tmp: Path, final: Path, counters: dict, config: dict, fingerprint:
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     atomic_write_json(tmp / "metadata.json", metadata)
-    fsync_dir(tmp)
-    if final.exists():
-        _move_aside(final)
-    os.replace(tmp, final)
-    fsync_dir(final.parent)
+    publish_folder(tmp, final, KEEP)
 
 
 def _counters(state: TrainerState) -> dict[str, Any]:
@@ -228,12 +225,6 @@ def _counters(state: TrainerState) -> dict[str, Any]:
     }
 
 
-def _move_aside(path: Path) -> Path:
-    target = path.with_name(f"{path.name}.replaced-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
-    os.replace(path, target)
-    return target
-
-
 def backup(source: Path, backup_root: Path) -> Path:
     """Copy a finished checkpoint folder into backup_root atomically."""
     backup_root.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -241,15 +232,8 @@ def backup(source: Path, backup_root: Path) -> Path:
     if tmp.exists():
         shutil.rmtree(tmp)
     shutil.copytree(source, tmp)
-    for path in tmp.iterdir():
-        with open(path, "rb") as handle:
-            os.fsync(handle.fileno())
-    fsync_dir(tmp)
     final = backup_root / source.name
-    if final.exists():
-        _move_aside(final)
-    os.replace(tmp, final)
-    fsync_dir(backup_root)
+    publish_folder(tmp, final, KEEP, sync_files=True)
     return final
 
 

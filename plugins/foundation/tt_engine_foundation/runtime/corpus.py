@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 from tt_stagekit.chatrows import parsed_lines
-from tt_stagekit.protocol import InvalidInput, StageError, file_sha256
+from tt_stagekit.files import file_sha256
+from tt_stagekit.protocol import InvalidInput, StageError
 from tt_stagekit.userinput import special_kind
 
 SHARD_SUFFIXES = (".txt", ".jsonl", ".parquet")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import shutil
@@ -12,12 +11,11 @@ from typing import Any, Mapping
 import torch
 from safetensors.torch import load_file, save_file
 
-from tt_stagekit.protocol import StageError, atomic_write_json, file_sha256, fsync_dir
+from tt_stagekit import manifest
+from tt_stagekit.contract import StageError
+from tt_stagekit.files import REPLACE, atomic_write_json, publish_folder
 
 from tt_engine_foundation.runtime.model import GPT, ModelConfig, hf_config
-
-MANIFEST = "artifact-manifest.json"
-
 
 def save_model_dir(target: Path, model: GPT, tokenizer_json: Path, kind: str, extra: Mapping[str, Any]) -> Path:
     """Write model.safetensors, config.json (transformers LlamaConfig), tt-model.json, tokenizer.json.
@@ -35,18 +33,7 @@ def save_model_dir(target: Path, model: GPT, tokenizer_json: Path, kind: str, ex
     shutil.copyfile(tokenizer_json, tmp / "tokenizer.json")
     manifest_extra = {"system_message_sha256": extra.get("system_message_sha256", "")}
     write_manifest(tmp, kind, manifest_extra)
-    for path in tmp.iterdir():
-        with open(path, "rb") as handle:
-            os.fsync(handle.fileno())
-    fsync_dir(tmp)
-    if target.exists():
-        old = target.with_name(f".{target.name}.{os.getpid()}.old")
-        os.replace(target, old)
-        os.replace(tmp, target)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, target)
-    fsync_dir(target.parent)
+    publish_folder(tmp, target, REPLACE, sync_files=True)
     return target
 
 
@@ -62,20 +49,5 @@ def load_model_dir(source: Path, device) -> GPT:
 
 def write_manifest(directory: str | Path, kind: str, extra: Mapping[str, Any]) -> Path:
     """Write artifact-manifest.json listing every file (size, sha256) in directory (docs/protocol.md)."""
-    directory = Path(directory)
-    files = []
-    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
-        rel = path.relative_to(directory).as_posix()
-        if rel != MANIFEST:
-            files.append({"path": rel, "size": path.stat().st_size, "sha256": file_sha256(path)})
-    manifest = {
-        "format": 1,
-        "kind": kind,
-        "engine": "foundation",
-        "files": files,
-        "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        **extra,
-    }
-    target = directory / MANIFEST
-    atomic_write_json(target, manifest)
-    return target
+    manifest.write_manifest(directory, kind, "foundation", extra=extra)
+    return Path(directory) / manifest.MANIFEST

@@ -19,7 +19,8 @@ from typing import Any, Iterable, Iterator, Mapping, Optional
 import numpy as np
 
 from tt_engine_foundation.runtime.corpus import Document
-from tt_stagekit.protocol import StageError, atomic_file, atomic_write_json, file_sha256
+from tt_stagekit.files import atomic_file, atomic_write_json, file_sha256
+from tt_stagekit.protocol import StageError
 
 BATCH_CHARS = 1 << 20  # ~1M characters per encode_batch call
 

@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from tt_stagekit import protocol as P
+from tt_stagekit.files import atomic_write_bytes
 
 from tt_engine_foundation.runtime.config import FoundationRequest
 
@@ -56,7 +57,7 @@ def main(request: FoundationRequest) -> dict[str, Any]:
                 rows.append({"id": prompt["id"], "prediction": text})
             P.progress(min(start + EVAL_BATCH, len(prompts)), len(prompts), "prompt", {})
         target = request.stage_dir / file
-        P.atomic_write_bytes(target, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8"))
+        atomic_write_bytes(target, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8"))
         return len(rows)
 
     result: dict[str, Any] = {"outputs": {"model": str(folder), "max_new_tokens": budget},

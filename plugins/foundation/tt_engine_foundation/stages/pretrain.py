@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from tt_stagekit import protocol as P
+from tt_stagekit.files import file_sha256
 
 from tt_engine_foundation.runtime.config import FoundationRequest
 
@@ -38,7 +39,7 @@ def main(request: FoundationRequest) -> dict[str, Any]:
     tokens = TC.open_tokens(lay.tokens_bin, manifest)
     model_cfg = config_for_depth(cfg.depth, cfg.vocab_size, cfg.sequence_length, **T.special_ids(tok))
     peak_lr = cfg.peak_learning_rate()
-    data = {"token_cache_sha256": manifest["file"]["sha256"], "tokenizer_sha256": P.file_sha256(lay.tokenizer_json)}
+    data = {"token_cache_sha256": manifest["file"]["sha256"], "tokenizer_sha256": file_sha256(lay.tokenizer_json)}
     config = training_config(cfg, model_cfg, peak_lr, data)
     fingerprint = ckpt.config_fingerprint(config)
     backup_root = cfg.checkpoint_backup_dir

@@ -11,6 +11,7 @@ import time
 from typing import Any, Mapping
 
 from tt_stagekit import protocol as P
+from tt_stagekit.files import file_sha256
 from tt_engine_foundation.runtime import token_cache as TC
 from tt_engine_foundation.runtime import tokenizer as T
 from tt_engine_foundation.runtime.config import FoundationRequest
@@ -26,7 +27,7 @@ def main(request: FoundationRequest) -> dict[str, Any]:
     dtype = TC.dtype_for(cfg.vocab_size)
     inputs = {
         "corpus": source,
-        "tokenizer_sha256": P.file_sha256(lay.tokenizer_json),
+        "tokenizer_sha256": file_sha256(lay.tokenizer_json),
         "max_chars": cfg.max_chars,
         "dtype": dtype.str,
         "format": "bos-prefixed documents",

@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 from tt_stagekit import protocol as P
+from tt_stagekit.files import atomic_write_bytes, atomic_write_json, file_sha256
 from tt_engine_foundation.runtime import tokenizer as T
 from tt_engine_foundation.runtime.chat import check_fits
 from tt_engine_foundation.runtime.config import FoundationRequest
@@ -35,7 +36,7 @@ def main(request: FoundationRequest) -> dict[str, Any]:
     inputs_path = lay.tokenizer_dir / "tokenizer-inputs.json"
     if lay.tokenizer_json.is_file() and inputs_path.is_file():
         previous = json.loads(inputs_path.read_text(encoding="utf-8"))
-        if previous.get("inputs") == inputs and previous.get("sha256") == P.file_sha256(lay.tokenizer_json):
+        if previous.get("inputs") == inputs and previous.get("sha256") == file_sha256(lay.tokenizer_json):
             P.log("tokenizer already trained from these inputs; reusing it")
             return _result(lay, previous["vocab"], previous["chars"])
         if lay.has_pretrain_checkpoints():
@@ -59,11 +60,11 @@ def main(request: FoundationRequest) -> dict[str, Any]:
     tok = T.train(texts(), cfg.vocab_size)
     check_fits(tok, cfg.sequence_length, request.system_message, request.answers)  # exit 2 before anything is written or trained on
     lay.tokenizer_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    P.atomic_write_bytes(lay.tokenizer_json, tok.to_str().encode("utf-8"))
+    atomic_write_bytes(lay.tokenizer_json, tok.to_str().encode("utf-8"))
     vocab = tok.get_vocab_size(with_added_tokens=True)
-    P.atomic_write_json(
+    atomic_write_json(
         inputs_path,
-        {"inputs": inputs, "sha256": P.file_sha256(lay.tokenizer_json), "vocab": vocab, "chars": counted["chars"]},
+        {"inputs": inputs, "sha256": file_sha256(lay.tokenizer_json), "vocab": vocab, "chars": counted["chars"]},
     )
     P.artifact("tokenizer", lay.tokenizer_json)
     return _result(lay, vocab, counted["chars"])
@@ -72,7 +73,7 @@ def main(request: FoundationRequest) -> dict[str, Any]:
 def _result(lay, vocab: int, chars: int) -> dict[str, Any]:
     return {
         "metrics": {"tokenizer.vocab_size": vocab, "tokenizer.train_chars": chars},
-        "outputs": {"tokenizer": str(lay.tokenizer_json), "sha256": P.file_sha256(lay.tokenizer_json)},
+        "outputs": {"tokenizer": str(lay.tokenizer_json), "sha256": file_sha256(lay.tokenizer_json)},
     }
 
 
