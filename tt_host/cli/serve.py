@@ -10,6 +10,7 @@ from typing import Any, Optional
 import typer
 
 from tt_host.cli.common import JsonOption, console, err, escape, fail, os_errors_refused
+from tt_stagekit.contract import EXIT_INTERRUPTED
 
 
 def emit_line(event: dict[str, Any]) -> None:
@@ -90,5 +91,5 @@ def serve(
         with os_errors_refused(json_mode):  # a path the OS refuses (a name too long): exit 2 naming it
             code = run(model, options, on_event, log)
     except KeyboardInterrupt:
-        code = 130
+        code = EXIT_INTERRUPTED
     raise typer.Exit(code)

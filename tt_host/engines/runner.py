@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from tt_stagekit.contract import EXIT_INTERRUPTED
 from tt_stagekit.signals import AGAIN, COPY, HOST_PID_ENV, STAGE_LOG_ENV, StopRequests
 
 DEFAULT_GRACE_SECONDS = 120.0
-EXIT_INTERRUPTED = 130
 
 
 def grace_seconds() -> float:

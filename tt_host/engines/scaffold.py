@@ -26,6 +26,7 @@ from tt_host.errors import TTError
 from tt_host import HOST_API_VERSION
 
 from tt_host.engines import runtime_lock
+from tt_stagekit.files import REFUSE, publish_folder
 
 TEMPLATES = Path(__file__).resolve().parent / "scaffold_templates"
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,38}[a-z0-9]$|^[a-z]$")
@@ -176,9 +177,10 @@ def create(name: str, directory: Optional[Path] = None, lock: bool = True,
                 result.files += ["uv.lock", f"{mapping['package']}/{runtime_lock.LOCK_NAME}"]
         else:
             result.lock_error = "skipped (--no-lock)"
-        if target.exists():
-            raise ScaffoldError(f"DIR {target} appeared while generating; nothing was written there")
-        os.rename(staging, target)
+        try:
+            publish_folder(staging, target, REFUSE)
+        except FileExistsError:
+            raise ScaffoldError(f"DIR {target} appeared while generating; nothing was written there") from None
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)

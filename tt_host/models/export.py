@@ -28,6 +28,8 @@ from tt_host.engine import SERVE_EXPORT, SERVE_HF, Export
 from tt_host.fsutil import make_private_dir, sha256_file, write_json_atomic
 from tt_host.models.registry import MANIFEST, tt_home, verify_artifact
 from tt_host.models.references import ModelRefError, ResolvedModel
+from tt_stagekit.contract import EXIT_INTERRUPTED
+from tt_stagekit.files import REFUSE, publish_folder
 
 FORMATS = ("hf",)
 
@@ -66,7 +68,7 @@ def run_engine_module(engine: str, module: str, request: dict[str, Any], offline
 
         outcome = run_stage(python, module, request_path, Path(tmp), Path(tmp) / "export.log", on_event)
     if outcome.interrupted:
-        raise ExportError("interrupted", exit_code=130)
+        raise ExportError("interrupted", exit_code=EXIT_INTERRUPTED)
     if outcome.exit_code != 0:
         detail = outcome.last_error or "\n".join(outcome.tail[-10:]) or f"exit {outcome.exit_code}"
         raise ExportError(f"{module} failed: {detail}", exit_code=2 if outcome.exit_code == 2 else 1)
@@ -81,10 +83,10 @@ def _finish(staging: Path, out: Path) -> None:
     if problems:
         shutil.rmtree(staging, ignore_errors=True)
         raise ExportError("the export failed verification: " + "; ".join(map(str, problems)))
-    if out.exists():
-        shutil.rmtree(staging, ignore_errors=True)
-        raise ExportError(f"{out} appeared while exporting; nothing was overwritten", exit_code=2)
-    os.replace(staging, out)
+    try:
+        publish_folder(staging, out, REFUSE)
+    except FileExistsError:
+        raise ExportError(f"{out} appeared while exporting; nothing was overwritten", exit_code=2) from None
 
 
 def _engine_export(model: ResolvedModel, how: Export, staging: Path, offline: Optional[bool],

@@ -14,12 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from tt_stagekit.manifest import file_entries
+from tt_stagekit.manifest import MANIFEST, verify  # noqa: F401 (MANIFEST: the host's name for it)
 
 from tt_host import ids
 from tt_host.fsutil import make_private_dir, sha256_file, write_json_atomic
-
-MANIFEST = "artifact-manifest.json"
 
 
 def tt_home() -> Path:
@@ -49,38 +47,8 @@ class Problem:
 def verify_artifact(path: Path) -> tuple[dict[str, Any], list[Problem]]:
     """Check every file in the manifest (size, sha256) and that no unlisted file appeared. Listed paths must stay
     inside the folder (absolute and `..` entries are refused, never hashed); a malformed manifest is a problem."""
-    path = Path(path)
-    manifest_path = path / MANIFEST
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}, [Problem(str(manifest_path), "missing manifest")]
-    except json.JSONDecodeError as exc:
-        return {}, [Problem(str(manifest_path), f"invalid JSON: {exc.msg} (line {exc.lineno})")]
-    except (OSError, UnicodeDecodeError, RecursionError, ValueError) as exc:
-        return {}, [Problem(str(manifest_path), f"unreadable: {exc}")]
-    entries, refused = file_entries(path, manifest)
-    problems = [Problem(what, why) for what, why in refused]
-    if not isinstance(manifest, dict):
-        return {}, problems
-    listed = set()
-    for entry in entries:
-        rel = entry["path"]
-        listed.add(rel)
-        target = path / rel
-        if not target.is_file():
-            problems.append(Problem(rel, "missing"))
-        elif target.stat().st_size != entry["size"]:
-            problems.append(Problem(rel, f"size {target.stat().st_size} != recorded {entry['size']}"))
-        elif sha256_file(target) != entry["sha256"]:
-            problems.append(Problem(rel, "sha256 differs from the manifest (the file was changed)"))
-    for file in sorted(p for p in path.rglob("*") if p.is_file()):
-        rel = file.relative_to(path).as_posix()
-        if rel != MANIFEST and rel not in listed:
-            problems.append(Problem(rel, "not listed in the manifest"))
-    if not entries:
-        problems.append(Problem(MANIFEST, "lists no files inside the model folder"))
-    return manifest, problems
+    manifest, problems = verify(path)  # tt_stagekit.manifest: the one verifier, shared with the engines
+    return manifest, [Problem(what, why) for what, why in problems]
 
 
 def slug(text: str) -> str:

@@ -36,8 +36,9 @@ from tt_host.engine import SERVE_EXPORT, SERVE_ON_BASE, SERVE_OWN, Engine
 from tt_host.models.export import ExportError, engine_python, serving_folder
 from tt_host.fsutil import write_json_atomic
 from tt_host.models.references import ResolvedModel
-from tt_host.engines.runner import EXIT_INTERRUPTED, OutputReader, SignalForwarder, parse_event
+from tt_host.engines.runner import OutputReader, SignalForwarder, parse_event
 from tt_stagekit.addresses import is_loopback
+from tt_stagekit.contract import EXIT_INTERRUPTED, InvalidInput, ServeRequest
 
 KILL_AFTER_SECONDS = 30.0
 
@@ -51,11 +52,11 @@ class ServeError(TTError):
 @dataclass
 class ServeOptions:
     host: str = "127.0.0.1"
-    port: int = 8000
+    port: int = ServeRequest.port
     api_key: Optional[str] = None
-    max_concurrency: int = 8
-    max_queue: int = 64
-    queue_timeout: float = 60.0
+    max_concurrency: int = ServeRequest.max_concurrency
+    max_queue: int = ServeRequest.max_queue
+    queue_timeout: float = ServeRequest.queue_timeout
     max_batch_tokens: Optional[int] = None
     spec_prompt: bool = True
     device: str = "auto"
@@ -72,20 +73,13 @@ def check_options(options: ServeOptions) -> None:
         raise ServeError(f"refusing to listen on {options.host} without an API key: any address other than "
                          "loopback needs --api-key KEY (or the TT_API_KEY environment variable), and every "
                          "request must then send 'Authorization: Bearer KEY'")
-    if not 0 <= options.port <= 65535:
-        raise ServeError("--port must be between 0 and 65535")
-    if not 1 <= options.max_concurrency <= 1024:
-        raise ServeError("--max-concurrency must be between 1 and 1024")
-    if options.device not in ("auto", "cpu", "cuda", "mps"):
-        raise ServeError(f"--device must be one of auto, cpu, cuda, mps, not {options.device!r}")
-    if not 0 <= options.max_queue <= 100000:
-        raise ServeError("--max-queue must be between 0 and 100000")
-    if not 0 < options.queue_timeout <= 86400:
-        raise ServeError("--queue-timeout must be a number of seconds between 0 and 86400")
-    if options.max_batch_tokens is not None and options.max_batch_tokens < 1:
-        raise ServeError("--max-batch-tokens must be at least 1")
-    if options.default_max_tokens is not None and options.default_max_tokens < 1:
-        raise ServeError("--default-max-tokens must be at least 1")
+    bounds = ServeRequest(host=options.host, port=options.port, max_concurrency=options.max_concurrency,
+                          device=options.device, max_queue=options.max_queue, queue_timeout=options.queue_timeout,
+                          max_batch_tokens=options.max_batch_tokens, default_max_tokens=options.default_max_tokens)
+    try:
+        bounds.check_bounds()  # the same check the engine's server makes on the request
+    except InvalidInput as exc:
+        raise ServeError(str(exc)) from None
     for name in options.allowed_hosts:
         if not _host_name_ok(name):
             raise ServeError(f"--allowed-host {name!r}: give a host name or address without port or scheme "
