@@ -24,7 +24,7 @@ from tt_host.runs.state import COMPLETED, FAILED, INTERRUPTED
 from tt_host.runs.store import RunDir
 from tt_host.spec.general import GeneralSet
 from tt_host.spec.loading import LoadedSpec
-from tt_stagekit.protocol import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
+from tt_stagekit.contract import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 
 
 @dataclass(frozen=True)

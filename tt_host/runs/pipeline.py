@@ -41,7 +41,7 @@ from tt_host.runs.state import RunState, StageRecord
 from tt_host.runs.store import RunDir, now
 from tt_host.spec.general import GeneralSet
 from tt_host.spec.loading import LoadedSpec
-from tt_stagekit.protocol import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK
+from tt_stagekit.contract import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK
 
 __all__ = ["RunOutcome", "RunRefused", "check_run_path", "execute", "preview"]
 

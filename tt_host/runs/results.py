@@ -17,6 +17,7 @@ from tt_host.runs.invoke import RunCall
 from tt_host.runs.scoring import read_predictions, score
 from tt_host.runs.state import RunState
 from tt_host.spec.general import GeneralSet
+from tt_stagekit.contract import StageResult
 
 
 @dataclass
@@ -37,25 +38,26 @@ def take_result(call: RunCall, state: RunState, stage: Stage, result: dict[str, 
     """Add a completed stage's result to the tally: metrics, series, notes, scores, registered models."""
     run = call.run
     tally.completed[stage.name] = {"dir": str(run.stage_dir(stage.name)), "result": result}
-    tally.metrics.update(result.get("metrics") or {})
-    tally.series.update(result.get("series") or {})
-    tally.notes += [n for n in result.get("notes") or [] if isinstance(n, str)]
+    taken = StageResult.from_json(result)
+    tally.metrics.update(taken.metrics)
+    tally.series.update(taken.series)
+    tally.notes += taken.notes
     scored: dict[str, Any] = {}
-    if stage.evaluates and result.get("predictions"):
-        predictions = read_predictions(run.stage_dir(stage.name) / result["predictions"])
+    if stage.evaluates and taken.predictions:
+        predictions = read_predictions(run.stage_dir(stage.name) / taken.predictions)
         scored.update(score(predictions, call.loaded.compiled.references(), stage.evaluates))
         scored["eval.count"] = scored[f"{stage.evaluates}.count"]
     side = gate_side(stage)
-    if general is not None and side and result.get("general_predictions"):
-        answers = read_predictions(run.stage_dir(stage.name) / result["general_predictions"])
+    if general is not None and side and taken.general_predictions:
+        answers = read_predictions(run.stage_dir(stage.name) / taken.general_predictions)
         tally.general_answers[side] = answers
         scored.update(score(answers, general.references(), f"{side}.general"))
     tally.metrics.update(scored)
     if scored:
         call.observers.event(str(run.path), stage.name, {"type": "scores", "stage": stage.name, "values": scored})
-    for artifact in result.get("artifacts") or []:
-        path = Path(artifact["path"])
+    for artifact in taken.artifacts:
+        path = Path(artifact.path)
         path = path if path.is_absolute() else run.path / path
         tally.models.append(register(path, run_id=state.id, run_dir=run.path, spec_name=call.loaded.spec.name,
-                                     engine=call.loaded.engine.name, kind=artifact.get("kind", "model")))
+                                     engine=call.loaded.engine.name, kind=artifact.kind))
         call.reporter.message(f"registered model {tally.models[-1]['id']}", "green")
