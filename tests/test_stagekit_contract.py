@@ -47,7 +47,7 @@ def test_exit_codes_have_one_definition():
                    if name.startswith("EXIT_") or (isinstance(value, ast.Constant) and value.value == 130))
     assert found == []
     assert (C.EXIT_OK, C.EXIT_FAILED, C.EXIT_INVALID, C.EXIT_INTERRUPTED) == (0, 1, 2, 130)
-    from tt_host import runner
+    from tt_host.engines import runner
     from tt_host.runs import pipeline
 
     assert runner.EXIT_INTERRUPTED is pipeline.EXIT_INTERRUPTED is P.EXIT_INTERRUPTED is C.EXIT_INTERRUPTED
@@ -134,7 +134,7 @@ SERVE_CASES = [
 @pytest.mark.parametrize("change,message", SERVE_CASES, ids=[next(iter(c)) for c, _ in SERVE_CASES])
 def test_serve_bounds_are_one_check_for_tt_serve_and_the_engines_server(change, message, tmp_path):
     """`tt serve`'s options and the adapter's server reading the same values refuse them with one message."""
-    from tt_host.serve import ServeError, ServeOptions, check_options
+    from tt_host.models.serve import ServeError, ServeOptions, check_options
 
     with pytest.raises(ServeError) as host:
         check_options(ServeOptions(**change))
@@ -160,7 +160,7 @@ def _engine_server_check():
 
 
 def test_serve_defaults_are_tt_serves():
-    from tt_host.serve import ServeOptions
+    from tt_host.models.serve import ServeOptions
 
     options, request = ServeOptions(), C.ServeRequest()
     assert (request.max_concurrency, request.port, request.max_queue, request.queue_timeout) == (8, 8000, 64, 60.0)
@@ -230,6 +230,6 @@ def test_manifest_writer_bytes_and_verifier(tmp_path, monkeypatch):
 def test_the_manifest_name_has_one_definition():
     found = sorted(module for module, tree in _modules() for name, _ in _assigned(tree) if name == "MANIFEST")
     assert found == ["sdk/stagekit/tt_stagekit/manifest.py"]
-    from tt_host import models
+    from tt_host.models import registry
 
-    assert models.MANIFEST is M.MANIFEST
+    assert registry.MANIFEST is M.MANIFEST
