@@ -44,7 +44,7 @@ def test_every_request_the_host_writes_parses_into_the_engines_typed_request(cal
         with pytest.raises(dataclasses.FrozenInstanceError):
             stage_call.resume = True  # type: ignore[misc]
         stage_dir = tmp_path / "run" / stage.name
-        request = json.loads(json.dumps(stage_request(stage_call, stage_dir, stage_dir / "result.json")))
+        request = json.loads(json.dumps(stage_request(stage_call, stage_dir, stage_dir / "result.json").to_json()))
         typed = parse(request)
         assert typed.stage == stage.name and typed.stage_dir == stage_dir and typed.fingerprint == fingerprint
         assert typed.cfg.depth == 2 and typed.cfg.pretrain_steps == 10 and typed.device_choice == "cpu"

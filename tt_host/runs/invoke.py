@@ -24,7 +24,7 @@ from tt_host.runs.state import COMPLETED, FAILED, INTERRUPTED
 from tt_host.runs.store import RunDir
 from tt_host.spec.general import GeneralSet
 from tt_host.spec.loading import LoadedSpec
-from tt_stagekit.contract import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
+from tt_stagekit.contract import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EarlierStage, StageRequest
 
 
 @dataclass(frozen=True)
@@ -66,22 +66,21 @@ class StageOutcome:
     seconds: float
 
 
-def stage_request(call: StageCall, stage_dir: Path, result_path: Path) -> dict[str, Any]:
-    """The stage's request.json (docs/protocol.md)."""
+def stage_request(call: StageCall, stage_dir: Path, result_path: Path) -> StageRequest:
+    """The stage's request (docs/protocol.md); `.to_json()` is its request.json."""
     loaded, stage, general = call.run_call.loaded, call.stage, call.general
-    spec_data = loaded.spec.model_dump(mode="json")
-    return {
-        "protocol": 1, "engine": loaded.engine.name, "stage": stage.name,
-        "run_dir": str(call.run_call.run.path), "stage_dir": str(stage_dir), "result_path": str(result_path),
-        "spec": spec_data, "spec_dir": str(loaded.path.parent),
-        "system_message": loaded.compiled.system_message,
-        "system_message_sha256": loaded.compiled.system_message_sha256,
-        "train_rows": loaded.compiled.train_rows if stage.gets_train_rows else [],
-        "eval_prompts": loaded.compiled.eval_prompts() if stage.evaluates else [],
-        "general_prompts": general.prompts() if general is not None and gate_side(stage) else [],
-        "device": call.run_call.device or loaded.engine.spec_device(loaded.spec) or "auto",
-        "resume": call.resume, "fingerprint": call.fingerprint, "stages": dict(call.completed),
-    }
+    return StageRequest(
+        engine=loaded.engine.name, stage=stage.name, run_dir=call.run_call.run.path, stage_dir=stage_dir,
+        result_path=result_path, spec=loaded.spec.model_dump(mode="json"), spec_dir=loaded.path.parent,
+        system_message=loaded.compiled.system_message,
+        system_message_sha256=loaded.compiled.system_message_sha256,
+        train_rows=tuple(loaded.compiled.train_rows) if stage.gets_train_rows else (),
+        eval_prompts=tuple(loaded.compiled.eval_prompts()) if stage.evaluates else (),
+        general_prompts=tuple(general.prompts()) if general is not None and gate_side(stage) else (),
+        device=call.run_call.device or loaded.engine.spec_device(loaded.spec) or "auto",
+        resume=call.resume, fingerprint=call.fingerprint,
+        stages={name: EarlierStage(Path(earlier["dir"]), earlier["result"]) for name, earlier in call.completed.items()},
+    )
 
 
 def run_stage_call(call: StageCall) -> StageOutcome:
@@ -93,7 +92,7 @@ def run_stage_call(call: StageCall) -> StageOutcome:
     result_path = run.result_path(stage.name)
     result_path.unlink(missing_ok=True)
     request_path = stage_dir / layout.REQUEST
-    write_json_atomic(request_path, stage_request(call, stage_dir, result_path))
+    write_json_atomic(request_path, stage_request(call, stage_dir, result_path).to_json())
     reporter.stage_started(stage.name, stage.description)
 
     def on_event(event: dict[str, Any]) -> None:

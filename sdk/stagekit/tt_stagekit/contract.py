@@ -84,6 +84,21 @@ class StageRequest:
         earlier = self.stages.get(stage)
         return earlier.output(key) if earlier is not None else None
 
+    def to_json(self) -> dict[str, Any]:
+        """request.json as the host writes it: keys in field order, paths as strings, rows as lists,
+        each earlier stage as {"dir", "result"}."""
+        body: dict[str, Any] = {}
+        for f in dataclasses.fields(StageRequest):
+            value = getattr(self, f.name)
+            if isinstance(value, Path):
+                value = str(value)
+            elif isinstance(value, tuple):
+                value = list(value)
+            elif f.name == "stages":
+                value = {name: {"dir": str(earlier.dir), "result": earlier.result} for name, earlier in value.items()}
+            body[f.name] = value
+        return body
+
 
 def request_fields() -> tuple[str, ...]:
     """request.json's keys, in the order the host writes them."""
