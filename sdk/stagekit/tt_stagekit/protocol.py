@@ -210,29 +210,41 @@ def run_main(body: Callable[[Any], Mapping[str, Any]], argv: Optional[Sequence[s
     sys.exit(code)
 
 
-def run_command(body: Callable[[dict[str, Any]], str], argv: Sequence[str], usage: str) -> int:
-    """Run a one-shot engine command outside a run (export): `argv` is [REQUEST.json]; `body` returns a
-    summary line. Returns the protocol's exit code; errors are log events, tracebacks go to stderr."""
+def run_entry(body: Callable[[dict[str, Any]], int], argv: Sequence[str], usage: str, what: str = "request") -> int:
+    """Run an engine entry point outside a run's stage loop (export, the server): `argv` is [REQUEST.json];
+    `body` gets the request object and returns the exit code. Returns the protocol's exit code: errors are
+    log events naming what failed, tracebacks go to stderr, Ctrl-C/SIGTERM as KeyboardInterrupt is 130."""
     if len(argv) != 1:
         log(f"usage: {usage}", "error")
         return EXIT_INVALID
     try:
         request = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
-        log(f"{argv[0]}: cannot read the request: {exc}", "error")
+        log(f"{argv[0]}: cannot read the {what}: {exc}", "error")
         return EXIT_INVALID
     try:
         if not isinstance(request, dict):
-            raise InvalidInput(f"{argv[0]}: the request must be a JSON object")
-        log(body(request))
+            raise InvalidInput(f"{argv[0]}: the {what} must be a JSON object")
+        return body(request)
     except StageError as exc:
         log(str(exc), "error")
         return exc.exit_code
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
     except Exception as exc:  # a bug or a broken model: keep the traceback
         sys.stderr.write(traceback.format_exc())
         log(f"{type(exc).__name__}: {exc}", "error")
         return EXIT_FAILED
-    return EXIT_OK
+
+
+def run_command(body: Callable[[dict[str, Any]], str], argv: Sequence[str], usage: str) -> int:
+    """A one-shot engine command (export): `body` returns a summary line, logged when it succeeds."""
+
+    def logged(request: dict[str, Any]) -> int:
+        log(body(request))
+        return EXIT_OK
+
+    return run_entry(logged, argv, usage)
 
 
 def _leave_process_group() -> None:

@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tt_stagekit.addresses import is_loopback
-from tt_stagekit.contract import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, ServeRequest
-from tt_stagekit.protocol import InvalidInput, StageError, emit, log
+from tt_stagekit.contract import EXIT_INTERRUPTED, EXIT_OK, ServeRequest
+from tt_stagekit.protocol import InvalidInput, StageError, emit, log, run_entry
 from tt_stagekit.stageconfig import parse
 
 
@@ -140,28 +140,8 @@ def _announce(ready: dict[str, Any], ready_file: Optional[str]) -> None:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        log("usage: python -m tt_engine_adapter.serve REQUEST.json", "error")
-        return EXIT_INVALID
-    try:
-        raw = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        log(f"{argv[0]}: cannot read the serve request: {exc}", "error")
-        return EXIT_INVALID
-    try:
-        return serve(check(raw))
-    except StageError as exc:
-        log(str(exc), "error")
-        return exc.exit_code
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
-    except Exception as exc:  # model load failures and the like: say what, keep the traceback
-        import traceback
-
-        traceback.print_exc()
-        log(f"{type(exc).__name__}: {exc}", "error")
-        return EXIT_FAILED
+    return run_entry(lambda raw: serve(check(raw)), sys.argv[1:] if argv is None else argv,
+                     "python -m tt_engine_adapter.serve REQUEST.json", what="serve request")
 
 
 if __name__ == "__main__":
