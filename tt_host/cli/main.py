@@ -19,6 +19,7 @@ from tt_host.cli import serve as serve_cli
 from tt_host.cli.common import (JsonOption, TTGroup, console, emit_json, err, escape, fail, load_plugins, os_errors_refused,
                                 show_table)
 from tt_host.spec.schema import DEFAULT_ENGINE
+from tt_stagekit.contract import EXIT_INTERRUPTED
 
 app = typer.Typer(
     name="tt", no_args_is_help=True, add_completion=False, cls=TTGroup,
@@ -129,7 +130,7 @@ def _run(spec: Path, resume: Optional[Path], device: Optional[str], json_mode: b
         outcome = execute(loaded, plugins, run_dir=resume.absolute() if resume else None, device=device,
                           reporter=reporter(json_mode))
     except KeyboardInterrupt:
-        fail("interrupted", code=130, json_mode=json_mode)
+        fail("interrupted", code=EXIT_INTERRUPTED, json_mode=json_mode)
     if json_mode:
         emit_json({"status": outcome.status, "exit_code": outcome.exit_code, "run_dir": str(outcome.run_dir),
                    "error": outcome.error, "report": outcome.report})

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from tt_host.cli.common import JsonOption, console, emit_json, fail, os_errors_refused, show_table
+from tt_stagekit.contract import EXIT_INTERRUPTED
 
 app = typer.Typer(no_args_is_help=True, help="Runs and their reports.")
 
@@ -114,7 +115,7 @@ def events(run: str = typer.Argument(..., help="Run directory or run id."),
                 sys.stdout.write(f"{event['stage']:<12} {describe(event)}\n")
             sys.stdout.flush()
     except KeyboardInterrupt:
-        raise typer.Exit(130)
+        raise typer.Exit(EXIT_INTERRUPTED)
 
 
 @app.command()
