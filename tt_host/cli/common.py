@@ -35,8 +35,12 @@ def _note_json(ctx: typer.Context, value: bool) -> bool:
     return value
 
 
-JsonOption = typer.Option(False, "--json", help="Print one JSON object for scripts instead of tables.",
-                          callback=_note_json)
+def json_option(help: str) -> Any:
+    """A command's --json: every one is noted for TTGroup, so an error it ends with is JSON too."""
+    return typer.Option(False, "--json", help=help, callback=_note_json)
+
+
+JsonOption = json_option("Print one JSON object for scripts instead of tables.")
 
 
 class TTGroup(TyperGroup):
@@ -51,7 +55,7 @@ class TTGroup(TyperGroup):
 console = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
-__all__ = ["JsonOption", "TTGroup", "console", "emit_json", "err", "escape", "fail", "load_plugins", "os_errors_refused",
+__all__ = ["JsonOption", "TTGroup", "json_option", "console", "emit_json", "err", "escape", "fail", "load_plugins", "os_errors_refused",
            "show_table"]
 
 

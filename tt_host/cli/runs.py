@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from tt_host.cli.common import JsonOption, console, emit_json, fail, os_errors_refused, show_table
+from tt_host.cli.common import JsonOption, console, emit_json, fail, json_option, os_errors_refused, show_table
 from tt_stagekit.contract import EXIT_INTERRUPTED
 
 app = typer.Typer(no_args_is_help=True, help="Runs and their reports.")
@@ -100,7 +100,7 @@ def get(run: str = typer.Argument(..., help="Run directory or run id (under ./.t
 def events(run: str = typer.Argument(..., help="Run directory or run id."),
            follow: bool = typer.Option(False, "--follow", "-f", help="Keep streaming while the run is live; "
                                        "stop when it ends."),
-           json_mode: bool = typer.Option(False, "--json", help="One JSON event per line (with its stage).")) -> None:
+           json_mode: bool = json_option("One JSON event per line (with its stage).")) -> None:
     """The stage events from a run's logs (progress, logs, artifacts), in stage order."""
     import sys
 
