@@ -30,7 +30,8 @@ import numpy as np  # noqa: E402
 
 from tt_engine_foundation.runtime import token_cache as TC  # noqa: E402
 from tt_engine_foundation.runtime import tokenizer as T  # noqa: E402
-from tt_engine_foundation.runtime.corpus import iter_documents, list_shards  # noqa: E402
+from tt_engine_foundation.formats.shards import list_shards  # noqa: E402
+from tt_engine_foundation.runtime.corpus import iter_documents  # noqa: E402
 
 WORDS = ("the of and to in is was for on that with as by at from his her they this which you one all were when "
          "there can an each said do their time if will way about many then them write would like so these long "

@@ -15,7 +15,8 @@ import pytest
 
 from badinput_support import error_locs, in_process_tt, snapshot
 from conftest import echo_spec, write_spec
-from tt_engine_adapter import rows
+from tt_engine_adapter.formats import rows
+from tt_engine_foundation.formats import shards
 from tt_engine_foundation.runtime import corpus
 from tt_host.spec.general import GeneralSetError, read_general_set
 from tt_stagekit.protocol import InvalidInput, StageError
@@ -114,9 +115,9 @@ def test_fifo_in_a_corpus_is_refused_before_reading(tt_in, tmp_path):
     os.mkfifo(tmp_path / "s" / "c" / "b.txt")
     _corpus_refused(tt_in, _foundation_spec(tmp_path / "s", "c"), tmp_path, "named pipe")
     with pytest.raises(InvalidInput, match="named pipe"):
-        corpus.list_shards(tmp_path / "s" / "c")
+        shards.list_shards(tmp_path / "s" / "c")
     with pytest.raises(InvalidInput, match="named pipe"):
-        corpus.list_shards(tmp_path / "s" / "c" / "b.txt")
+        shards.list_shards(tmp_path / "s" / "c" / "b.txt")
 
 
 @pytest.mark.parametrize("what", ["not UTF-8", "digits", "nested deeper"])

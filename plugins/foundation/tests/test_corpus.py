@@ -7,7 +7,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tt_engine_foundation.runtime.corpus import iter_documents, list_shards
+from tt_engine_foundation.formats.shards import list_shards
+from tt_engine_foundation.runtime.corpus import iter_documents
 from tt_stagekit.protocol import InvalidInput, StageError
 
 

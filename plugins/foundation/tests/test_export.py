@@ -2,7 +2,7 @@
 
 A tiny model is built with the runtime code (tokenizer trained here, random
 non-trivial weights), saved as a stage would save it, and exported through the
-real entry point `python -m tt_engine_foundation.export REQUEST.json`.
+real entry point `python -m tt_engine_foundation.stages.export REQUEST.json`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ TEXTS = [
 
 def run_export(request: dict, path) -> subprocess.CompletedProcess:
     path.write_text(json.dumps(request))
-    return subprocess.run([sys.executable, "-m", "tt_engine_foundation.export", str(path)],
+    return subprocess.run([sys.executable, "-m", "tt_engine_foundation.stages.export", str(path)],
                           capture_output=True, text=True, timeout=300)
 
 

@@ -7,7 +7,8 @@ import pytest
 
 from tt_engine_foundation.runtime import token_cache as TC
 from tt_engine_foundation.runtime import tokenizer as T
-from tt_engine_foundation.runtime.corpus import iter_documents, list_shards
+from tt_engine_foundation.formats.shards import list_shards
+from tt_engine_foundation.runtime.corpus import iter_documents
 from tt_stagekit.protocol import StageError
 
 from conftest import prepare, run_stage, tiny_config

@@ -2,7 +2,8 @@
 environment sees it, the world size against the devices, and an estimate of the disk a run will use.
 
 Host side: pydantic, tt_host and the stdlib only (torch is asked through
-`tt_host.checks.preflight.torch_device_check`, a subprocess of the engine environment).
+`tt_host.checks.preflight.torch_device_check`, a subprocess of the environment of the engine it is given:
+plugin.py passes its ENGINE, so this module does not import plugin.py).
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ import platform
 from pathlib import Path
 from typing import Iterable, Iterator, Optional
 
-from tt_host.engine import Check, DiskNeed
+from tt_host.engine import Check, DiskNeed, Engine
 from tt_host.checks.preflight import torch_device_check, world_size_check
 
-from tt_engine_foundation.runtime.corpus import list_shards
+from tt_engine_foundation.formats.shards import list_shards
 from tt_engine_foundation.spec import FoundationSpec
 from tt_stagekit.gpus import nvidia_gpus
 
@@ -50,11 +51,9 @@ def _device_check(device: str) -> Check:
     return Check("foundation.device", "ok", "cpu")
 
 
-def _presence_or_torch(device: str) -> Check:
+def _presence_or_torch(engine: Engine, device: str) -> Check:
     """torch's own answer when the environment is prepared; else what the machine shows, and how to prepare."""
-    from tt_engine_foundation.plugin import ENGINE
-
-    check = torch_device_check(ENGINE, device, "foundation.device")
+    check = torch_device_check(engine, device, "foundation.device")
     if check.data is not None or check.status == "fail":
         return check
     seen = _device_check(device)
@@ -113,9 +112,10 @@ def disk_needs(spec: FoundationSpec) -> Iterator[DiskNeed]:
     yield DiskNeed("model folders", params * 4 * folders, f"{folders} model folders")
 
 
-def doctor(spec: Optional[FoundationSpec], device: str) -> Iterable[Check]:
+def doctor_checks(engine: Engine, spec: Optional[FoundationSpec], device: str) -> Iterable[Check]:
+    """`Engine.doctor` of `engine` (the foundation engine of plugin.py)."""
     if spec is None:
-        yield _presence_or_torch(device or "auto")
+        yield _presence_or_torch(engine, device or "auto")
         return
     f = spec.foundation
     yield from _path_checks("foundation.corpus_path", f.corpus_path)
@@ -129,7 +129,7 @@ def doctor(spec: Optional[FoundationSpec], device: str) -> Iterable[Check]:
         yield Check("foundation.corpus_path", "warn", "no corpus: the smoke corpus proves the wiring, not capability",
                     "set foundation.corpus_path to real text")
     chosen = device if device and device != "auto" else f.device
-    found = _presence_or_torch(chosen)
+    found = _presence_or_torch(engine, chosen)
     yield found
     yield from _bf16_check(spec, found)
     yield world_size_check("foundation.nproc_per_node", f, chosen)

@@ -16,8 +16,8 @@ from tt_host.hookspecs import hookimpl
 
 from tt_stagekit.files import file_sha256
 from tt_stagekit.launcher import stage_arguments
-from tt_engine_foundation.doctor import disk_needs, doctor
-from tt_engine_foundation.runtime.corpus import list_shards
+from tt_engine_foundation.doctor import disk_needs, doctor_checks
+from tt_engine_foundation.formats.shards import list_shards
 from tt_engine_foundation.spec import FoundationSpec
 
 _DIGESTS: dict[tuple[str, int, int], str] = {}
@@ -174,9 +174,9 @@ STAGES = (
 )
 
 
-# The Hugging Face folder tt_engine_foundation.export writes (its EXPORT_KIND); tt serve loads it through an
+# The Hugging Face folder tt_engine_foundation.stages.export writes (its EXPORT_KIND); tt serve loads it through an
 # engine whose server reads Hugging Face folders.
-HF_EXPORT = Export("tt_engine_foundation.export", "foundation-hf")
+HF_EXPORT = Export("tt_engine_foundation.stages.export", "foundation-hf")
 
 # Best first: a run's final model is its RL model, else its SFT model, else its pretrained base.
 MODEL_KINDS = (
@@ -191,6 +191,11 @@ STARTER = {"foundation": {"corpus_path": "TODO: pretraining text: a .txt, .jsonl
 
 def spec_device(spec: FoundationSpec) -> str:
     return spec.foundation.device
+
+
+def doctor(spec: Optional[FoundationSpec], device: str):
+    """tt doctor's checks (doctor.py), torch asked in this engine's environment."""
+    return doctor_checks(ENGINE, spec, device)
 
 
 ENGINE = Engine(

@@ -21,7 +21,7 @@ from tt_stagekit.chatrows import read_chat_file
 from tt_stagekit.promptfit import length_message, words
 from tt_stagekit.userinput import loads, os_reason, special_kind
 
-from tt_engine_foundation.runtime.corpus import SHARD_SUFFIXES, is_shard
+from tt_engine_foundation.formats.shards import SHARD_SUFFIXES, is_shard
 
 ROW_SPECIAL_TOKENS = 7  # BOS, system/user/assistant start and end markers (the answer's end included)
 MIN_VOCAB = 264  # 256 byte symbols + 8 chat special tokens

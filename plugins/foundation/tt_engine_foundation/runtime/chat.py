@@ -17,34 +17,34 @@ from tt_stagekit import promptfit
 from tt_stagekit.protocol import InvalidInput
 from tt_stagekit.scoring import normalize_answer as normalize
 
-from tt_engine_foundation.runtime import tokenizer as T
+from tt_engine_foundation.runtime import tokenizer
 
 ROLE_TOKENS = {
-    "system": (T.SYSTEM_START, T.SYSTEM_END),
-    "user": (T.USER_START, T.USER_END),
-    "assistant": (T.ASSISTANT_START, T.ASSISTANT_END),
+    "system": (tokenizer.SYSTEM_START, tokenizer.SYSTEM_END),
+    "user": (tokenizer.USER_START, tokenizer.USER_END),
+    "assistant": (tokenizer.ASSISTANT_START, tokenizer.ASSISTANT_END),
 }
 
 
 def render(tok, messages: Sequence[Mapping[str, Any]]) -> tuple[list[int], list[int]]:
     """(ids, mask) where mask is 1 on supervised (assistant) tokens."""
-    ids = [T.special_id(tok, T.BOS)]
+    ids = [tokenizer.special_id(tok, tokenizer.BOS)]
     mask = [0]
     for message in messages:
         role = message["role"]
         if role not in ROLE_TOKENS:
             raise ValueError(f"unknown chat role {role!r}")
         start, end = ROLE_TOKENS[role]
-        body = T.encode(tok, message["content"])
+        body = tokenizer.encode(tok, message["content"])
         supervised = 1 if role == "assistant" else 0
-        ids += [T.special_id(tok, start)] + body + [T.special_id(tok, end)]
+        ids += [tokenizer.special_id(tok, start)] + body + [tokenizer.special_id(tok, end)]
         mask += [0] + [supervised] * len(body) + [supervised]
     return ids, mask
 
 
 def token_count(tok, messages: Sequence[Mapping[str, Any]]) -> int:
     """len(render(tok, messages)[0]) without building the lists: BOS, then start + body + end per turn."""
-    return 1 + sum(2 + len(T.encode(tok, m["content"])) for m in messages)
+    return 1 + sum(2 + len(tokenizer.encode(tok, m["content"])) for m in messages)
 
 
 def fit_prompt(tok, messages: Sequence[Mapping[str, Any]], max_len: int) -> tuple[list[int], bool]:
@@ -57,7 +57,7 @@ def fit_prompt(tok, messages: Sequence[Mapping[str, Any]], max_len: int) -> tupl
     prompt = list(messages[:-1]) if messages and messages[-1]["role"] == "assistant" else list(messages)
     fitted = promptfit.fit_chat(prompt, lambda m: token_count(tok, m) + 1, max_len, keep_answer=False)
     ids, _ = render(tok, fitted.messages)
-    return ids + [T.special_id(tok, T.ASSISTANT_START)], fitted.trimmed
+    return ids + [tokenizer.special_id(tok, tokenizer.ASSISTANT_START)], fitted.trimmed
 
 
 def render_prompt(tok, messages: Sequence[Mapping[str, Any]], max_len: int) -> list[int]:

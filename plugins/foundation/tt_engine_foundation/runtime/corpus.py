@@ -1,7 +1,8 @@
-"""Corpus reading: .txt, .jsonl (string `text`), .parquet (`text` column) and folders of them.
+"""Corpus reading in the engine environment: .txt, .jsonl (string `text`), .parquet (`text` column) and
+folders of them.
 
-Shards are found sorted and recursively (suffixes matched case-insensitively:
-`.TXT` is a text shard); symbolic links, FIFOs and devices are refused. Documents stream one at a
+Shards are found by `formats.shards.list_shards` (sorted, recursive, no links,
+FIFOs or devices: the listing the host validated and fingerprinted). Documents stream one at a
 time (bounded memory) and `max_chars` is a deterministic upper bound over the
 sorted shards: the document that crosses the bound is cut, and the caller hears
 of the cut (`on_cut`) so it can say so.
@@ -14,17 +15,16 @@ paragraph longer than `TXT_CHUNK_CHARS` is cut at line boundaries.
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 from tt_stagekit.chatrows import parsed_lines
 from tt_stagekit.files import file_sha256
-from tt_stagekit.protocol import InvalidInput, StageError
-from tt_stagekit.userinput import special_kind
+from tt_stagekit.protocol import StageError
 
-SHARD_SUFFIXES = (".txt", ".jsonl", ".parquet")
+from tt_engine_foundation.formats.shards import list_shards
+
 TXT_CHUNK_CHARS = 1 << 16
 PARQUET_BATCH_ROWS = 1024
 
@@ -34,48 +34,6 @@ class Document:
     text: str
     source: str  # file path, or "<smoke>"
     line: int  # 1-based line (txt/jsonl) or row (parquet) where the document starts
-
-
-def is_shard(path: Path) -> bool:
-    return path.suffix.lower() in SHARD_SUFFIXES
-
-
-def list_shards(path: str | Path) -> list[Path]:
-    """The corpus files under path (a file or a folder), sorted; refuses links and empty folders."""
-    path = Path(path)
-    if path.is_symlink():
-        raise InvalidInput(f"{path}: symbolic links are refused; point at the real file")
-    if not path.exists():
-        raise InvalidInput(f"{path}: no such file or folder")
-    if not path.is_dir():
-        kind = special_kind(path.stat().st_mode)
-        if kind is not None:
-            raise InvalidInput(f"{path} is {kind}, not a regular file or a folder")
-        if not is_shard(path):
-            raise InvalidInput(f"{path}: unsupported corpus file type (use {', '.join(SHARD_SUFFIXES)})")
-        return [path]
-    shards: list[Path] = []
-    for root, dirs, files in os.walk(path, followlinks=False):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for name in dirs:
-            if (Path(root) / name).is_symlink():
-                raise InvalidInput(f"{Path(root) / name}: symbolic links are refused inside a corpus folder")
-        for name in sorted(files):
-            if name.startswith("."):
-                continue
-            full = Path(root) / name
-            if not is_shard(full):
-                continue
-            if full.is_symlink():
-                raise InvalidInput(f"{full}: symbolic links are refused inside a corpus folder")
-            kind = special_kind(full.lstat().st_mode)
-            if kind is not None:  # a FIFO or device would block or never end when read
-                raise InvalidInput(f"{full} is {kind}, not a regular file; remove it from the corpus folder")
-            shards.append(full)
-    shards.sort(key=lambda p: p.relative_to(path).as_posix())
-    if not shards:
-        raise InvalidInput(f"{path}: folder holds no corpus shards ({', '.join(SHARD_SUFFIXES)})")
-    return shards
 
 
 def describe_shards(shards: Sequence[Path], root: Optional[Path] = None) -> list[dict[str, Any]]:

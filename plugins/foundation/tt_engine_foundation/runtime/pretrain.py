@@ -22,10 +22,10 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 import torch
-from tt_stagekit import distributed as D
+from tt_stagekit import distributed
 from tt_stagekit.protocol import Interrupted, StageError, log, progress, stop_requested
 
-from tt_engine_foundation.runtime import checkpoint as ckpt
+from tt_engine_foundation.runtime import checkpoint
 from tt_engine_foundation.runtime.config import FoundationConfig
 from tt_engine_foundation.runtime import resume
 from tt_engine_foundation.runtime.loss import cross_entropy
@@ -77,13 +77,13 @@ def run_pretraining(
     checkpoint_dir: Path,
     backup_dir: Optional[Path],
     heartbeat_path: Path,
-) -> tuple[GPT, ckpt.TrainerState, dict[str, Any]]:
+) -> tuple[GPT, checkpoint.TrainerState, dict[str, Any]]:
     """Train (or continue) to cfg.pretrain_steps; returns model, final state and run figures.
 
     Under torchrun every rank runs this with the same arguments (see tt_stagekit.distributed):
     rank 0 alone chooses the checkpoint, writes checkpoints and heartbeats.
     """
-    ctx = D.context()
+    ctx = distributed.context()
     choice = resume.choose(checkpoint_dir, backup_dir, fingerprint, config)
 
     seed = cfg.seed
@@ -99,8 +99,8 @@ def run_pretraining(
         log(f"resumed pretraining from {choice.path} at step {state.step}"
             + (f" with {ctx.world_size} processes" if ctx.enabled else ""))
     else:
-        state = ckpt.TrainerState()
-    ddp = D.wrap(model, device)
+        state = checkpoint.TrainerState()
+    ddp = distributed.wrap(model, device)
 
     total = cfg.pretrain_steps
     batch, accum, seq = cfg.batch_size, cfg.gradient_accumulation_steps, cfg.sequence_length
@@ -120,7 +120,7 @@ def run_pretraining(
     every_seconds = cfg.checkpoint_interval_seconds
     keep = cfg.keep_checkpoints
 
-    saver = ckpt.Saver(checkpoint_dir, keep, backup_dir)
+    saver = checkpoint.Saver(checkpoint_dir, keep, backup_dir)
 
     def save() -> Path:
         state.scheduler = {"kind": "warmup_cosine", "step": state.step, "total": total, "peak_lr": peak_lr,
@@ -147,7 +147,7 @@ def run_pretraining(
             for micro in range(plan.micro_steps):
                 start = plan.start(step_start, micro)
                 rows = torch.from_numpy(windows.batch(start, plan.micro_batch)).to(device, non_blocking=True)
-                with D.no_sync(ddp, micro < plan.micro_steps - 1), D.collective("gradient all-reduce"):
+                with distributed.no_sync(ddp, micro < plan.micro_steps - 1), distributed.collective("gradient all-reduce"):
                     with autocast:
                         logits = step_fn(rows[:, :-1])
                     loss = cross_entropy(logits.reshape(-1, logits.size(-1)).float(), rows[:, 1:].reshape(-1))
@@ -158,7 +158,7 @@ def run_pretraining(
             time_due = every_seconds > 0 and time.monotonic() - last_save >= every_seconds
             if ctx.enabled:  # one collective: the global mean loss, and whether any rank stops or is due to save
                 flags = torch.tensor([float(interrupted), float(time_due)], device=device)
-                stats = D.all_reduce_sum(torch.cat([loss_sum.reshape(1), flags]), "loss and stop-flag all-reduce")
+                stats = distributed.all_reduce_sum(torch.cat([loss_sum.reshape(1), flags]), "loss and stop-flag all-reduce")
                 total_loss, stops, dues = stats.tolist()
                 step_loss = total_loss / (plan.micro_steps * ctx.world_size)
                 interrupted, time_due = stops > 0, dues > 0

@@ -12,54 +12,54 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from tt_stagekit import distributed as D
+from tt_stagekit import distributed
 from tt_stagekit.protocol import log
 
-from tt_engine_foundation.runtime import checkpoint as ckpt
+from tt_engine_foundation.runtime import checkpoint
 
 
-def choose(directory: Path, backup_dir: Optional[Path], fingerprint: str, config: Mapping[str, Any]) -> ckpt.ResumeChoice:
+def choose(directory: Path, backup_dir: Optional[Path], fingerprint: str, config: Mapping[str, Any]) -> checkpoint.ResumeChoice:
     """The newest intact checkpoint with this fingerprint (see checkpoint.choose_resume); notes are logged,
     then unfinished saves left by a killed process are deleted."""
-    choice = D.on_main(lambda: ckpt.choose_resume(directory, backup_dir, fingerprint, config), "checkpoint choice")
+    choice = distributed.on_main(lambda: checkpoint.choose_resume(directory, backup_dir, fingerprint, config), "checkpoint choice")
     for note in choice.notes:
         log(note, "warning")
-    if D.context().is_main:
-        for partial in ckpt.remove_partial(directory) + ckpt.remove_partial(backup_dir):
+    if distributed.context().is_main:
+        for partial in checkpoint.remove_partial(directory) + checkpoint.remove_partial(backup_dir):
             log(f"removed {partial}: a checkpoint save that was cut short (the process was killed mid-write)")
     return choice
 
 
-def restore(path: Path, model, optimizer, device) -> ckpt.TrainerState:
+def restore(path: Path, model, optimizer, device) -> checkpoint.TrainerState:
     """Load a checkpoint into every rank. Each rank gets back its own RNG state when the world size is the
     one the checkpoint was written with; otherwise rank 0's (the training loops draw no random numbers that
     depend on the rank, so a changed world size continues the same global batches in the same order)."""
-    ctx = D.context()
+    ctx = distributed.context()
     payload = None
     if ctx.is_main:
-        ckpt.load(path, model, optimizer, device)
-        trainer = ckpt.read_trainer(path)
-        payload = (D.on_cpu(optimizer.state_dict()) if ctx.enabled else None, trainer)
-    payload = D.broadcast_object(payload, "checkpoint hand-over")
+        checkpoint.load(path, model, optimizer, device)
+        trainer = checkpoint.read_trainer(path)
+        payload = (distributed.on_cpu(optimizer.state_dict()) if ctx.enabled else None, trainer)
+    payload = distributed.broadcast_object(payload, "checkpoint hand-over")
     optimizer_state, trainer = payload
     if not ctx.is_main:
         optimizer.load_state_dict(optimizer_state)
     rngs = trainer["rank_rng"]
     if int(trainer["world_size"]) == ctx.world_size:
-        ckpt.set_rng_state(rngs[ctx.rank])
+        checkpoint.set_rng_state(rngs[ctx.rank])
     else:
-        ckpt.set_rng_state(rngs[0])
+        checkpoint.set_rng_state(rngs[0])
         if ctx.is_main:
             log(f"checkpoint written by {trainer['world_size']} process(es), resumed by {ctx.world_size}: "
                 "same global batches and order; every rank starts from rank 0's RNG state")
-    return ckpt.trainer_state(trainer)
+    return checkpoint.trainer_state(trainer)
 
 
-def save(saver: ckpt.Saver, model, optimizer, state: ckpt.TrainerState, config: Mapping[str, Any],
+def save(saver: checkpoint.Saver, model, optimizer, state: checkpoint.TrainerState, config: Mapping[str, Any],
          fingerprint: str) -> Path:
     """Checkpoint `state.step` (every rank calls this; rank 0 writes, with every rank's RNG)."""
-    ctx = D.context()
-    rank_rng = D.gather_objects(ckpt.rng_state(), "RNG gather for the checkpoint") if ctx.enabled else None
+    ctx = distributed.context()
+    rank_rng = distributed.gather_objects(checkpoint.rng_state(), "RNG gather for the checkpoint") if ctx.enabled else None
     if not ctx.is_main:
-        return saver.directory / ckpt.step_name(state.step)
+        return saver.directory / checkpoint.step_name(state.step)
     return saver.save(model, optimizer, state, config, fingerprint, rank_rng)

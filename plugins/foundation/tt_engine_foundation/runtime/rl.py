@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from tt_stagekit import promptfit
 from tt_stagekit.protocol import Interrupted, InvalidInput, stop_requested
 
-from tt_engine_foundation.runtime import tokenizer as T
+from tt_engine_foundation.runtime import tokenizer
 from tt_engine_foundation.runtime.config import FoundationConfig
 from tt_engine_foundation.runtime.chat import token_count, fit_prompt, reward
 from tt_engine_foundation.runtime.generate import generate
@@ -36,7 +36,7 @@ def reference(row: Mapping[str, Any]) -> str:
 def max_new_tokens(tok, rows: Sequence[Mapping[str, Any]], sequence_length: int) -> int:
     """Room for answers: the longest training answer plus a margin, at most half the context, and never
     more than the instruction (with an empty user message) leaves: the instruction is never cut for it."""
-    longest = max((len(T.encode(tok, reference(r))) for r in rows), default=8)
+    longest = max((len(tokenizer.encode(tok, reference(r))) for r in rows), default=8)
     systems = [m for m in (rows[0]["messages"] if rows else []) if m["role"] == "system"]
     instruction = token_count(tok, systems + [{"role": "user", "content": ""}]) + 1  # + <|assistant_start|>
     return max(1, min(longest + 8, sequence_length // 2, sequence_length - instruction))
@@ -60,7 +60,7 @@ def check_reachable(tok, rows: Sequence[Mapping[str, Any]], budget: int) -> None
     """Refuse when no training answer can ever be produced within the generation budget."""
     if not rows:
         raise InvalidInput("RL needs training rows (add examples to the spec, or set foundation.rl_steps to 0)")
-    reachable = [r for r in rows if reference(r).strip() and len(T.encode(tok, reference(r))) + 1 <= budget]
+    reachable = [r for r in rows if reference(r).strip() and len(tokenizer.encode(tok, reference(r))) + 1 <= budget]
     if not reachable:
         raise InvalidInput(
             f"foundation.rl_steps > 0 but no training answer fits in {budget} generated tokens, so every reward "
@@ -92,7 +92,7 @@ def run_rl(
     seed = cfg.seed
     budget = max_new_tokens(tok, rows, seq)
     check_reachable(tok, rows, budget)
-    stop_id, pad_id = T.special_id(tok, T.ASSISTANT_END), T.special_id(tok, T.PAD)
+    stop_id, pad_id = tokenizer.special_id(tok, tokenizer.ASSISTANT_END), tokenizer.special_id(tok, tokenizer.PAD)
     prompts, trimmed = fit_prompts(tok, rows, seq - budget)
     if stats is not None:
         stats.update(trimmed_prompts=trimmed, prompt_tokens=seq - budget)

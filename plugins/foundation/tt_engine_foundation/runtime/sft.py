@@ -29,14 +29,14 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tt_stagekit import distributed as D
+from tt_stagekit import distributed
 from tt_stagekit import promptfit
 from tt_stagekit.protocol import Interrupted, InvalidInput, StageError, log, stop_requested
 
-from tt_engine_foundation.runtime import checkpoint as ckpt
+from tt_engine_foundation.runtime import checkpoint
 from tt_engine_foundation.runtime.config import FoundationConfig
 from tt_engine_foundation.runtime import resume
-from tt_engine_foundation.runtime import tokenizer as T
+from tt_engine_foundation.runtime import tokenizer
 from tt_engine_foundation.runtime.chat import fit_example, sequence_error
 from tt_engine_foundation.runtime.optim import build_adamw, set_lr
 
@@ -115,7 +115,7 @@ class SftCheckpoints:
 
     @property
     def fingerprint(self) -> str:
-        return ckpt.config_fingerprint(self.config)
+        return checkpoint.config_fingerprint(self.config)
 
 
 def sft_config(cfg: FoundationConfig, peak_lr: float, rows: Sequence[Mapping[str, Any]], input_model: Path) -> dict:
@@ -151,19 +151,19 @@ def run_sft(
     if stats is not None:
         stats["trimmed_rows"] = trimmed
     batch = min(cfg.batch_size, len(examples))
-    pad = T.special_id(tok, T.PAD)
+    pad = tokenizer.special_id(tok, tokenizer.PAD)
     torch.manual_seed(cfg.seed + 1)
     optimizer = build_adamw(model, peak_lr * SFT_LR_SCALE, cfg.weight_decay, device)
-    dist = D.context()
+    dist = distributed.context()
     first, cursor, epoch, losses = 0, 0, 0, []
-    saver = ckpt.Saver(checkpoints.directory, checkpoints.keep)
+    saver = checkpoint.Saver(checkpoints.directory, checkpoints.keep)
     choice = resume.choose(checkpoints.directory, None, checkpoints.fingerprint, checkpoints.config)
     if choice.path is not None:  # before DDP wraps the model: its start-up broadcast shares rank 0's weights
         position = resume.restore(choice.path, model, optimizer, device).scheduler
         first, cursor, epoch = position["step"], position["cursor"], position["epoch"]
         losses = [(int(s), float(v)) for s, v in position["losses"]]
         log(f"SFT resumed from {choice.path.name} at step {first}/{steps}")
-    net = D.wrap(model, device)
+    net = distributed.wrap(model, device)
     clip = cfg.gradient_clip
     model.gradient_checkpointing = cfg.gradient_checkpointing
     model.train()
@@ -172,7 +172,7 @@ def run_sft(
     def save(step: int) -> Path:
         position = {"kind": "sft_linear_decay", "step": step, "total": steps, "cursor": cursor, "epoch": epoch,
                     "losses": [[s, v] for s, v in losses]}
-        state = ckpt.TrainerState(step=step, samples_consumed=step * batch, last_loss=losses[-1][1] if losses else None,
+        state = checkpoint.TrainerState(step=step, samples_consumed=step * batch, last_loss=losses[-1][1] if losses else None,
                                   scheduler=position)
         return resume.save(saver, model, optimizer, state, checkpoints.config, checkpoints.fingerprint)
 
@@ -190,11 +190,11 @@ def run_sft(
                 cursor += 1
             stopping = stop_requested()
             if dist.enabled:
-                with D.collective("SFT gradient all-reduce"):
+                with distributed.collective("SFT gradient all-reduce"):
                     loss = _rank_loss(net, picked, pad, device, autocast_dtype, dist.rank, dist.world_size)
                     loss.backward()
                 stats = torch.stack([loss.detach() / dist.world_size, torch.tensor(float(stopping), device=device)])
-                value_t, stops = D.all_reduce_sum(stats, "SFT loss and stop-flag all-reduce").tolist()
+                value_t, stops = distributed.all_reduce_sum(stats, "SFT loss and stop-flag all-reduce").tolist()
                 stopping = stops > 0
             else:
                 x, y = collate(picked, pad)

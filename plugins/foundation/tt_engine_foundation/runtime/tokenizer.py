@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -137,8 +137,3 @@ def token_raw_bytes(tok: Tokenizer, index: int) -> bytes:
     if token is None or token in SPECIAL_TOKENS:
         return b""
     return bytes(table[ch] for ch in token)
-
-
-def training_texts(docs: Iterator[str], extra: list[str]) -> Iterator[str]:
-    yield from extra
-    yield from docs

@@ -49,7 +49,7 @@ def open_stage(request: FoundationRequest, distributed: bool = False) -> tuple[A
     setup_threads()
     device = torch_device(request.device_choice)
     if distributed:
-        from tt_stagekit import distributed as D
+        import tt_stagekit.distributed
 
-        device = D.init(device)
+        device = tt_stagekit.distributed.init(device)
     return device, load_run_tokenizer(request.layout.tokenizer_json)

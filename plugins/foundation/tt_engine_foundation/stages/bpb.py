@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tt_stagekit import protocol as P
+from tt_stagekit import protocol
 
 from tt_engine_foundation.runtime.config import FoundationRequest
 
@@ -13,9 +13,10 @@ def main(request: FoundationRequest) -> dict[str, Any]:
     import numpy as np
     import torch
 
-    from tt_engine_foundation.runtime import tokenizer as T
+    from tt_engine_foundation.runtime import tokenizer
     from tt_engine_foundation.runtime.bpb import evaluate_bpb
-    from tt_engine_foundation.runtime.corpus import iter_documents, list_shards, smoke_documents, truncate
+    from tt_engine_foundation.formats.shards import list_shards
+    from tt_engine_foundation.runtime.corpus import iter_documents, smoke_documents, truncate
     from tt_engine_foundation.runtime.model_io import load_model_dir
     from tt_engine_foundation.runtime.torchsetup import autocast_dtype, open_stage
 
@@ -30,7 +31,7 @@ def main(request: FoundationRequest) -> dict[str, Any]:
         cut.append(f"bits per byte measured on the first foundation.bpb_max_chars = {cap} characters of the "
                    f"{'validation' if validation else 'smoke'} text (from {doc.source}:{doc.line} on, text was left "
                    "out); raise bpb_max_chars to measure all of it")
-        P.log(cut[-1], "warning")
+        protocol.log(cut[-1], "warning")
 
     if validation:
         docs = iter_documents(list_shards(validation), cap, on_cut)
@@ -40,18 +41,18 @@ def main(request: FoundationRequest) -> dict[str, Any]:
             smoke_documents(request.system_message, request.train_rows), cap, on_cut
         )
         source = "smoke"
-    bos = T.special_id(tok, T.BOS)
+    bos = tokenizer.special_id(tok, tokenizer.BOS)
     ids: list[int] = []
     for doc in docs:
         ids.append(bos)
-        ids.extend(T.encode(tok, doc.text))
+        ids.extend(tokenizer.encode(tok, doc.text))
     if len(ids) < 2:
-        raise P.StageError(f"{validation or 'smoke corpus'}: no text to measure bits per byte on")
+        raise protocol.StageError(f"{validation or 'smoke corpus'}: no text to measure bits per byte on")
     model = load_model_dir(lay.model_dir("pretrain"), device)
-    table = torch.tensor(T.token_bytes(tok) + [0] * max(0, model.cfg.vocab_size - tok.get_vocab_size()), dtype=torch.int64)
+    table = torch.tensor(tokenizer.token_bytes(tok) + [0] * max(0, model.cfg.vocab_size - tok.get_vocab_size()), dtype=torch.int64)
     out = evaluate_bpb(model, np.asarray(ids, dtype=np.int64), cfg.sequence_length, cfg.batch_size,
                        table, device, autocast_dtype(cfg, device))
-    P.log(f"bits per byte on the {source} text: {out['bpb']:.4f} over {out['bytes']} bytes")
+    protocol.log(f"bits per byte on the {source} text: {out['bpb']:.4f} over {out['bytes']} bytes")
     notes = list(cut)
     if source == "smoke":
         notes.append("BPB measured on the smoke corpus (training text, not held out): it proves the wiring, not capability")
@@ -63,4 +64,4 @@ def main(request: FoundationRequest) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    P.run_main(main, request_type=FoundationRequest)
+    protocol.run_main(main, request_type=FoundationRequest)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tt_stagekit import protocol as P
+from tt_stagekit import protocol
 from tt_stagekit.files import atomic_write_bytes
 
 from tt_engine_foundation.runtime.config import FoundationRequest
@@ -22,7 +22,7 @@ EVAL_BATCH = 16
 
 
 def main(request: FoundationRequest) -> dict[str, Any]:
-    from tt_engine_foundation.runtime import tokenizer as T
+    from tt_engine_foundation.runtime import tokenizer
     from tt_engine_foundation.runtime.generate import generate
     from tt_engine_foundation.runtime.model_io import load_model_dir
     from tt_engine_foundation.runtime.rl import fit_prompts, max_new_tokens
@@ -41,7 +41,7 @@ def main(request: FoundationRequest) -> dict[str, Any]:
     model = load_model_dir(folder, device)
     seq = cfg.sequence_length
     budget = max_new_tokens(tok, request.train_rows, seq)
-    stop_id, pad_id = T.special_id(tok, T.ASSISTANT_END), T.special_id(tok, T.PAD)
+    stop_id, pad_id = tokenizer.special_id(tok, tokenizer.ASSISTANT_END), tokenizer.special_id(tok, tokenizer.PAD)
     trimmed = 0
 
     def answer(prompts: list, file: str) -> int:
@@ -55,7 +55,7 @@ def main(request: FoundationRequest) -> dict[str, Any]:
             for prompt, out in zip(chunk, outs):
                 text = tok.decode([t for t in out if t != stop_id], skip_special_tokens=True).strip()
                 rows.append({"id": prompt["id"], "prediction": text})
-            P.progress(min(start + EVAL_BATCH, len(prompts)), len(prompts), "prompt", {})
+            protocol.progress(min(start + EVAL_BATCH, len(prompts)), len(prompts), "prompt", {})
         target = request.stage_dir / file
         atomic_write_bytes(target, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8"))
         return len(rows)
@@ -66,13 +66,13 @@ def main(request: FoundationRequest) -> dict[str, Any]:
     if not baseline:
         count = answer(list(request.eval_prompts), "predictions.jsonl")
         answered += count
-        P.log(f"generated {count} predictions with the {source} model")
+        protocol.log(f"generated {count} predictions with the {source} model")
         result.update(predictions="predictions.jsonl", metrics={"chat_eval.generated": count})
     general = list(request.general_prompts)
     if general:
         count = answer(general, "predictions-general.jsonl")
         answered += count
-        P.log(f"answered {count} general-regression prompts with the {source} model")
+        protocol.log(f"answered {count} general-regression prompts with the {source} model")
         result["general_predictions"] = "predictions-general.jsonl"
     result["metrics"][f"{request.stage}.trimmed_prompts"] = trimmed
     if trimmed:
@@ -82,4 +82,4 @@ def main(request: FoundationRequest) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    P.run_main(main, request_type=FoundationRequest)
+    protocol.run_main(main, request_type=FoundationRequest)

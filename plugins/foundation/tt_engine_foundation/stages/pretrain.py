@@ -11,17 +11,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from tt_stagekit import protocol as P
+from tt_stagekit import protocol
 from tt_stagekit.files import file_sha256
 
 from tt_engine_foundation.runtime.config import FoundationRequest
 
 
 def main(request: FoundationRequest) -> dict[str, Any]:
-    from tt_engine_foundation.runtime import checkpoint as ckpt
-    from tt_stagekit import distributed as D
-    from tt_engine_foundation.runtime import token_cache as TC
-    from tt_engine_foundation.runtime import tokenizer as T
+    from tt_engine_foundation.runtime import checkpoint
+    from tt_stagekit import distributed
+    from tt_engine_foundation.runtime import token_cache
+    from tt_engine_foundation.runtime import tokenizer
     from tt_engine_foundation.runtime.chat import check_fits
     from tt_engine_foundation.runtime.model import config_for_depth
     from tt_engine_foundation.runtime.model_io import save_model_dir
@@ -32,30 +32,30 @@ def main(request: FoundationRequest) -> dict[str, Any]:
     cfg = request.cfg
     lay = request.layout
     check_fits(tok, cfg.sequence_length, request.system_message, request.answers)  # sequence_length may have changed since the tokenizer stage: exit 2 before training
-    manifest = TC.read_manifest(lay.tokens_manifest)
+    manifest = token_cache.read_manifest(lay.tokens_manifest)
     if manifest is None:
-        raise P.StageError(f"{lay.tokens_manifest}: token cache manifest is missing; run the token_cache stage")
-    TC.verify(lay.tokens_bin, manifest)
-    tokens = TC.open_tokens(lay.tokens_bin, manifest)
-    model_cfg = config_for_depth(cfg.depth, cfg.vocab_size, cfg.sequence_length, **T.special_ids(tok))
+        raise protocol.StageError(f"{lay.tokens_manifest}: token cache manifest is missing; run the token_cache stage")
+    token_cache.verify(lay.tokens_bin, manifest)
+    tokens = token_cache.open_tokens(lay.tokens_bin, manifest)
+    model_cfg = config_for_depth(cfg.depth, cfg.vocab_size, cfg.sequence_length, **tokenizer.special_ids(tok))
     peak_lr = cfg.peak_learning_rate()
     data = {"token_cache_sha256": manifest["file"]["sha256"], "tokenizer_sha256": file_sha256(lay.tokenizer_json)}
     config = training_config(cfg, model_cfg, peak_lr, data)
-    fingerprint = ckpt.config_fingerprint(config)
+    fingerprint = checkpoint.config_fingerprint(config)
     backup_root = cfg.checkpoint_backup_dir
     backup_dir = backup_root / request.run_dir.name if backup_root is not None else None
-    world = D.context().world_size
-    P.log(
+    world = distributed.context().world_size
+    protocol.log(
         f"pretraining depth {cfg.depth} (width {model_cfg.hidden_size}, {model_cfg.num_attention_heads} heads) "
         f"for {cfg.pretrain_steps} steps at peak lr {peak_lr:.3g} on {device}"
-        + (f" with {world} processes ({D.context().backend})" if world > 1 else "")
+        + (f" with {world} processes ({distributed.context().backend})" if world > 1 else "")
     )
     model, state, figures = run_pretraining(
         cfg=cfg, model_cfg=model_cfg, tokens=tokens, device=device, peak_lr=peak_lr, config=config,
         fingerprint=fingerprint, checkpoint_dir=lay.checkpoints, backup_dir=backup_dir, heartbeat_path=lay.heartbeats,
     )
     model_dir = lay.model_dir("pretrain")
-    if P.speaks():
+    if protocol.speaks():
         save_model_dir(
             model_dir, model, lay.tokenizer_json, "foundation-base",
             # A base model is not tuned to any instruction: it carries no system message (so editing the
@@ -80,7 +80,7 @@ def main(request: FoundationRequest) -> dict[str, Any]:
     return {
         "metrics": metrics,
         "series": {"pretrain.loss": read_series(lay.heartbeats, state.step)},
-        "outputs": {"model": str(model_dir), "checkpoint": str(lay.checkpoints / ckpt.step_name(state.step)),
+        "outputs": {"model": str(model_dir), "checkpoint": str(lay.checkpoints / checkpoint.step_name(state.step)),
                     "config_fingerprint": fingerprint},
         "artifacts": [{"kind": "foundation-base", "path": str(model_dir), "manifest": "artifact-manifest.json"}],
         "notes": notes,
@@ -88,4 +88,4 @@ def main(request: FoundationRequest) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    P.run_main(main, request_type=FoundationRequest)
+    protocol.run_main(main, request_type=FoundationRequest)

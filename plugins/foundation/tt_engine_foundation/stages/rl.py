@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tt_stagekit import protocol as P
+from tt_stagekit import protocol
 
 from tt_engine_foundation.runtime.config import FoundationRequest
 
@@ -22,9 +22,9 @@ def main(request: FoundationRequest) -> dict[str, Any]:
     model = load_model_dir(lay.model_dir("sft"), device)
 
     def on_step(step: int, total: int, mean_reward: float, lr: float) -> None:
-        P.progress(step, total, "step", {"reward": mean_reward, "lr": lr})
+        protocol.progress(step, total, "step", {"reward": mean_reward, "lr": lr})
 
-    P.log(f"RL on {len(rows)} training prompts for {cfg.rl_steps} steps")
+    protocol.log(f"RL on {len(rows)} training prompts for {cfg.rl_steps} steps")
     stats: dict = {}
     rewards = run_rl(model, tok, rows, cfg, cfg.peak_learning_rate(model.cfg.hidden_size), device,
                      autocast_dtype(cfg, device),
@@ -47,4 +47,4 @@ def main(request: FoundationRequest) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    P.run_main(main, request_type=FoundationRequest)
+    protocol.run_main(main, request_type=FoundationRequest)

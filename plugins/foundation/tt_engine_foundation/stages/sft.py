@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tt_stagekit import protocol as P
+from tt_stagekit import protocol
 
 from tt_engine_foundation.runtime.config import FoundationRequest
 
@@ -22,14 +22,14 @@ def sft_rows(request: FoundationRequest) -> list[dict]:
     ignored: dict = {}
     for path in request.cfg.sft_datasets:
         try:
-            loaded = read_chat_file(path, P.InvalidInput, system_message=system, ignored=ignored)
-        except P.InvalidInput as exc:
-            raise P.InvalidInput(f"foundation.sft_datasets: {exc}") from None
+            loaded = read_chat_file(path, protocol.InvalidInput, system_message=system, ignored=ignored)
+        except protocol.InvalidInput as exc:
+            raise protocol.InvalidInput(f"foundation.sft_datasets: {exc}") from None
         for row in loaded:
             body = row["messages"][1:] if row["messages"][0]["role"] == "system" else row["messages"]
             rows.append({"id": row["id"], "messages": [{"role": "system", "content": system}, *body]})
     if ignored:
-        P.log("foundation.sft_datasets: ignored keys " + ", ".join(f"{k!r} ({n} rows)" for k, n in sorted(ignored.items())),
+        protocol.log("foundation.sft_datasets: ignored keys " + ", ".join(f"{k!r} ({n} rows)" for k, n in sorted(ignored.items())),
               "warning")
     return rows
 
@@ -50,9 +50,9 @@ def main(request: FoundationRequest) -> dict[str, Any]:
 
     def on_step(step: int, total: int, loss: float, lr: float) -> None:
         if step % every == 0 or step == total:
-            P.progress(step, total, "step", {"loss": loss, "lr": lr})
+            protocol.progress(step, total, "step", {"loss": loss, "lr": lr})
 
-    P.log(f"SFT on {len(rows)} training rows for {cfg.finetune_steps} steps")
+    protocol.log(f"SFT on {len(rows)} training rows for {cfg.finetune_steps} steps")
     input_model = lay.base_model
     checkpoints = SftCheckpoints(
         directory=lay.sft_checkpoints, config=sft_config(cfg, peak_lr, rows, input_model),
@@ -62,7 +62,7 @@ def main(request: FoundationRequest) -> dict[str, Any]:
     losses = run_sft(model, tok, rows, cfg, peak_lr, device, autocast_dtype(cfg, device),
                      on_step, checkpoints, stats)
     model_dir = lay.model_dir("sft")
-    if P.speaks():
+    if protocol.speaks():
         save_model_dir(
             model_dir, model, lay.tokenizer_json, "foundation-sft",
             {"stage": "sft", "system_message_sha256": request.system_message_sha256},
@@ -73,7 +73,7 @@ def main(request: FoundationRequest) -> dict[str, Any]:
     notes = [trimmed_note(stats["trimmed_rows"], len(rows), "SFT training rows", "foundation.sequence_length",
                           cfg.sequence_length)] if stats["trimmed_rows"] else []
     for note in notes:
-        P.log(note, "warning")
+        protocol.log(note, "warning")
     if lay.init_model is not None:
         notes.append(f"SFT started from the foundation model {lay.init_model} (foundation.init_model): this run has "
                      "no tokenizer, token cache, pretraining or BPB stage of its own")
@@ -87,4 +87,4 @@ def main(request: FoundationRequest) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    P.run_main(main, request_type=FoundationRequest)
+    protocol.run_main(main, request_type=FoundationRequest)

@@ -10,10 +10,10 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping
 
-from tt_stagekit import protocol as P
+from tt_stagekit import protocol
 from tt_stagekit.files import file_sha256
-from tt_engine_foundation.runtime import token_cache as TC
-from tt_engine_foundation.runtime import tokenizer as T
+from tt_engine_foundation.runtime import token_cache
+from tt_engine_foundation.runtime import tokenizer
 from tt_engine_foundation.runtime.config import FoundationRequest
 from tt_engine_foundation.runtime.corpus import iter_run_corpus, run_corpus
 
@@ -21,10 +21,10 @@ from tt_engine_foundation.runtime.corpus import iter_run_corpus, run_corpus
 def main(request: FoundationRequest) -> dict[str, Any]:
     cfg = request.cfg
     lay = request.layout
-    tok = T.load_run_tokenizer(lay.tokenizer_json)
+    tok = tokenizer.load_run_tokenizer(lay.tokenizer_json)
     corpus = (cfg.corpus_path, request.system_message, request.train_rows)
     _, _, source = run_corpus(*corpus)
-    dtype = TC.dtype_for(cfg.vocab_size)
+    dtype = token_cache.dtype_for(cfg.vocab_size)
     inputs = {
         "corpus": source,
         "tokenizer_sha256": file_sha256(lay.tokenizer_json),
@@ -32,14 +32,14 @@ def main(request: FoundationRequest) -> dict[str, Any]:
         "dtype": dtype.str,
         "format": "bos-prefixed documents",
     }
-    manifest = TC.read_manifest(lay.tokens_manifest)
+    manifest = token_cache.read_manifest(lay.tokens_manifest)
     if manifest is not None and lay.tokens_bin.exists():
         if manifest.get("inputs") == inputs:
-            TC.verify(lay.tokens_bin, manifest)
-            P.log("token cache already built from these inputs and verified; reusing it")
+            token_cache.verify(lay.tokens_bin, manifest)
+            protocol.log("token cache already built from these inputs and verified; reusing it")
             return _result(lay, manifest, 0.0)
         if lay.has_pretrain_checkpoints():
-            raise P.InvalidInput(
+            raise protocol.InvalidInput(
                 "the corpus, tokenizer or max_chars changed since this run directory's pretraining "
                 "checkpoints were made; use a new run directory (nothing was changed)"
             )
@@ -51,23 +51,23 @@ def main(request: FoundationRequest) -> dict[str, Any]:
         now = time.monotonic()
         if now - last[0] >= 2.0:
             last[0] = now
-            P.progress(chars, cfg.max_chars, "chars", {"tokens": tokens, "documents": documents})
+            protocol.progress(chars, cfg.max_chars, "chars", {"tokens": tokens, "documents": documents})
 
     cut: dict[str, Any] = {}
 
     def on_cut(doc) -> None:
         cut["at"] = f"{doc.source}:{doc.line}"
-        P.log(cut_note(cfg.max_chars, cut["at"]), "warning")
+        protocol.log(cut_note(cfg.max_chars, cut["at"]), "warning")
 
-    built = TC.build(
-        iter_run_corpus(*corpus, cfg.max_chars, on_cut), tok, T.special_id(tok, T.BOS), lay.tokens_bin, dtype,
+    built = token_cache.build(
+        iter_run_corpus(*corpus, cfg.max_chars, on_cut), tok, tokenizer.special_id(tok, tokenizer.BOS), lay.tokens_bin, dtype,
         on_progress=on_progress,
     )
     seconds = time.monotonic() - started
-    TC.write_manifest(lay.tokens_manifest, inputs, {**built, "cut_at": cut.get("at")}, dtype)
-    manifest = TC.read_manifest(lay.tokens_manifest)
-    TC.verify(lay.tokens_bin, manifest)
-    P.log(f"token cache: {built['tokens']} tokens from {built['documents']} documents in {seconds:.1f}s")
+    token_cache.write_manifest(lay.tokens_manifest, inputs, {**built, "cut_at": cut.get("at")}, dtype)
+    manifest = token_cache.read_manifest(lay.tokens_manifest)
+    token_cache.verify(lay.tokens_bin, manifest)
+    protocol.log(f"token cache: {built['tokens']} tokens from {built['documents']} documents in {seconds:.1f}s")
     return _result(lay, manifest, seconds)
 
 
@@ -91,4 +91,4 @@ def _result(lay, manifest: Mapping[str, Any], seconds: float) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    P.run_main(main, request_type=FoundationRequest)
+    protocol.run_main(main, request_type=FoundationRequest)

@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tt_stagekit import protocol as P
+from tt_stagekit import protocol
 from tt_stagekit.files import atomic_write_bytes, atomic_write_json, file_sha256
-from tt_engine_foundation.runtime import tokenizer as T
+from tt_engine_foundation.runtime import tokenizer
 from tt_engine_foundation.runtime.chat import check_fits
 from tt_engine_foundation.runtime.config import FoundationRequest
 from tt_engine_foundation.runtime.corpus import iter_run_corpus, tokenizer_source
@@ -31,23 +31,23 @@ def main(request: FoundationRequest) -> dict[str, Any]:
         "vocab_size": cfg.vocab_size,
         "tokenizer_max_chars": cfg.tokenizer_max_chars,
         "corpus": source,
-        "special_tokens": T.SPECIAL_TOKENS,
+        "special_tokens": tokenizer.SPECIAL_TOKENS,
     }
     inputs_path = lay.tokenizer_dir / "tokenizer-inputs.json"
     if lay.tokenizer_json.is_file() and inputs_path.is_file():
         previous = json.loads(inputs_path.read_text(encoding="utf-8"))
         if previous.get("inputs") == inputs and previous.get("sha256") == file_sha256(lay.tokenizer_json):
-            P.log("tokenizer already trained from these inputs; reusing it")
+            protocol.log("tokenizer already trained from these inputs; reusing it")
             return _result(lay, previous["vocab"], previous["chars"])
         if lay.has_pretrain_checkpoints():
-            raise P.InvalidInput(
+            raise protocol.InvalidInput(
                 "the tokenizer inputs (vocab_size, tokenizer_max_chars or corpus) changed since this run "
                 "directory's pretraining checkpoints were made; use a new run directory (nothing was changed)"
             )
     counted = {"chars": 0}
 
     def cut(doc) -> None:
-        P.log(f"the tokenizer trains on the first {cfg.tokenizer_max_chars} corpus characters "
+        protocol.log(f"the tokenizer trains on the first {cfg.tokenizer_max_chars} corpus characters "
               f"(tokenizer_max_chars); it stopped in {doc.source}:{doc.line}")
 
     def texts():
@@ -56,8 +56,8 @@ def main(request: FoundationRequest) -> dict[str, Any]:
             counted["chars"] += len(doc.text)
             yield doc.text
 
-    P.log(f"training a {cfg.vocab_size}-token byte-level BPE on up to {cfg.tokenizer_max_chars} corpus characters")
-    tok = T.train(texts(), cfg.vocab_size)
+    protocol.log(f"training a {cfg.vocab_size}-token byte-level BPE on up to {cfg.tokenizer_max_chars} corpus characters")
+    tok = tokenizer.train(texts(), cfg.vocab_size)
     check_fits(tok, cfg.sequence_length, request.system_message, request.answers)  # exit 2 before anything is written or trained on
     lay.tokenizer_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     atomic_write_bytes(lay.tokenizer_json, tok.to_str().encode("utf-8"))
@@ -66,7 +66,7 @@ def main(request: FoundationRequest) -> dict[str, Any]:
         inputs_path,
         {"inputs": inputs, "sha256": file_sha256(lay.tokenizer_json), "vocab": vocab, "chars": counted["chars"]},
     )
-    P.artifact("tokenizer", lay.tokenizer_json)
+    protocol.artifact("tokenizer", lay.tokenizer_json)
     return _result(lay, vocab, counted["chars"])
 
 
@@ -78,4 +78,4 @@ def _result(lay, vocab: int, chars: int) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    P.run_main(main, request_type=FoundationRequest)
+    protocol.run_main(main, request_type=FoundationRequest)

@@ -1,6 +1,6 @@
-"""Export a foundation model folder as a standard Hugging Face Llama folder.
+"""Export a foundation model folder as a standard Hugging Face Llama folder (runs in the engine environment).
 
-    python -m tt_engine_foundation.export REQUEST.json
+    python -m tt_engine_foundation.stages.export REQUEST.json
 
 REQUEST is a JSON object written by the host (`tt models export`, `tt serve`):
 
@@ -35,7 +35,7 @@ from typing import Any, Mapping
 from tt_stagekit.files import atomic_write_json, file_sha256, new_folder
 from tt_stagekit.protocol import InvalidInput, StageError, run_command
 
-from tt_engine_foundation.runtime import tokenizer as T
+from tt_engine_foundation.runtime import tokenizer
 from tt_engine_foundation.runtime.model_io import write_manifest
 
 EXPORT_KIND = "foundation-hf"
@@ -43,35 +43,35 @@ EXPORT_KIND = "foundation-hf"
 # Renders exactly runtime.chat.render / render_prompt: BOS, then each turn between its
 # start/end special tokens; the generation prompt is <|assistant_start|>.
 CHAT_TEMPLATE = (
-    "{{ '" + T.BOS + "' }}"
+    "{{ '" + tokenizer.BOS + "' }}"
     "{% for message in messages %}"
     "{% if message['content'] is not string %}"
     "{{ raise_exception('message content must be a string') }}"
     "{% elif message['role'] == 'system' %}"
-    "{{ '" + T.SYSTEM_START + "' + message['content'] + '" + T.SYSTEM_END + "' }}"
+    "{{ '" + tokenizer.SYSTEM_START + "' + message['content'] + '" + tokenizer.SYSTEM_END + "' }}"
     "{% elif message['role'] == 'user' %}"
-    "{{ '" + T.USER_START + "' + message['content'] + '" + T.USER_END + "' }}"
+    "{{ '" + tokenizer.USER_START + "' + message['content'] + '" + tokenizer.USER_END + "' }}"
     "{% elif message['role'] == 'assistant' %}"
-    "{{ '" + T.ASSISTANT_START + "' + message['content'] + '" + T.ASSISTANT_END + "' }}"
+    "{{ '" + tokenizer.ASSISTANT_START + "' + message['content'] + '" + tokenizer.ASSISTANT_END + "' }}"
     "{% else %}"
     "{{ raise_exception('unknown chat role: ' + message['role']) }}"
     "{% endif %}"
     "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '" + T.ASSISTANT_START + "' }}{% endif %}"
+    "{% if add_generation_prompt %}{{ '" + tokenizer.ASSISTANT_START + "' }}{% endif %}"
 )
 
-ADDITIONAL_SPECIAL = [T.SYSTEM_START, T.SYSTEM_END, T.USER_START, T.USER_END, T.ASSISTANT_START]
+ADDITIONAL_SPECIAL = [tokenizer.SYSTEM_START, tokenizer.SYSTEM_END, tokenizer.USER_START, tokenizer.USER_END, tokenizer.ASSISTANT_START]
 
 
 def tokenizer_files(tok, max_length: int) -> dict[str, dict[str, Any]]:
     """tokenizer_config.json, special_tokens_map.json contents for the trained tokenizer."""
     added = {}
-    for token in T.SPECIAL_TOKENS:
-        added[str(T.special_id(tok, token))] = {
+    for token in tokenizer.SPECIAL_TOKENS:
+        added[str(tokenizer.special_id(tok, token))] = {
             "content": token, "lstrip": False, "rstrip": False, "normalized": False,
             "single_word": False, "special": True,
         }
-    specials = {"bos_token": T.BOS, "eos_token": T.ASSISTANT_END, "pad_token": T.PAD}
+    specials = {"bos_token": tokenizer.BOS, "eos_token": tokenizer.ASSISTANT_END, "pad_token": tokenizer.PAD}
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "added_tokens_decoder": added,
@@ -97,7 +97,7 @@ def _plain_tokenizer_json(source: Path) -> bytes:
     data = json.loads(source.read_text(encoding="utf-8"))
     if isinstance(data.get("added_tokens"), list):
         for entry in data["added_tokens"]:
-            if entry.get("content") in T.SPECIAL_TOKENS:
+            if entry.get("content") in tokenizer.SPECIAL_TOKENS:
                 entry["special"] = True
                 entry["normalized"] = False
     data.pop("encode_special_tokens", None)
@@ -136,8 +136,8 @@ def export(request: Mapping[str, Any]) -> Path:
     source, out = check_request(request)
     meta = json.loads((source / "tt-model.json").read_text(encoding="utf-8"))
     cfg = ModelConfig(**meta["model"])
-    tok = T.load(source / "tokenizer.json")
-    ids = {"bos": T.special_id(tok, T.BOS), "eos": T.special_id(tok, T.ASSISTANT_END), "pad": T.special_id(tok, T.PAD)}
+    tok = tokenizer.load(source / "tokenizer.json")
+    ids = {"bos": tokenizer.special_id(tok, tokenizer.BOS), "eos": tokenizer.special_id(tok, tokenizer.ASSISTANT_END), "pad": tokenizer.special_id(tok, tokenizer.PAD)}
     if (cfg.bos_token_id, cfg.eos_token_id, cfg.pad_token_id) != (ids["bos"], ids["eos"], ids["pad"]):
         raise StageError(f"{source}: the model's special token ids {cfg} do not match its tokenizer {ids}")
     if tok.get_vocab_size(with_added_tokens=True) > cfg.vocab_size:
@@ -178,7 +178,7 @@ def export(request: Mapping[str, Any]) -> Path:
             },
             "system_message": request.get("system_message"),
             "system_message_sha256": request.get("system_message_sha256") or meta.get("system_message_sha256"),
-            "chat": {"end_of_turn_token": T.ASSISTANT_END, "pad_token": T.PAD, "add_special_tokens": False},
+            "chat": {"end_of_turn_token": tokenizer.ASSISTANT_END, "pad_token": tokenizer.PAD, "add_special_tokens": False},
             "context_length": cfg.max_position_embeddings,
         }
         atomic_write_json(tmp / "tt-export.json", info)
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         out = export(request)
         return f"export complete: {len(list(out.iterdir()))} files, listed with sha256 in artifact-manifest.json"
 
-    return run_command(run, sys.argv[1:] if argv is None else argv, "python -m tt_engine_foundation.export REQUEST.json")
+    return run_command(run, sys.argv[1:] if argv is None else argv, "python -m tt_engine_foundation.stages.export REQUEST.json")
 
 if __name__ == "__main__":
     sys.exit(main())
