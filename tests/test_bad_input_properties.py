@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from badinput_support import error_locs, in_process_tt, snapshot
 from conftest import TT_BIN, base_env, echo_spec
 from plugin_site import echo_site
-from tt_engine_adapter import rows
+from tt_engine_adapter.formats import rows
 from tt_engine_adapter.serve.request import ApiError, ChatParams, parse_chat
 from tt_host.spec.general import GeneralSetError, read_general_set
 from tt_stagekit.chatrows import parsed_lines

@@ -29,7 +29,7 @@ def test_atomic_write_replaces_whole_or_not_at_all(tmp_path):
 
 
 def test_host_and_engines_use_the_same_helpers():
-    from tt_engine_adapter import fingerprint
+    from tt_engine_adapter.formats import fingerprint
     from tt_host import fsutil
     from tt_host.spec import compiler
     from tt_stagekit import chatrows

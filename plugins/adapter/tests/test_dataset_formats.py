@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tt_engine_adapter import rows
+from tt_engine_adapter.formats import rows
 
 SYSTEM = "Classify the sentiment of the review."
 CHATS = [

@@ -1,4 +1,4 @@
-"""`python -m tt_engine_adapter.export`: LoRA merged into full-precision weights, refusals for unsafe bases."""
+"""`python -m tt_engine_adapter.stages.export`: LoRA merged into full-precision weights, refusals for unsafe bases."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from tt_engine_adapter import fingerprint
+from tt_engine_adapter.formats import fingerprint
 from tt_engine_adapter.runtime import manifest
 from tt_engine_adapter.runtime.manifest import verify_manifest
 
@@ -43,7 +43,7 @@ def make_adapter(base, folder, recorded_base=None):
 def run_export(tmp, adapter, out):
     request = tmp / f"request-{out.name}.json"
     request.write_text(json.dumps({"source": str(adapter), "out": str(out), "model_id": "tuned"}))
-    return subprocess.run([sys.executable, "-m", "tt_engine_adapter.export", str(request)], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "tt_engine_adapter.stages.export", str(request)], capture_output=True,
                           text=True, timeout=300)
 
 

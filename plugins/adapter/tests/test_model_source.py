@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tt_engine_adapter import fingerprint
+from tt_engine_adapter.formats import fingerprint
 from tt_engine_adapter.runtime import model_source
 from tt_stagekit.protocol import InvalidInput, StageError
 

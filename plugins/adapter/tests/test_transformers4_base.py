@@ -56,7 +56,7 @@ def test_exports_merged_and_serves_the_candidates_answers(finished, tmp_path):
     adapter = Path(run.done["train"]["result"]["outputs"]["adapter"])
     request = tmp_path / "export.json"
     request.write_text(json.dumps({"source": str(adapter), "out": str(tmp_path / "merged"), "model_id": "tf4"}))
-    proc = subprocess.run([sys.executable, "-m", "tt_engine_adapter.export", str(request)], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "tt_engine_adapter.stages.export", str(request)], capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     merged = tmp_path / "merged"

@@ -1,6 +1,6 @@
 """docs/serving.md's vLLM recipe, run for real where vLLM and a CUDA GPU exist (skips with the reason otherwise).
 
-A merged export (`tt models export --merged`, here `python -m tt_engine_adapter.export`) must load in vLLM as
+A merged export (`tt models export --merged`, here `python -m tt_engine_adapter.stages.export`) must load in vLLM as
 it is, and a PEFT adapter folder must load with `--enable-lora`; both must give the greedy answers
 transformers/PEFT give for the same prompt. vLLM is not installed in the engine's environment (it pins its own
 torch); install it next to the engine's packages on a GPU machine to run this file."""

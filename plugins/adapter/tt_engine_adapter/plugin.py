@@ -17,7 +17,8 @@ from tt_host.hookspecs import hookimpl
 from tt_host.checks.preflight import torch_device_check, world_size_check
 from tt_host.spec.schema import BehaviorSpec, DistributedSettings
 
-from tt_engine_adapter import fingerprint, memory_estimate
+from tt_engine_adapter import memory_estimate
+from tt_engine_adapter.formats import fingerprint
 from tt_engine_adapter.spec import HEX40, AdapterSpec
 from tt_stagekit.gpus import first_gpu_memory_bytes, nvidia_gpus
 from tt_stagekit.launcher import stage_arguments
@@ -198,10 +199,10 @@ def doctor(spec: Optional[BehaviorSpec], device: str) -> Iterable[Check]:
 
 
 # The trained LoRA weights are served on their base model; `tt models export` copies them as they are (the
-# PEFT format), `--merged` merges them into the base (tt_engine_adapter.export, kind EXPORT_KIND).
+# PEFT format), `--merged` merges them into the base (tt_engine_adapter.stages.export, kind EXPORT_KIND).
 MODEL_KINDS = (
     ModelKind("adapter", "train/adapter", serve=SERVE_ON_BASE, info_file="tt-adapter.json",
-              export=Export(None, "adapter"), export_merged=Export("tt_engine_adapter.export", "merged")),
+              export=Export(None, "adapter"), export_merged=Export("tt_engine_adapter.stages.export", "merged")),
     ModelKind("merged", serve=SERVE_HF, info_file="tt-export.json"),
 )
 

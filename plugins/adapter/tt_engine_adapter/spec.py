@@ -16,7 +16,8 @@ from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_v
 from tt_host.spec.compiler import compile_validated_so_far
 from tt_host.spec.schema import BehaviorSpec, DistributedSettings, StrictModel, resolve_path
 
-from tt_engine_adapter import fingerprint, lengthcheck, rows
+from tt_engine_adapter import lengthcheck
+from tt_engine_adapter.formats import fingerprint, rows
 
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
 # A branch or tag name as the hub takes it (git's ref rules, simplified): `main`, `v1.0`, `refs/pr/3`.

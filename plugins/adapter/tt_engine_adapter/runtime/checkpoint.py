@@ -20,7 +20,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Optional
 
-from tt_engine_adapter import fingerprint
+from tt_engine_adapter.formats import fingerprint
 from tt_stagekit.files import REPLACE, atomic_write_json, publish_folder
 from tt_stagekit.protocol import InvalidInput, log
 

@@ -17,8 +17,6 @@ from typing import Any, ClassVar, Literal, Mapping, Optional, Union
 from tt_stagekit.launcher import DistributedSettings
 from tt_stagekit.stageconfig import Example, StageRequest, parse_request
 
-SPLITS = ("train", "validation", "test")
-
 
 @dataclass(frozen=True)
 class Hyperparameters(DistributedSettings):

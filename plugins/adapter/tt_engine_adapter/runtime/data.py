@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tt_engine_adapter import rows as rowlib
+from tt_engine_adapter.formats.rows import SPLITS, RowError, check_overlaps
 from tt_engine_adapter.runtime import chat
 from tt_engine_adapter.runtime.config import AdapterSpec
 from tt_stagekit.protocol import InvalidInput, log
@@ -33,7 +33,7 @@ def load_prebuilt(spec: AdapterSpec, system_message: str) -> dict[str, list[dict
     ignored: dict[str, int] = {}
     loaded: dict[str, list[dict]] = {}
     try:
-        for split in rowlib.SPLITS:
+        for split in SPLITS:
             for index, source in enumerate(spec.datasets.sources(split)):
                 if source.hub:
                     got = sources.read_hub(source.hub, source.revision, source.split, split, system_message, ignored)
@@ -41,8 +41,8 @@ def load_prebuilt(spec: AdapterSpec, system_message: str) -> dict[str, list[dict
                     got = sources.read_local(source.path, split, system_message, ignored)
                 loaded.setdefault(split, []).extend(sources.weighted(got, source.weight, seed=index))
         _unique_ids(loaded)
-        rowlib.check_overlaps(loaded, [e.input for e in spec.examples])
-    except rowlib.RowError as exc:
+        check_overlaps(loaded, [e.input for e in spec.examples])
+    except RowError as exc:
         raise InvalidInput(f"datasets: {exc}") from None
     if ignored:
         log("datasets: ignored keys " + ", ".join(f"{k!r} ({n} rows)" for k, n in sorted(ignored.items()))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from tt_engine_adapter import fingerprint
+from tt_engine_adapter.formats import fingerprint
 from tt_stagekit.manifest import MANIFEST, folder_files, verify
 from tt_stagekit.manifest import write_manifest as _write
 

@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Any, Optional
 
-from tt_engine_adapter import fingerprint
+from tt_engine_adapter.formats import fingerprint
 from tt_engine_adapter.runtime.config import AdapterRequest
 from tt_stagekit import devices
 from tt_stagekit.protocol import InvalidInput, StageError, log

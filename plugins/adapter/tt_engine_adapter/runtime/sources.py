@@ -1,7 +1,7 @@
 """Dataset sources of the engine: JSONL, parquet, a `datasets` `save_to_disk` folder or a hub dataset.
 
 Every source yields the same rows as its JSONL equivalent, checked by the same
-rules (`tt_engine_adapter.rows`): a bad row is named `file:line` (JSONL) or
+rules (`tt_engine_adapter.formats.rows`): a bad row is named `file:line` (JSONL) or
 `dataset:index` (parquet, datasets folders, hub files; 0-based). Arrow
 columns give every row every column, so missing values (`None`) are dropped
 before the check. A hub dataset is downloaded at its pinned revision into the
@@ -18,7 +18,7 @@ import random
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from tt_engine_adapter import rows as rowlib
+from tt_engine_adapter.formats.rows import RowError, _check_row, read_chat_jsonl
 from tt_stagekit.protocol import StageError, log
 
 
@@ -34,10 +34,10 @@ def _checked(records: Iterable[Any], name: str, split: str, system: Optional[str
     out: list[dict] = []
     for index, value in enumerate(records):
         where = f"{name}[{index}]"
-        row_id, messages = rowlib._check_row(_drop_nulls(value), where, system, ignored)
+        row_id, messages = _check_row(_drop_nulls(value), where, system, ignored)
         out.append({"id": row_id or f"{split}-{Path(name).name}-{index:06d}", "messages": messages, "where": where})
     if not out:
-        raise rowlib.RowError(f"{name}: no rows")
+        raise RowError(f"{name}: no rows")
     return out
 
 
@@ -47,7 +47,7 @@ def _parquet(path: Path) -> list[dict]:
     try:
         return pq.read_table(path).to_pylist()
     except Exception as exc:  # not parquet, damaged
-        raise rowlib.RowError(f"{path}: cannot read as parquet: {type(exc).__name__}: {exc}") from None
+        raise RowError(f"{path}: cannot read as parquet: {type(exc).__name__}: {exc}") from None
 
 
 def _saved(path: Path) -> list[dict]:
@@ -56,10 +56,10 @@ def _saved(path: Path) -> list[dict]:
     try:
         data = load_from_disk(str(path))
     except Exception as exc:
-        raise rowlib.RowError(f"{path}: cannot load as a datasets save_to_disk folder: {type(exc).__name__}: {exc}") \
+        raise RowError(f"{path}: cannot load as a datasets save_to_disk folder: {type(exc).__name__}: {exc}") \
             from None
     if not isinstance(data, Dataset):
-        raise rowlib.RowError(f"{path}: a DatasetDict folder (splits {sorted(data)}); give one split's folder, e.g. "
+        raise RowError(f"{path}: a DatasetDict folder (splits {sorted(data)}); give one split's folder, e.g. "
                               f"{path / sorted(data)[0]}")
     return data.to_list()
 
@@ -70,7 +70,7 @@ def read_local(path: Path, split: str, system: Optional[str], ignored: dict) -> 
         return _checked(_saved(path), str(path), split, system, ignored)
     if path.suffix == ".parquet":
         return _checked(_parquet(path), str(path), split, system, ignored)
-    loaded = rowlib.read_chat_jsonl(path, split, system, ignored)
+    loaded = read_chat_jsonl(path, split, system, ignored)
     return [{"id": r["id"], "messages": r["messages"], "where": f"{path}:{r['line']}"} for r in loaded]
 
 
@@ -105,7 +105,7 @@ def read_hub(repo: str, revision: str, hub_split: str, split: str, system: Optio
     snapshot = hub_snapshot(repo, revision)
     files = split_files(snapshot, hub_split)
     if not files:
-        raise rowlib.RowError(f"{repo}@{revision}: no parquet or JSONL files for split {hub_split!r} in the snapshot")
+        raise RowError(f"{repo}@{revision}: no parquet or JSONL files for split {hub_split!r} in the snapshot")
     out: list[dict] = []
     for path in files:
         name = f"{repo}@{snapshot.name[:12]}/{path.relative_to(snapshot)}"
@@ -114,8 +114,8 @@ def read_hub(repo: str, revision: str, hub_split: str, split: str, system: Optio
         else:
             from tt_stagekit.chatrows import parsed_lines, read_lines
 
-            _, lines = read_lines(path, rowlib.RowError)
-            records = [value for _, _, value in parsed_lines(lines, name, rowlib.RowError)]
+            _, lines = read_lines(path, RowError)
+            records = [value for _, _, value in parsed_lines(lines, name, RowError)]
             out += _checked(records, name, split, system, ignored)
     return out
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from tt_engine_adapter.runtime import batches, checkpoint
-from tt_stagekit import distributed as D
+from tt_stagekit import distributed
 from tt_engine_adapter.runtime.chat import IGNORE_INDEX, Encoded
 from tt_engine_adapter.runtime.config import Hyperparameters
 from tt_stagekit.protocol import STOP, InvalidInput, Interrupted, log
@@ -141,9 +141,9 @@ def train(
         lr=hp.learning_rate, betas=(0.9, 0.999), eps=1e-8,
     )
     state = TrainState()
-    ctx = D.context()
+    ctx = distributed.context()
     if resume:
-        found = D.on_main(lambda: checkpoint.latest(checkpoint_dir, stage_fingerprint), "checkpoint choice")
+        found = distributed.on_main(lambda: checkpoint.latest(checkpoint_dir, stage_fingerprint), "checkpoint choice")
         if found:
             path, meta = found
             _restore_everywhere(path, model, optimizer, scaler)
@@ -153,12 +153,12 @@ def train(
         else:
             log("no usable checkpoint; training from the start", "warning")
     state.padding = padding(rows, schedule, hp.packing, hp.max_seq_length)
-    net = D.wrap(model, device)
+    net = distributed.wrap(model, device)
 
     def save_checkpoint() -> None:
         meta = {"fingerprint": stage_fingerprint, "tokens": state.tokens, "seconds": state.seconds,
                 "losses": state.losses, "total_steps": total, "evaluation": state.evaluation_meta()}
-        rank_rng = D.gather_objects(checkpoint.rng_state(), "RNG gather for the checkpoint") if ctx.enabled else None
+        rank_rng = distributed.gather_objects(checkpoint.rng_state(), "RNG gather for the checkpoint") if ctx.enabled else None
         if ctx.is_main:
             checkpoint.save(checkpoint_dir, state.step, model, optimizer, meta, hp.keep_checkpoints, rank_rng, scaler)
 
@@ -184,7 +184,7 @@ def train(
             if not mine:  # more ranks than rows in this micro-batch: a zero-weight row keeps DDP in step
                 inputs["labels"].fill_(IGNORE_INDEX)
             inputs = {k: v.to(device) for k, v in inputs.items()}
-            with D.no_sync(net, index < len(micro_batches) - 1), D.collective("gradient all-reduce"):
+            with distributed.no_sync(net, index < len(micro_batches) - 1), distributed.collective("gradient all-reduce"):
                 with torch.autocast(device_type=device, dtype=autocast_dtype, enabled=use_autocast):
                     out = net(**inputs, use_cache=False, num_items_in_batch=targets)
                 loss = out.loss * ctx.world_size if ctx.enabled else out.loss
@@ -193,7 +193,7 @@ def train(
             step_tokens += sum(len(r.input_ids) for r in batch)
         if ctx.enabled:  # the step's loss over all ranks, and whether any rank was asked to stop
             stats = torch.stack([step_loss, torch.tensor(float(STOP.requested), device=device)])
-            step_loss, stops = D.all_reduce_sum(stats, "loss and stop-flag all-reduce").unbind()
+            step_loss, stops = distributed.all_reduce_sum(stats, "loss and stop-flag all-reduce").unbind()
             stopping = bool(stops > 0)
         if scaler is not None:
             scaler.unscale_(optimizer)  # clip the true gradients; a step with inf/nan is skipped by scaler.step
@@ -241,7 +241,7 @@ def _evaluate(state: TrainState, evaluation: Evaluation, patience: Optional[int]
 def _restore_everywhere(path: Path, model: Any, optimizer: Any, scaler: Any = None) -> None:
     """Rank 0 reads the checkpoint; optimizer and scaler state and each rank's RNG reach the others by broadcast
     (the LoRA weights through DDP's start-up broadcast). A changed world size is refused."""
-    ctx = D.context()
+    ctx = distributed.context()
     payload = None
     if ctx.is_main:
         saved = checkpoint.saved_world_size(path)
@@ -254,10 +254,10 @@ def _restore_everywhere(path: Path, model: Any, optimizer: Any, scaler: Any = No
             if ctx.enabled:
                 rng = checkpoint.load_plain(path / "rng.pt")
                 scaled = scaler.state_dict() if scaler is not None else None
-                payload = ("ok", D.on_cpu(optimizer.state_dict()), rng["ranks"], scaled)
+                payload = ("ok", distributed.on_cpu(optimizer.state_dict()), rng["ranks"], scaled)
             else:
                 payload = ("ok", None, None, None)
-    payload = D.broadcast_object(payload, "checkpoint hand-over")
+    payload = distributed.broadcast_object(payload, "checkpoint hand-over")
     if payload[0] == "refused":
         raise InvalidInput(payload[1])
     if ctx.enabled:

@@ -25,14 +25,14 @@ model_source.go_offline()
 
 def main(request: AdapterRequest) -> dict:
     from tt_engine_adapter.runtime import chat, checkpoint, manifest, memory
-    from tt_stagekit import distributed as D
-    from tt_engine_adapter.runtime import train as loop
+    from tt_stagekit import distributed
+    from tt_engine_adapter.runtime.train import Evaluation, mean_loss, train, wrap_lora
     from tt_engine_adapter.runtime.data import encode_rows, read_jsonl
 
     hp = request.hp
     stage_dir = request.stage_dir
     base = model_source.resolved(request)
-    device = D.init(model_source.pick_device(request))
+    device = distributed.init(model_source.pick_device(request))
     dtype = model_source.pick_dtype(device, hp.precision)
     tokenizer = model_source.load_tokenizer(base["path"])
     outputs = request.prepared
@@ -45,15 +45,15 @@ def main(request: AdapterRequest) -> dict:
 
     torch.manual_seed(hp.seed)
     model = model_source.load_model(base["path"], device, memory.load_dtype(dtype, hp), hp.load_in_4bit)
-    model = loop.wrap_lora(memory.prepare_base(model, hp), hp)
+    model = wrap_lora(memory.prepare_base(model, hp), hp)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     log(f"LoRA r={hp.lora_rank} on {hp.target_modules}: {trainable} trainable parameters; "
         f"{len(rows)} rows on {device} ({str(dtype).replace('torch.', '')}"
         + (", 4-bit NF4 base" if hp.load_in_4bit else "") + (", gradient checkpointing" if hp.gradient_checkpointing
                                                               else "") + ")"
-        + (f" with {D.context().world_size} processes ({D.context().backend})" if D.context().enabled else ""))
+        + (f" with {distributed.context().world_size} processes ({distributed.context().backend})" if distributed.context().enabled else ""))
     checkpoints = stage_dir / "checkpoints"
-    if not request.resume and D.context().is_main:
+    if not request.resume and distributed.context().is_main:
         shutil.rmtree(checkpoints, ignore_errors=True)
 
     def on_step(step: int, total: int, loss: float, lr: float, tps: float) -> None:
@@ -66,10 +66,10 @@ def main(request: AdapterRequest) -> dict:
         if not validation:
             raise InvalidInput("hyperparameters.eval_interval_steps: this run has no validation rows; give "
                                "datasets.validation, or unset it")
-        evaluation = loop.Evaluation(
-            measure=lambda: loop.mean_loss(model, validation, hp.batch_size, pad, device, autocast),
+        evaluation = Evaluation(
+            measure=lambda: mean_loss(model, validation, hp.batch_size, pad, device, autocast),
             on_best=lambda step, loss: speaks() and checkpoint.save_best(checkpoints, step, loss, model))
-    state = loop.train(model, rows, hp, pad_id=pad, device=device, autocast_dtype=autocast,
+    state = train(model, rows, hp, pad_id=pad, device=device, autocast_dtype=autocast,
                        checkpoint_dir=checkpoints, stage_fingerprint=request.fingerprint,
                        resume=request.resume, on_step=on_step, evaluation=evaluation,
                        scaler=memory.grad_scaler(device, dtype))
@@ -84,7 +84,7 @@ def main(request: AdapterRequest) -> dict:
         "train.tokens_per_second": round(state.tokens / max(state.seconds, 1e-9), 2),
         "train.seconds": round(state.seconds, 3),
         "train.trainable_parameters": trainable,
-        "train.world_size": D.context().world_size,
+        "train.world_size": distributed.context().world_size,
         "train.pad_tokens": padding["pad_tokens"],
         "train.pad_tokens_unpacked": padding["pad_tokens_unpacked"] if hp.packing else None,
     }
@@ -96,7 +96,7 @@ def main(request: AdapterRequest) -> dict:
                         "train.stopped_early": int(state.stopped_early)})
     elif validation:
         metrics["train.validation_loss"] = round(
-            loop.mean_loss(model, validation, hp.batch_size, pad, device, autocast), 6)
+            mean_loss(model, validation, hp.batch_size, pad, device, autocast), 6)
     metrics = {k: v for k, v in metrics.items() if v is not None}
 
     tmp = stage_dir / ".adapter.tmp"

@@ -1,8 +1,8 @@
-"""Fingerprints of local model folders and files (standard library only).
+"""Fingerprints of local model folders and files (stdlib and tt_stagekit only; read by both sides).
 
 A local base model is fingerprinted by every regular file's relative path,
 size and sha256, so a changed base model changes stage fingerprints and is
-recorded in the adapter's manifest. Shared by the plugin and the runtime.
+recorded in the adapter's manifest. Shared by the host side (spec.py, plugin.py) and the runtime.
 
 Hashing a multi-GB model folder at every `tt run` would be slow, so a file's
 sha256 is cached (`$XDG_CACHE_HOME/tt/adapter-sha256-cache.json`) under its

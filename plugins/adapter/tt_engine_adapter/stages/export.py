@@ -1,6 +1,6 @@
-"""Merge a trained LoRA adapter into its base model and save a full Hugging Face folder.
+"""Merge a trained LoRA adapter into its base model and save a full Hugging Face folder (engine environment).
 
-    python -m tt_engine_adapter.export REQUEST.json
+    python -m tt_engine_adapter.stages.export REQUEST.json
 
 REQUEST (written by `tt models export --merged`, as the engine's ModelKind declares; the same fields as
 every engine's export request):
@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from tt_engine_adapter import fingerprint
+from tt_engine_adapter.formats import fingerprint
 from tt_engine_adapter.runtime import model_source
 from tt_stagekit.files import atomic_write_json, new_folder
 from tt_stagekit.protocol import InvalidInput, run_command
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         out = export(request)
         return f"export complete: {len(list(out.iterdir()))} files, listed with sha256 in artifact-manifest.json"
 
-    return run_command(run, sys.argv[1:] if argv is None else argv, "python -m tt_engine_adapter.export REQUEST.json")
+    return run_command(run, sys.argv[1:] if argv is None else argv, "python -m tt_engine_adapter.stages.export REQUEST.json")
 
 if __name__ == "__main__":
     sys.exit(main())
