@@ -132,12 +132,12 @@ def main() -> int:
     args = parser.parse_args()
     import torch
 
-    from tt_engine_adapter.runtime.config import Hyperparameters
+    from tt_engine_adapter.runtime.config import AdapterSettings
     from tt_engine_adapter.testing.tiny_model import build
 
     if os.environ.get("TT_NUM_THREADS"):
         torch.set_num_threads(int(os.environ["TT_NUM_THREADS"]))
-    hp = Hyperparameters(n_epochs=args.epochs, learning_rate=2e-3, batch_size=8, lora_rank=8, lora_alpha=16.0,
+    hp = AdapterSettings(n_epochs=args.epochs, learning_rate=2e-3, batch_size=8, lora_rank=8, lora_alpha=16.0,
                          lora_dropout=0.0, max_seq_length=512, warmup_ratio=0.0, lr_scheduler="constant", seed=7,
                          checkpoint_interval_steps=10**9, keep_checkpoints=1)
     results: dict[str, list] = {"tt_padded": [], "tt_packed": [], "trl_packed": []}

@@ -45,11 +45,11 @@ def run_tt(model_dir: Path, rows: list[dict], hp: dict, device: str) -> dict:
     from tt_engine_adapter.runtime import train as loop
     from tt_engine_adapter.runtime.data import encode_rows
 
-    from tt_engine_adapter.runtime.config import Hyperparameters
+    from tt_engine_adapter.runtime.config import AdapterSettings
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     encoded = encode_rows(tok, rows, hp["max_seq_length"])
-    hp = Hyperparameters(**hp)  # the training loop reads the typed stage config
+    hp = AdapterSettings(**hp)  # the training loop reads the typed stage config
     torch.manual_seed(hp.seed)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     model = loop.wrap_lora(AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device), hp)

@@ -34,10 +34,10 @@ def one(args: argparse.Namespace, model_dir: str, checkpointing: bool) -> dict:
 
     from tt_engine_adapter.runtime import memory, model_source
     from tt_engine_adapter.runtime import train as loop
-    from tt_engine_adapter.runtime.config import Hyperparameters
+    from tt_engine_adapter.runtime.config import AdapterSettings
 
     torch.manual_seed(0)
-    hp = Hyperparameters(lora_rank=16, lora_dropout=0.0, gradient_checkpointing=checkpointing)
+    hp = AdapterSettings(lora_rank=16, lora_dropout=0.0, gradient_checkpointing=checkpointing)
     model = loop.wrap_lora(memory.prepare_base(model_source.load_model(model_dir, args.device, torch.float32), hp), hp)
     model.train()
     ids = torch.randint(10, model.config.vocab_size, (args.batch, args.seq),

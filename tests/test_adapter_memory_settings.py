@@ -11,7 +11,7 @@ import pytest
 
 from conftest import write_spec
 from tt_engine_adapter import memory_estimate
-from tt_engine_adapter.runtime.config import Hyperparameters
+from tt_engine_adapter.runtime.config import AdapterSettings
 
 LLAMA_7B = {"hidden_size": 4096, "num_hidden_layers": 32, "vocab_size": 32000, "intermediate_size": 11008,
             "num_attention_heads": 32, "num_key_value_heads": 32, "tie_word_embeddings": False}
@@ -63,7 +63,7 @@ def test_peak_estimate_of_a_7b_lora_run_and_its_savers():
     assert 3.3 * gib < qlora.weights < 4.5 * gib  # NF4 linears, bf16 embeddings and head
     assert ckpt.activations < plain.activations / 8
     assert plain.total > 24 * gib > ckpt.total > qlora.total
-    hp = Hyperparameters(batch_size=4, max_seq_length=2048)
+    hp = AdapterSettings(batch_size=4, max_seq_length=2048)
     folder = Path(__file__).parent  # no config.json here: no estimate, no check
     assert memory_estimate.memory_check(hp, folder, "cuda: test", 24 * gib, 2) is None
 
@@ -72,11 +72,11 @@ def test_doctor_memory_check_warns_before_a_run_that_will_not_fit(tmp_path):
     gib = memory_estimate.GIB
     _spec(tmp_path, "cuda")
     folder = tmp_path / "model"
-    big = memory_estimate.memory_check(Hyperparameters(batch_size=4, max_seq_length=2048), folder, "cuda: card",
+    big = memory_estimate.memory_check(AdapterSettings(batch_size=4, max_seq_length=2048), folder, "cuda: card",
                                        24 * gib, 2)
     assert big.status == "warn" and "of 24.0 GiB on cuda: card" in big.detail
     assert "gradient_checkpointing" in big.hint and "load_in_4bit" in big.hint
-    fits = memory_estimate.memory_check(Hyperparameters(batch_size=4, max_seq_length=2048, gradient_checkpointing=True,
+    fits = memory_estimate.memory_check(AdapterSettings(batch_size=4, max_seq_length=2048, gradient_checkpointing=True,
                                                         load_in_4bit=True), folder, "cuda: card", 24 * gib, 2)
     assert fits.status == "ok"
 

@@ -48,13 +48,15 @@ def test_adapter_hyperparameters_match_the_spec_model():
     from tt_engine_adapter import spec as aspec
     from tt_engine_adapter.runtime import config
 
-    names = [f.name for f in dataclasses.fields(config.Hyperparameters)]
+    names = [f.name for f in dataclasses.fields(config.AdapterSettings)]
     assert names == list(aspec.Hyperparameters.model_fields), "same settings, same order"
-    _same_defaults(config.Hyperparameters, aspec.Hyperparameters, names)
-    _same_defaults(config.Datasets, aspec.Datasets, [f.name for f in dataclasses.fields(config.Datasets)])
-    spec_fields = [f.name for f in dataclasses.fields(config.AdapterSpec)]
+    _same_defaults(config.AdapterSettings, aspec.Hyperparameters, names)
+    _same_defaults(config.DatasetSplits, aspec.Datasets, [f.name for f in dataclasses.fields(config.DatasetSplits)])
+    assert [f.name for f in dataclasses.fields(config.DatasetSource)] == list(aspec.Source.model_fields)
+    _same_defaults(config.DatasetSource, aspec.Source, [f.name for f in dataclasses.fields(config.DatasetSource)])
+    spec_fields = [f.name for f in dataclasses.fields(config.AdapterSpecFields)]
     assert set(spec_fields) <= set(aspec.AdapterSpec.model_fields)
-    _same_defaults(config.AdapterSpec, aspec.AdapterSpec, [n for n in spec_fields if n not in ("base_model",)])
+    _same_defaults(config.AdapterSpecFields, aspec.AdapterSpec, [n for n in spec_fields if n not in ("base_model",)])
 
 
 def test_adapter_parses_what_the_host_sends(tmp_path):
@@ -85,10 +87,10 @@ def test_foundation_config_matches_the_spec_model():
     from tt_engine_foundation import spec
     from tt_engine_foundation.runtime import config
 
-    names = [f.name for f in dataclasses.fields(config.FoundationConfig)]
+    names = [f.name for f in dataclasses.fields(config.FoundationSettings)]
     assert names == list(spec.FoundationConfig.model_fields), "same settings, same order"
-    _same_defaults(config.FoundationConfig, spec.FoundationConfig, names)
-    assert {f.name for f in dataclasses.fields(config.FoundationSpec)} <= set(spec.FoundationSpec.model_fields)
+    _same_defaults(config.FoundationSettings, spec.FoundationConfig, names)
+    assert {f.name for f in dataclasses.fields(config.FoundationSpecFields)} <= set(spec.FoundationSpec.model_fields)
 
 
 def test_foundation_parses_what_the_host_sends(tmp_path):
@@ -111,3 +113,16 @@ def test_foundation_parses_what_the_host_sends(tmp_path):
     body["spec"]["foundation"]["bf16"] = "yes"
     with pytest.raises(InvalidInput, match=r"^request\.spec\.foundation\.bf16: expected true or false, got 'yes'"):
         config.parse(body)
+
+
+@pytest.mark.parametrize("engine", ["adapter", "foundation"])
+def test_no_class_name_means_two_classes(engine):
+    """The host's spec blocks (spec.py, pydantic) and the stages' dataclasses (runtime/config.py) are named apart."""
+    import importlib
+
+    def classes(module) -> set[str]:
+        return {name for name, value in vars(module).items() if isinstance(value, type) and value.__module__ == module.__name__}
+
+    host = classes(importlib.import_module(f"tt_engine_{engine}.spec"))
+    stage = classes(importlib.import_module(f"tt_engine_{engine}.runtime.config"))
+    assert host and stage and not host & stage, f"named in both spec.py and runtime/config.py: {sorted(host & stage)}"

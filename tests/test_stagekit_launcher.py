@@ -41,10 +41,10 @@ def test_the_settings_are_declared_once_for_both_engines():
     names = [f.name for f in dataclasses.fields(DistributedSettings)]
     assert names == list(SpecSettings.model_fields) == ["nproc_per_node", "nnodes", "node_rank", "rdzv_endpoint"]
     assert issubclass(Hyperparameters, SpecSettings) and issubclass(FoundationConfig, SpecSettings)
-    assert issubclass(adapter_config.Hyperparameters, DistributedSettings)
-    assert issubclass(foundation_config.FoundationConfig, DistributedSettings)
+    assert issubclass(adapter_config.AdapterSettings, DistributedSettings)
+    assert issubclass(foundation_config.FoundationSettings, DistributedSettings)
     assert Hyperparameters(nproc_per_node=2, nnodes=3, node_rank=2, rdzv_endpoint="h:1", batch_size=6).world_size == 6
-    assert adapter_config.Hyperparameters(nproc_per_node=4).world_size == 4
+    assert adapter_config.AdapterSettings(nproc_per_node=4).world_size == 4
 
 
 def test_doctor_checks_the_world_size_the_same_way_for_both_engines():

@@ -59,10 +59,10 @@ def _scaled_training(model_dir, rows, checkpoint_dir, resume, max_steps):
 
     from tt_engine_adapter.runtime import chat
     from tt_engine_adapter.runtime import train as loop
-    from tt_engine_adapter.runtime.config import Hyperparameters
+    from tt_engine_adapter.runtime.config import AdapterSettings
     from tt_engine_adapter.runtime.data import encode_rows
 
-    hp = Hyperparameters(n_epochs=1, learning_rate=2e-3, batch_size=2, lora_rank=4, lora_alpha=8.0,
+    hp = AdapterSettings(n_epochs=1, learning_rate=2e-3, batch_size=2, lora_rank=4, lora_alpha=8.0,
                          lora_dropout=0.0, max_seq_length=128, warmup_ratio=0.0, lr_scheduler="constant", seed=3,
                          checkpoint_interval_steps=2, keep_checkpoints=1)
     hp = dataclasses.replace(hp, max_steps=max_steps)

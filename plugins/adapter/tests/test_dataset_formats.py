@@ -57,7 +57,7 @@ def test_bad_rows_name_file_and_line(tmp_path, row, message):
 def _load(tmp_path, train):
     from tt_engine_adapter.runtime import config, data
 
-    spec = config.AdapterSpec(base_model=str(tmp_path), datasets=config.Datasets(train=train))
+    spec = config.AdapterSpecFields(base_model=str(tmp_path), datasets=config.DatasetSplits(train=train))
     return [{"id": r["id"], "messages": r["messages"]} for r in data.load_prebuilt(spec, SYSTEM)["train"]]
 
 
@@ -67,7 +67,7 @@ def test_parquet_datasets_folder_and_hub_snapshot_give_the_jsonl_rows(tmp_path, 
     from datasets import Dataset
     from huggingface_hub import constants
 
-    from tt_engine_adapter.runtime.config import Source
+    from tt_engine_adapter.runtime.config import DatasetSource
 
     reference = _load(tmp_path, _write(tmp_path / "chat.jsonl", CHATS))
     # arrow gives every message every field: the tool turn's missing keys come back as None and are dropped
@@ -86,11 +86,11 @@ def test_parquet_datasets_folder_and_hub_snapshot_give_the_jsonl_rows(tmp_path, 
     (repo / "refs" / "main").write_text(commit)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    hub = _load(tmp_path, Source(hub="tt-test/chats", revision="main", split="train"))
+    hub = _load(tmp_path, DatasetSource(hub="tt-test/chats", revision="main", split="train"))
     assert [r["messages"] for r in hub] == [r["messages"] for r in reference]
     # mixing weights: the hub rows twice, half the JSONL rows (seeded)
-    mixed = _load(tmp_path, (Source(hub="tt-test/chats", revision="main", weight=2.0),
-                             Source(path=tmp_path / "chat.jsonl", weight=0.5)))
+    mixed = _load(tmp_path, (DatasetSource(hub="tt-test/chats", revision="main", weight=2.0),
+                             DatasetSource(path=tmp_path / "chat.jsonl", weight=0.5)))
     assert len(mixed) == 5 and len({r["id"] for r in mixed}) == 5
 
 

@@ -16,11 +16,11 @@ import torch
 
 from tt_engine_adapter.runtime import memory, model_source
 from tt_engine_adapter.runtime import train as loop
-from tt_engine_adapter.runtime.config import Hyperparameters
+from tt_engine_adapter.runtime.config import AdapterSettings
 from tt_engine_adapter.testing.harness import sentiment_run
 
 
-def _loss_grads_saved(model_dir, hp: Hyperparameters):
+def _loss_grads_saved(model_dir, hp: AdapterSettings):
     """One forward/backward of the LoRA model on a fixed batch: loss, LoRA gradients, bytes saved for backward."""
     torch.manual_seed(0)
     model = model_source.load_model(str(model_dir), "cpu", torch.float32)
@@ -41,9 +41,9 @@ def _loss_grads_saved(model_dir, hp: Hyperparameters):
 
 
 def test_gradient_checkpointing_same_loss_and_gradients(tiny_llama):
-    plain = Hyperparameters(lora_rank=4, lora_dropout=0.0)
+    plain = AdapterSettings(lora_rank=4, lora_dropout=0.0)
     loss, grads, plain_bytes = _loss_grads_saved(tiny_llama, plain)
-    loss_c, grads_c, ckpt_bytes = _loss_grads_saved(tiny_llama, Hyperparameters(lora_rank=4, lora_dropout=0.0,
+    loss_c, grads_c, ckpt_bytes = _loss_grads_saved(tiny_llama, AdapterSettings(lora_rank=4, lora_dropout=0.0,
                                                                                  gradient_checkpointing=True))
     assert loss_c == pytest.approx(loss, rel=1e-6, abs=1e-6)
     assert grads_c.keys() == grads.keys() and grads

@@ -12,11 +12,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tt_engine_adapter.runtime import batches, chat
 from tt_engine_adapter.runtime import train as loop
-from tt_engine_adapter.runtime.config import Hyperparameters
+from tt_engine_adapter.runtime.config import AdapterSettings
 from tt_engine_adapter.testing.tiny_model import sentiment_examples
 
 SYSTEM = {"role": "system", "content": "Classify the sentiment of the review."}
-HP = Hyperparameters(batch_size=6, n_epochs=1, max_steps=1, lora_dropout=0.0, lora_rank=4, learning_rate=0.01,
+HP = AdapterSettings(batch_size=6, n_epochs=1, max_steps=1, lora_dropout=0.0, lora_rank=4, learning_rate=0.01,
                      max_seq_length=256, warmup_ratio=0.0, lr_scheduler="constant", checkpoint_interval_steps=1000)
 
 

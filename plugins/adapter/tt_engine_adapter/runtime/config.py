@@ -1,10 +1,13 @@
 """The adapter's typed stage config: the request parsed once, at stage start, into frozen dataclasses.
 
-Field names are the spec's key names (`AdapterSpec`, `Hyperparameters` in
-spec.py); defaults are the spec's defaults (a test in tests/ holds the two
-equal). The host's spec model owns bounds and cross-field rules; these classes
-carry the validated values across the process boundary with their types, and a
-wrong type is refused naming the field (`request.spec.hyperparameters.batch_size:
+Runs in the engine environment. Each dataclass mirrors a block of the host's
+spec model (spec.py) under its own name, so no name means two classes:
+`AdapterSpecFields` (spec.py's `AdapterSpec`), `AdapterSettings`
+(`Hyperparameters`, the `hyperparameters` block), `DatasetSplits` (`Datasets`)
+and `DatasetSource` (`Source`). Field names are the spec's key names; defaults
+are the spec's defaults (a test in tests/ holds the two equal). The host's spec
+model owns bounds and cross-field rules; these classes carry the validated
+values across the process boundary with their types, and a wrong type is refused naming the field (`request.spec.hyperparameters.batch_size:
 expected an integer, got '4' (string)`, exit 2). Stdlib only.
 """
 
@@ -19,7 +22,7 @@ from tt_stagekit.stageconfig import Example, StageRequest, parse_request
 
 
 @dataclass(frozen=True)
-class Hyperparameters(DistributedSettings):
+class AdapterSettings(DistributedSettings):
     """`spec.hyperparameters`: LoRA and training knobs (the torchrun settings from `DistributedSettings`)."""
 
     n_epochs: int = 3
@@ -59,8 +62,8 @@ class Hyperparameters(DistributedSettings):
 
 
 @dataclass(frozen=True)
-class Source:
-    """One dataset source (`plugin.Source`): a local path or a hub dataset at a revision, with a mixing weight."""
+class DatasetSource:
+    """One dataset source (spec.py's `Source`): a local path or a hub dataset at a revision, with a mixing weight."""
 
     path: Optional[Path] = None
     hub: Optional[str] = None
@@ -70,32 +73,32 @@ class Source:
 
 
 @dataclass(frozen=True)
-class Datasets:
+class DatasetSplits:
     """`spec.datasets`: prebuilt datasets (absolute paths, checked by the host) or sources."""
 
-    train: Union[Path, Source, tuple[Source, ...], None] = None
-    validation: Union[Path, Source, None] = None
-    test: Union[Path, Source, None] = None
+    train: Union[Path, DatasetSource, tuple[DatasetSource, ...], None] = None
+    validation: Union[Path, DatasetSource, None] = None
+    test: Union[Path, DatasetSource, None] = None
 
-    def sources(self, split: str) -> tuple[Source, ...]:
+    def sources(self, split: str) -> tuple[DatasetSource, ...]:
         value = getattr(self, split)
         if value is None:
             return ()
         if isinstance(value, Path):
-            return (Source(path=value),)
+            return (DatasetSource(path=value),)
         return value if isinstance(value, tuple) else (value,)
 
 
 @dataclass(frozen=True)
-class AdapterSpec:
+class AdapterSpecFields:
     """The parts of the spec the adapter's stages read (the engine-neutral rest is the host's)."""
 
     extra_keys: ClassVar[str] = "ignore"
 
     base_model: str
     base_model_revision: Optional[str] = None
-    hyperparameters: Hyperparameters = field(default_factory=Hyperparameters)
-    datasets: Optional[Datasets] = None
+    hyperparameters: AdapterSettings = field(default_factory=AdapterSettings)
+    datasets: Optional[DatasetSplits] = None
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     examples: tuple[Example, ...] = ()
 
@@ -109,10 +112,10 @@ class AdapterSpec:
 class AdapterRequest(StageRequest):
     """A stage request of the adapter engine."""
 
-    spec: AdapterSpec
+    spec: AdapterSpecFields
 
     @property
-    def hp(self) -> Hyperparameters:
+    def hp(self) -> AdapterSettings:
         return self.spec.hyperparameters
 
     @property

@@ -8,7 +8,7 @@ from typing import Any
 
 from tt_engine_adapter.formats.rows import SPLITS, RowError, check_overlaps
 from tt_engine_adapter.runtime import chat
-from tt_engine_adapter.runtime.config import AdapterSpec
+from tt_engine_adapter.runtime.config import AdapterSpecFields
 from tt_stagekit.protocol import InvalidInput, log
 
 
@@ -24,7 +24,7 @@ def with_system(system_message: str, messages: list[dict]) -> list[dict]:
     return [{"role": "system", "content": system_message}] + list(body)
 
 
-def load_prebuilt(spec: AdapterSpec, system_message: str) -> dict[str, list[dict]]:
+def load_prebuilt(spec: AdapterSpecFields, system_message: str) -> dict[str, list[dict]]:
     """The spec's prebuilt datasets, re-checked against the run's compiled system message."""
     if spec.datasets is None:
         return {}

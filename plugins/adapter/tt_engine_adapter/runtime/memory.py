@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from tt_engine_adapter.runtime.config import Hyperparameters
+from tt_engine_adapter.runtime.config import AdapterSettings
 
 CHECKPOINTING = {"use_reentrant": False}
 
 
-def prepare_base(model: Any, hp: Hyperparameters) -> Any:
+def prepare_base(model: Any, hp: AdapterSettings) -> Any:
     model.config.use_cache = False
     if hp.load_in_4bit:
         from peft import prepare_model_for_kbit_training
@@ -33,7 +33,7 @@ def prepare_base(model: Any, hp: Hyperparameters) -> Any:
     return model
 
 
-def load_dtype(dtype: Any, hp: Hyperparameters) -> Any:
+def load_dtype(dtype: Any, hp: AdapterSettings) -> Any:
     """The dtype the weights are loaded in: fp16 compute keeps fp32 master weights (autocast + scaler)."""
     import torch
 

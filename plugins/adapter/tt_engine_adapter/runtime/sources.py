@@ -60,7 +60,7 @@ def _saved(path: Path) -> list[dict]:
             from None
     if not isinstance(data, Dataset):
         raise RowError(f"{path}: a DatasetDict folder (splits {sorted(data)}); give one split's folder, e.g. "
-                              f"{path / sorted(data)[0]}")
+                       f"{path / sorted(data)[0]}")
     return data.to_list()
 
 

@@ -25,7 +25,7 @@ from typing import Any, Callable, Optional, Sequence
 from tt_engine_adapter.runtime import batches, checkpoint
 from tt_stagekit import distributed
 from tt_engine_adapter.runtime.chat import IGNORE_INDEX, Encoded
-from tt_engine_adapter.runtime.config import Hyperparameters
+from tt_engine_adapter.runtime.config import AdapterSettings
 from tt_stagekit.protocol import STOP, InvalidInput, Interrupted, log
 
 
@@ -92,7 +92,7 @@ class Evaluation:
     on_best: Callable[[int, float], Any]
 
 
-def wrap_lora(model: Any, hp: Hyperparameters):
+def wrap_lora(model: Any, hp: AdapterSettings):
     from peft import LoraConfig, get_peft_model
 
     config = LoraConfig(
@@ -109,7 +109,7 @@ def wrap_lora(model: Any, hp: Hyperparameters):
 def train(
     model: Any,
     rows: Sequence[Encoded],
-    hp: Hyperparameters,
+    hp: AdapterSettings,
     *,
     pad_id: int,
     device: str,

@@ -70,9 +70,9 @@ def main(request: AdapterRequest) -> dict:
             measure=lambda: mean_loss(model, validation, hp.batch_size, pad, device, autocast),
             on_best=lambda step, loss: speaks() and checkpoint.save_best(checkpoints, step, loss, model))
     state = train(model, rows, hp, pad_id=pad, device=device, autocast_dtype=autocast,
-                       checkpoint_dir=checkpoints, stage_fingerprint=request.fingerprint,
-                       resume=request.resume, on_step=on_step, evaluation=evaluation,
-                       scaler=memory.grad_scaler(device, dtype))
+                  checkpoint_dir=checkpoints, stage_fingerprint=request.fingerprint,
+                  resume=request.resume, on_step=on_step, evaluation=evaluation,
+                  scaler=memory.grad_scaler(device, dtype))
     padding = state.padding
     fed = padding["tokens"] + padding["pad_tokens"]
     log(f"{padding['pad_tokens']} pad tokens fed beside {padding['tokens']} row tokens "

@@ -1,7 +1,9 @@
 """The foundation's typed stage config: the request parsed once, at stage start, into frozen dataclasses.
 
-`FoundationConfig` is the spec's `foundation` block with the same field names and
-defaults as `spec.FoundationConfig` (a test in tests/ holds the two equal); the
+Runs in the engine environment. `FoundationSettings` is the spec's `foundation`
+block with the same field names and defaults as spec.py's `FoundationConfig`, and
+`FoundationSpecFields` the parts of spec.py's `FoundationSpec` the stages read
+(a test in tests/ holds them equal; the names differ so that none means two classes); the
 host's spec model owns bounds and cross-field rules, these classes carry the
 validated values across the process boundary with their types. A wrong type is
 refused naming the field (`request.spec.foundation.batch_size: expected an
@@ -20,7 +22,7 @@ from tt_stagekit.stageconfig import Example, StageRequest, parse_request
 
 
 @dataclass(frozen=True)
-class FoundationConfig(DistributedSettings):
+class FoundationSettings(DistributedSettings):
     """`spec.foundation`: every knob of the engine (docs/foundation.md); the torchrun settings from `DistributedSettings`."""
 
     corpus_path: Optional[Path] = None
@@ -65,12 +67,12 @@ class FoundationConfig(DistributedSettings):
 
 
 @dataclass(frozen=True)
-class FoundationSpec:
+class FoundationSpecFields:
     """The parts of the spec the foundation's stages read (the engine-neutral rest is the host's)."""
 
     extra_keys: ClassVar[str] = "ignore"
 
-    foundation: FoundationConfig = field(default_factory=FoundationConfig)
+    foundation: FoundationSettings = field(default_factory=FoundationSettings)
     examples: tuple[Example, ...] = ()
 
 
@@ -134,10 +136,10 @@ class Layout:
 class FoundationRequest(StageRequest):
     """A stage request of the foundation engine."""
 
-    spec: FoundationSpec
+    spec: FoundationSpecFields
 
     @property
-    def cfg(self) -> FoundationConfig:
+    def cfg(self) -> FoundationSettings:
         return self.spec.foundation
 
     @property

@@ -26,7 +26,7 @@ from tt_stagekit import distributed
 from tt_stagekit.protocol import Interrupted, StageError, log, progress, stop_requested
 
 from tt_engine_foundation.runtime import checkpoint
-from tt_engine_foundation.runtime.config import FoundationConfig
+from tt_engine_foundation.runtime.config import FoundationSettings
 from tt_engine_foundation.runtime import resume
 from tt_engine_foundation.runtime.loss import cross_entropy
 from tt_engine_foundation.runtime.model import GPT, ModelConfig
@@ -35,7 +35,7 @@ from tt_engine_foundation.runtime.sharding import shard_plan
 from tt_engine_foundation.runtime.token_cache import Windows
 
 
-def training_config(cfg: FoundationConfig, model_cfg: ModelConfig, peak_lr: float, data: Mapping[str, Any]) -> dict:
+def training_config(cfg: FoundationSettings, model_cfg: ModelConfig, peak_lr: float, data: Mapping[str, Any]) -> dict:
     """Everything the weights depend on; its hash is the checkpoint fingerprint."""
     return {
         "model": model_cfg.to_dict(),
@@ -67,7 +67,7 @@ def _append_jsonl(path: Path, row: Mapping[str, Any]) -> None:
 
 def run_pretraining(
     *,
-    cfg: FoundationConfig,
+    cfg: FoundationSettings,
     model_cfg: ModelConfig,
     tokens: np.ndarray,
     device,

@@ -19,7 +19,7 @@ from tt_stagekit import promptfit
 from tt_stagekit.protocol import Interrupted, InvalidInput, stop_requested
 
 from tt_engine_foundation.runtime import tokenizer
-from tt_engine_foundation.runtime.config import FoundationConfig
+from tt_engine_foundation.runtime.config import FoundationSettings
 from tt_engine_foundation.runtime.chat import token_count, fit_prompt, reward
 from tt_engine_foundation.runtime.generate import generate
 from tt_engine_foundation.runtime.optim import build_adamw, set_lr
@@ -78,7 +78,7 @@ def run_rl(
     model,
     tok,
     rows: Sequence[Mapping[str, Any]],
-    cfg: FoundationConfig,
+    cfg: FoundationSettings,
     peak_lr: float,
     device,
     autocast_dtype: Optional[torch.dtype],

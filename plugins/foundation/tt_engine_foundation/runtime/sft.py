@@ -34,7 +34,7 @@ from tt_stagekit import promptfit
 from tt_stagekit.protocol import Interrupted, InvalidInput, StageError, log, stop_requested
 
 from tt_engine_foundation.runtime import checkpoint
-from tt_engine_foundation.runtime.config import FoundationConfig
+from tt_engine_foundation.runtime.config import FoundationSettings
 from tt_engine_foundation.runtime import resume
 from tt_engine_foundation.runtime import tokenizer
 from tt_engine_foundation.runtime.chat import fit_example, sequence_error
@@ -118,7 +118,7 @@ class SftCheckpoints:
         return checkpoint.config_fingerprint(self.config)
 
 
-def sft_config(cfg: FoundationConfig, peak_lr: float, rows: Sequence[Mapping[str, Any]], input_model: Path) -> dict:
+def sft_config(cfg: FoundationSettings, peak_lr: float, rows: Sequence[Mapping[str, Any]], input_model: Path) -> dict:
     """Everything the SFT weights depend on: the input weights (their sha256 in the model's manifest, which
     a re-run pretraining with identical weights keeps), the rows, every setting."""
     manifest = json.loads((input_model / "artifact-manifest.json").read_text(encoding="utf-8"))
@@ -136,7 +136,7 @@ def run_sft(
     model,
     tok,
     rows: Sequence[Mapping[str, Any]],
-    cfg: FoundationConfig,
+    cfg: FoundationSettings,
     peak_lr: float,
     device,
     autocast_dtype: Optional[torch.dtype],

@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 from tt_stagekit.devices import pick_device
 
-from tt_engine_foundation.runtime.config import FoundationConfig, FoundationRequest
+from tt_engine_foundation.runtime.config import FoundationSettings, FoundationRequest
 
 
 def setup_threads() -> None:
@@ -34,7 +34,7 @@ def torch_device(requested: str):
     return torch.device(pick_device(requested))
 
 
-def autocast_dtype(cfg: FoundationConfig, device) -> Optional["torch.dtype"]:  # noqa: F821
+def autocast_dtype(cfg: FoundationSettings, device) -> Optional["torch.dtype"]:  # noqa: F821
     import torch
 
     return torch.bfloat16 if cfg.bf16 and device.type == "cuda" else None

@@ -30,7 +30,7 @@ def sft_rows(request: FoundationRequest) -> list[dict]:
             rows.append({"id": row["id"], "messages": [{"role": "system", "content": system}, *body]})
     if ignored:
         protocol.log("foundation.sft_datasets: ignored keys " + ", ".join(f"{k!r} ({n} rows)" for k, n in sorted(ignored.items())),
-              "warning")
+                     "warning")
     return rows
 
 

@@ -48,7 +48,7 @@ def main(request: FoundationRequest) -> dict[str, Any]:
 
     def cut(doc) -> None:
         protocol.log(f"the tokenizer trains on the first {cfg.tokenizer_max_chars} corpus characters "
-              f"(tokenizer_max_chars); it stopped in {doc.source}:{doc.line}")
+                     f"(tokenizer_max_chars); it stopped in {doc.source}:{doc.line}")
 
     def texts():
         for doc in iter_run_corpus(cfg.corpus_path, request.system_message, request.train_rows,
