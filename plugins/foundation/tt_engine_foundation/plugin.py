@@ -18,6 +18,7 @@ from tt_stagekit.files import file_sha256
 from tt_stagekit.launcher import stage_arguments
 from tt_engine_foundation.doctor import disk_needs, doctor_checks
 from tt_engine_foundation.formats.shards import list_shards
+from tt_engine_foundation.formats.weights import PRETRAIN_FIELDS, SFT_FIELDS
 from tt_engine_foundation.spec import FoundationSpec
 
 _DIGESTS: dict[tuple[str, int, int], str] = {}
@@ -102,12 +103,6 @@ def token_cache_inputs(spec: FoundationSpec) -> Mapping[str, Any]:
     return _pick(spec, "max_chars", corpus_path=corpus_digest(spec.foundation.corpus_path))
 
 
-PRETRAIN_FIELDS = (
-    "depth", "vocab_size", "sequence_length", "batch_size", "gradient_accumulation_steps", "learning_rate",
-    "weight_decay", "warmup_steps", "min_lr_ratio", "gradient_clip", "bf16", "seed", "pretrain_steps",
-)
-
-
 def pretrain_inputs(spec: FoundationSpec) -> Mapping[str, Any]:
     return _pick(spec, *PRETRAIN_FIELDS)
 
@@ -118,8 +113,7 @@ def bpb_inputs(spec: FoundationSpec) -> Mapping[str, Any]:
 
 
 def sft_inputs(spec: FoundationSpec) -> Mapping[str, Any]:
-    return _pick(spec, "finetune_steps", "sequence_length", "batch_size", "learning_rate", "weight_decay",
-                 "gradient_clip", "seed", "bf16", init_model=model_digest(spec.foundation.init_model),
+    return _pick(spec, *SFT_FIELDS, init_model=model_digest(spec.foundation.init_model),
                  sft_datasets=[{"path": str(p), "sha256": _sha256(p)} for p in spec.foundation.sft_datasets])
 
 

@@ -25,6 +25,7 @@ import torch
 from tt_stagekit import distributed
 from tt_stagekit.protocol import Interrupted, StageError, log, progress, stop_requested
 
+from tt_engine_foundation.formats.weights import PRETRAIN_FIELDS, used_settings
 from tt_engine_foundation.runtime import checkpoint
 from tt_engine_foundation.runtime.config import FoundationSettings
 from tt_engine_foundation.runtime import resume
@@ -36,22 +37,11 @@ from tt_engine_foundation.runtime.token_cache import Windows
 
 
 def training_config(cfg: FoundationSettings, model_cfg: ModelConfig, peak_lr: float, data: Mapping[str, Any]) -> dict:
-    """Everything the weights depend on; its hash is the checkpoint fingerprint."""
+    """Everything the weights depend on (formats.weights.PRETRAIN_FIELDS, the learning rate as used, the model,
+    the data); its hash is the checkpoint fingerprint."""
     return {
         "model": model_cfg.to_dict(),
-        "depth": cfg.depth,
-        "vocab_size": cfg.vocab_size,
-        "sequence_length": cfg.sequence_length,
-        "learning_rate": peak_lr,
-        "weight_decay": cfg.weight_decay,
-        "warmup_steps": cfg.warmup_steps,
-        "min_lr_ratio": cfg.min_lr_ratio,
-        "pretrain_steps": cfg.pretrain_steps,
-        "batch_size": cfg.batch_size,
-        "gradient_accumulation_steps": cfg.gradient_accumulation_steps,
-        "gradient_clip": cfg.gradient_clip,
-        "seed": cfg.seed,
-        "bf16": cfg.bf16,
+        **used_settings(cfg, PRETRAIN_FIELDS, peak_lr),
         "token_cache_sha256": data["token_cache_sha256"],
         "tokenizer_sha256": data["tokenizer_sha256"],
     }

@@ -33,6 +33,7 @@ from tt_stagekit import distributed
 from tt_stagekit import promptfit
 from tt_stagekit.protocol import Interrupted, InvalidInput, StageError, log, stop_requested
 
+from tt_engine_foundation.formats.weights import SFT_FIELDS, used_settings
 from tt_engine_foundation.runtime import checkpoint
 from tt_engine_foundation.runtime.config import FoundationSettings
 from tt_engine_foundation.runtime import resume
@@ -120,15 +121,14 @@ class SftCheckpoints:
 
 def sft_config(cfg: FoundationSettings, peak_lr: float, rows: Sequence[Mapping[str, Any]], input_model: Path) -> dict:
     """Everything the SFT weights depend on: the input weights (their sha256 in the model's manifest, which
-    a re-run pretraining with identical weights keeps), the rows, every setting."""
+    a re-run pretraining with identical weights keeps), the rows, formats.weights.SFT_FIELDS (the learning
+    rate as used)."""
     manifest = json.loads((input_model / "artifact-manifest.json").read_text(encoding="utf-8"))
     weights = [f["sha256"] for f in manifest.get("files", []) if f.get("path") == "model.safetensors"]
     return {
         "input_weights_sha256": weights[0] if weights else None,
         "rows_sha256": hashlib.sha256(json.dumps(list(rows), sort_keys=True).encode("utf-8")).hexdigest(),
-        "learning_rate": peak_lr,
-        **{key: getattr(cfg, key) for key in ("finetune_steps", "batch_size", "sequence_length", "weight_decay",
-                                     "gradient_clip", "seed", "bf16")},
+        **used_settings(cfg, SFT_FIELDS, peak_lr),
     }
 
 
@@ -173,7 +173,7 @@ def run_sft(
         position = {"kind": "sft_linear_decay", "step": step, "total": steps, "cursor": cursor, "epoch": epoch,
                     "losses": [[s, v] for s, v in losses]}
         state = checkpoint.TrainerState(step=step, samples_consumed=step * batch, last_loss=losses[-1][1] if losses else None,
-                                  scheduler=position)
+                                        scheduler=position)
         return resume.save(saver, model, optimizer, state, checkpoints.config, checkpoints.fingerprint)
 
     try:
