@@ -1,7 +1,8 @@
 """Engine packages are split by interpreter (docs/plugins.md, "Package layout"), checked by reading their imports.
 
 Host test suite, stdlib `ast` only: no engine module is imported. For the two
-shipped engines and a package `tt engines new` generates:
+shipped engines, a package `tt engines new` generates and the tutorial's parrot
+engine (docs/plugins.md):
 
 - the host side (the package's top level: plugin.py, spec.py, doctor checks,
   ...) never imports a module under `runtime/`, `stages/` or `serve/`, which run
@@ -128,6 +129,14 @@ def test_shipped_engine_is_split_by_interpreter(engine):
 def test_scaffolded_engine_is_split_by_interpreter(scaffolded):
     assert (scaffolded / "plugin.py").is_file() and (scaffolded / "stages" / "train.py").is_file()
     assert not layout_problems(scaffolded), "\n".join(layout_problems(scaffolded))
+
+
+def test_tutorial_engine_is_split_by_interpreter(tmp_path):
+    from test_plugins_tutorial import write_tutorial
+
+    root = write_tutorial(tmp_path)["tt-engine-parrot/tt_engine_parrot/plugin.py"].parent
+    assert (root / "runtime" / "protocol.py").is_file()
+    assert not layout_problems(root), "\n".join(layout_problems(root))
 
 
 def test_the_check_sees_each_kind_of_break(tmp_path):
