@@ -1,0 +1,1 @@
+"""Runtime code of the foundation engine (torch, tokenizers); imported only inside the engine environment."""
