@@ -10,7 +10,9 @@ engine (docs/plugins.md):
 - `runtime/`, `stages/`, `serve/` and `formats/` never import the host side
   nor `tt_host` (the engine environment has no tt_host);
 - `formats/`, the code both sides read, imports only the standard library,
-  `tt_stagekit` and `formats/` itself.
+  `tt_stagekit` and `formats/` itself;
+- no module imports itself back through others (no circle; the foundation's
+  doctor.py and plugin.py once imported each other).
 
 `testing/` (test helpers for the engine's tests and tt's end-to-end tests) is
 neither side and is not checked. Every import counts, a function's lazy one too.
@@ -28,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, TT_BIN, base_env
+from test_host_layout import circles, graph
 
 ENGINE_SIDE = ("runtime", "stages", "serve")
 SHARED = "formats"
@@ -124,6 +127,7 @@ def test_shipped_engine_is_split_by_interpreter(engine):
     root = SHIPPED[engine]
     assert (root / "plugin.py").is_file() and (root / SHARED / "__init__.py").is_file()
     assert not layout_problems(root), "\n".join(layout_problems(root))
+    assert circles(graph(root.parent, root.name)) == []
 
 
 def test_scaffolded_engine_is_split_by_interpreter(scaffolded):
