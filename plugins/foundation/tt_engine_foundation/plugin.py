@@ -20,6 +20,7 @@ from tt_engine_foundation.doctor import disk_needs, doctor_checks
 from tt_engine_foundation.formats.shards import list_shards
 from tt_engine_foundation.formats.weights import PRETRAIN_FIELDS, SFT_FIELDS
 from tt_engine_foundation.spec import FoundationSpec
+from tt_stagekit.manifest import MANIFEST
 
 _DIGESTS: dict[tuple[str, int, int], str] = {}
 
@@ -70,7 +71,7 @@ def model_digest(path: Optional[str]) -> Optional[dict[str, str]]:
     """An init_model folder by its path and the sha256 of its manifest (which lists every file's sha256)."""
     if path is None:
         return None
-    manifest = Path(path) / "artifact-manifest.json"
+    manifest = Path(path) / MANIFEST
     return {"path": path, "manifest_sha256": _sha256(manifest) if manifest.is_file() else "missing"}
 
 

@@ -53,10 +53,10 @@ def entry_problem(folder: Path, entry: Any, index: int) -> tuple[str, str] | Non
 def file_entries(folder: Path, manifest: Any) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
     """The manifest's usable file entries and the (what, why) problems of the rest and of its shape."""
     if not isinstance(manifest, dict):
-        return [], [("artifact-manifest.json", "must be a JSON object with a `files` list")]
+        return [], [(MANIFEST, "must be a JSON object with a `files` list")]
     files = manifest.get("files", [])
     if not isinstance(files, list):
-        return [], [("artifact-manifest.json", "`files` must be a list")]
+        return [], [(MANIFEST, "`files` must be a list")]
     usable, problems = [], []
     for index, entry in enumerate(files):
         problem = entry_problem(folder, entry, index)

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from tt_stagekit import distributed
 from tt_stagekit import promptfit
 from tt_stagekit.protocol import Interrupted, InvalidInput, StageError, log, stop_requested
+from tt_stagekit.manifest import MANIFEST
 
 from tt_engine_foundation.formats.weights import SFT_FIELDS, used_settings
 from tt_engine_foundation.runtime import checkpoint
@@ -123,7 +124,7 @@ def sft_config(cfg: FoundationSettings, peak_lr: float, rows: Sequence[Mapping[s
     """Everything the SFT weights depend on: the input weights (their sha256 in the model's manifest, which
     a re-run pretraining with identical weights keeps), the rows, formats.weights.SFT_FIELDS (the learning
     rate as used)."""
-    manifest = json.loads((input_model / "artifact-manifest.json").read_text(encoding="utf-8"))
+    manifest = json.loads((input_model / MANIFEST).read_text(encoding="utf-8"))
     weights = [f["sha256"] for f in manifest.get("files", []) if f.get("path") == "model.safetensors"]
     return {
         "input_weights_sha256": weights[0] if weights else None,

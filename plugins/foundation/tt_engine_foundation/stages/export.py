@@ -34,6 +34,7 @@ from typing import Any, Mapping
 
 from tt_stagekit.files import atomic_write_json, file_sha256, new_folder
 from tt_stagekit.protocol import InvalidInput, StageError, run_command
+from tt_stagekit.manifest import MANIFEST
 
 from tt_engine_foundation.runtime import tokenizer
 from tt_engine_foundation.runtime.model_io import write_manifest
@@ -166,7 +167,7 @@ def export(request: Mapping[str, Any]) -> Path:
         (tmp / "tokenizer.json").write_bytes(_plain_tokenizer_json(source / "tokenizer.json"))
         for name, content in tokenizer_files(tok, cfg.max_position_embeddings).items():
             atomic_write_json(tmp / name, content)
-        source_manifest = source / "artifact-manifest.json"
+        source_manifest = source / MANIFEST
         info = {
             "format": 1,
             "kind": EXPORT_KIND,
@@ -194,7 +195,7 @@ def export(request: Mapping[str, Any]) -> Path:
 def main(argv: list[str] | None = None) -> int:
     def run(request: dict[str, Any]) -> str:
         out = export(request)
-        return f"export complete: {len(list(out.iterdir()))} files, listed with sha256 in artifact-manifest.json"
+        return f"export complete: {len(list(out.iterdir()))} files, listed with sha256 in {MANIFEST}"
 
     return run_command(run, sys.argv[1:] if argv is None else argv, "python -m tt_engine_foundation.stages.export REQUEST.json")
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from tt_stagekit import protocol
 from tt_stagekit.files import file_sha256
+from tt_stagekit.manifest import MANIFEST
 
 from tt_engine_foundation.runtime.config import FoundationRequest
 
@@ -82,7 +83,7 @@ def main(request: FoundationRequest) -> dict[str, Any]:
         "series": {"pretrain.loss": read_series(lay.heartbeats, state.step)},
         "outputs": {"model": str(model_dir), "checkpoint": str(lay.checkpoints / checkpoint.step_name(state.step)),
                     "config_fingerprint": fingerprint},
-        "artifacts": [{"kind": "foundation-base", "path": str(model_dir), "manifest": "artifact-manifest.json"}],
+        "artifacts": [{"kind": "foundation-base", "path": str(model_dir), "manifest": MANIFEST}],
         "notes": notes,
     }
 

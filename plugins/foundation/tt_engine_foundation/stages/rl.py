@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tt_stagekit import protocol
+from tt_stagekit.manifest import MANIFEST
 
 from tt_engine_foundation.runtime.config import FoundationRequest
 
@@ -42,7 +43,7 @@ def main(request: FoundationRequest) -> dict[str, Any]:
                                stats["prompt_tokens"])] if trimmed else [],
         "series": {"rl.reward": [[s, v] for s, v in rewards]},
         "outputs": {"model": str(model_dir)},
-        "artifacts": [{"kind": "foundation-rl", "path": str(model_dir), "manifest": "artifact-manifest.json"}],
+        "artifacts": [{"kind": "foundation-rl", "path": str(model_dir), "manifest": MANIFEST}],
     }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from tt_stagekit import protocol
+from tt_stagekit.manifest import MANIFEST
 
 from tt_engine_foundation.runtime.config import FoundationRequest
 
@@ -82,7 +83,7 @@ def main(request: FoundationRequest) -> dict[str, Any]:
         "notes": notes,
         "series": {"sft.loss": [[s, v] for s, v in losses]},
         "outputs": {"model": str(model_dir)},
-        "artifacts": [{"kind": "foundation-sft", "path": str(model_dir), "manifest": "artifact-manifest.json"}],
+        "artifacts": [{"kind": "foundation-sft", "path": str(model_dir), "manifest": MANIFEST}],
     }
 
 
