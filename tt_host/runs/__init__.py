@@ -1,1 +1,1 @@
-"""Runs: the run directory store, per-stage fingerprints and the pipeline that drives stages."""
+"""Runs: drive one (pipeline), its folder, state and plan, stage invocation and results, scoring, gate, report, progress and observers."""
