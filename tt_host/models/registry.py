@@ -60,7 +60,8 @@ def model_id_for(spec_name: str, run_id: str, kind: str) -> str:
     return f"{slug(spec_name)}-{ids.part(run_id, 80) or 'run'}-{slug(kind)}"
 
 
-def register(path: Path, *, run_id: str, run_dir: Path, spec_name: str, engine: str, kind: str) -> dict[str, Any]:
+def register(path: Path, *, run_id: str, run_dir: Path, spec_name: str, engine: str, kind: str,
+             spec_id: Optional[str] = None) -> dict[str, Any]:
     manifest, problems = verify_artifact(path)
     if problems:
         raise VerifyError(f"artifact {path} failed verification: " + "; ".join(map(str, problems)))
@@ -76,6 +77,8 @@ def register(path: Path, *, run_id: str, run_dir: Path, spec_name: str, engine: 
         "base_model": manifest.get("base_model"),
         "manifest_sha256": sha256_file(Path(path) / MANIFEST),
     }
+    if spec_id is not None:  # a Node spec's `id` (tt_host.spec.legacy)
+        entry["spec_id"] = spec_id
     make_private_dir(registry_dir())
     write_json_atomic(registry_dir() / f"{model_id}.json", entry)
     return entry

@@ -169,6 +169,7 @@ def _open_state(call: RunCall, env: envs.EnvInfo, plan: list[PlannedStage]) -> R
             spec_path=str(call.loaded.path), spec_sha256=call.digest,
             system_message_sha256=compiled.system_message_sha256, env_key=env.key, created_at=now(),
             stages={planned.stage.name: StageRecord() for planned in plan},
+            extra={"spec_id": call.loaded.spec_id} if call.loaded.spec_id else {},
         )
         run.create(state, spec.model_dump(mode="json"))
         return state

@@ -59,5 +59,6 @@ def take_result(call: RunCall, state: RunState, stage: Stage, result: dict[str, 
         path = Path(artifact.path)
         path = path if path.is_absolute() else run.path / path
         tally.models.append(register(path, run_id=state.id, run_dir=run.path, spec_name=call.loaded.spec.name,
-                                     engine=call.loaded.engine.name, kind=artifact.kind))
+                                     engine=call.loaded.engine.name, kind=artifact.kind,
+                                     spec_id=call.loaded.spec_id))
         call.reporter.message(f"registered model {tally.models[-1]['id']}", "green")

@@ -3,7 +3,15 @@
 Only these keys are translated; any other unknown key stays an error
 (the strict schema refuses it), so a misspelling keeps failing:
 
-- `id`                                -> `name` (the spec's name identifies it today)
+- `id`                                -> `name` when the spec has no `name`; beside a `name` (Node's
+                                         `tt init` writes both: a UUID `id`) it is kept as the spec's
+                                         recorded identity (`spec_id` in run.json and the model entry)
+- a hub `base_model` without `base_model_revision`
+                                      -> `main`, which prefetch resolves to a commit and records; the
+                                         warning prints the line that pins it (the cached commit when the
+                                         Hugging Face cache has it)
+- `file://` URIs in `dataset_prebuilt` / `datasets` paths
+                                      -> the plain path
 - `dataset_prebuilt {training, validation, test, format}`
                                       -> `datasets {train, validation, test}`
 - `hyperparameters.base_model_revision` -> top-level `base_model_revision`
@@ -15,14 +23,19 @@ Only these keys are translated; any other unknown key stays an error
 
 A legacy key next to its new one with a different value is an error naming
 both (tt never guesses which one was meant). docs/migrating.md lists every
-change and its reason. Nothing here touches the disk.
+change and its reason. Nothing here writes to the disk (the pin line reads the Hugging Face cache).
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Any
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+from urllib.parse import unquote, urlparse
 
+from tt_host.spec import hub_cache
 from tt_host.spec.errors import SpecError
 
 PREBUILT_FORMATS = ("chat", "chat-jsonl", "chat_jsonl", "jsonl", "messages")
@@ -31,11 +44,23 @@ CAMEL_GATE_KEYS = {"systemPrompt": "system_prompt", "maxScoreDrop": "max_score_d
 PREBUILT_SPLITS = {"training": "train", "train": "train", "validation": "validation", "test": "test"}
 
 
-def migrate(raw: dict[str, Any], spec_fields: set[str]) -> tuple[dict[str, Any], list[SpecError], list[SpecError]]:
-    """(today's spec, warnings, errors) for a raw spec; `spec_fields` are the engine spec's top-level keys."""
+@dataclass
+class Migration:
+    """A raw spec in today's shape: `data`, one warning per legacy item, errors, and the Node `id` kept as
+    the spec's recorded identity (None when the spec had none, or it became the `name`)."""
+
+    data: dict[str, Any]
+    warnings: list[SpecError] = field(default_factory=list)
+    errors: list[SpecError] = field(default_factory=list)
+    spec_id: Optional[str] = None
+
+
+def migrate(raw: dict[str, Any], spec_fields: set[str], spec_dir: Optional[Path] = None) -> Migration:
+    """Today's spec for a raw one; `spec_fields` are the engine spec's top-level keys, `spec_dir` its folder."""
     data = copy.deepcopy(raw)
     warnings: list[SpecError] = []
     errors: list[SpecError] = []
+    result = Migration(data, warnings, errors)
 
     def move(old: str, new: str, value: Any, note: str = "") -> None:
         if new in data and data[new] != value:
@@ -44,7 +69,9 @@ def migrate(raw: dict[str, Any], spec_fields: set[str]) -> tuple[dict[str, Any],
         data[new] = value
         warnings.append(SpecError(old, f"legacy key `{old}` is now `{new}`{note}; rename it (docs/migrating.md)"))
 
-    if "id" in data:
+    if "id" in data and "name" in data:
+        result.spec_id = _kept_id(data.pop("id"), data["name"], warnings, errors)
+    elif "id" in data:
         move("id", "name", data.pop("id"))
 
     hyper = data.get("hyperparameters")
@@ -79,6 +106,10 @@ def migrate(raw: dict[str, Any], spec_fields: set[str]) -> tuple[dict[str, Any],
                 move("dataset_prebuilt", "datasets", datasets, " ({training, validation, test} -> {train, validation, test}; "
                      "format is always chat JSONL)")
 
+    if isinstance(data.get("datasets"), dict):
+        data["datasets"] = _file_uris(data["datasets"], "datasets", warnings, errors)
+    _pin_hub_revision(data, spec_fields, spec_dir, warnings)
+
     evaluation = data.get("evaluation")
     if isinstance(evaluation, dict) and "generalRegression" in evaluation:
         evaluation = dict(evaluation)
@@ -107,7 +138,73 @@ def migrate(raw: dict[str, Any], spec_fields: set[str]) -> tuple[dict[str, Any],
                 warnings.append(SpecError("eval_cases", f"legacy key `eval_cases` is now part of `examples` "
                                           f"({len(converted)} appended); tt holds out ~20% of examples for evaluation "
                                           "by a deterministic split (docs/migrating.md)"))
-    return data, warnings, errors
+    return result
+
+
+def _kept_id(value: Any, name: Any, warnings: list[SpecError], errors: list[SpecError]) -> Optional[str]:
+    """Node's `id` beside `name`: a string kept as the recorded identity (the `name` still names the spec)."""
+    if not isinstance(value, str) or not value.strip() or len(value) > 200:
+        errors.append(SpecError("id", "must be a non-empty string of at most 200 characters (Node's spec id); "
+                                "or remove it"))
+        return None
+    if value == name:
+        warnings.append(SpecError("id", "legacy key `id` repeats `name`; remove it (docs/migrating.md)"))
+        return None
+    warnings.append(SpecError("id", f"legacy key `id` ({value}) is kept as the spec's recorded identity "
+                              "(`spec_id` in run.json and the model entry); `name` names runs and models. Remove "
+                              "it when nothing needs Node's id (docs/migrating.md)"))
+    return value
+
+
+def _file_uris(block: dict[str, Any], loc: str, warnings: list[SpecError], errors: list[SpecError]) -> dict[str, Any]:
+    """`file://` URIs (Node wrote them) in a datasets block, as plain paths; one warning each."""
+    out = dict(block)
+    for key, value in block.items():
+        where = f"{loc}.{key}"
+        if isinstance(value, dict) and isinstance(value.get("path"), str):
+            value, where = value["path"], f"{where}.path"
+            target = out[key] = dict(out[key])
+        elif isinstance(value, str):
+            target = None
+        else:
+            continue
+        if not value.startswith("file:"):
+            continue
+        uri = urlparse(value)
+        if uri.netloc not in ("", "localhost") or not uri.path:
+            errors.append(SpecError(where, f"{value!r}: only a local file:// URI (file:///abs/path) is read; "
+                                    "write the path itself"))
+            continue
+        path = unquote(uri.path)
+        if target is None:
+            out[key] = path
+        else:
+            target["path"] = path
+        warnings.append(SpecError(where, f"the file:// URI is read as the path {path}; write the path itself "
+                                  "(docs/migrating.md)"))
+    return out
+
+
+def _pin_hub_revision(data: dict[str, Any], spec_fields: set[str], spec_dir: Optional[Path],
+                      warnings: list[SpecError]) -> None:
+    """A hub `base_model` with no revision (Node prefetched and pinned it itself): `main`, resolved by prefetch."""
+    base = data.get("base_model")
+    if "base_model_revision" not in spec_fields or data.get("base_model_revision") is not None:
+        return
+    if not isinstance(base, str) or not hub_cache.HUB_ID.match(base.strip()):
+        return
+    if spec_dir is not None and (spec_dir / base.strip()).exists():
+        return  # a local folder of that name: the engine reads it as a folder
+    base = base.strip()
+    data["base_model_revision"] = "main"
+    commit = hub_cache.cached_commit(base, "main")
+    if commit:
+        pin = f"add `{json.dumps('base_model_revision')}: {json.dumps(commit)},` to pin it (the cached `main`)"
+    else:
+        pin = (f"`tt models prefetch {base}` downloads it and prints the `\"base_model_revision\": ...` line "
+               "that pins it")
+    warnings.append(SpecError("base_model_revision", f"hub model {base!r} has no revision: tt uses `main`, which "
+                              f"prefetch resolves to a commit and records in the run; {pin} (docs/migrating.md)"))
 
 
 def _eval_cases(cases: Any, errors: list[SpecError]) -> list[dict[str, Any]] | None:

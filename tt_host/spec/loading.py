@@ -21,7 +21,7 @@ from tt_host.engine import Engine, evaluates_both_sides
 from tt_host.plugins import Plugins, UnknownEngineError
 from tt_host.spec.errors import SpecError
 from tt_host.spec.compiler import CompiledSpec, DuplicatePromptError, compile_spec
-from tt_host.spec.placeholders import find_placeholders
+from tt_host.spec.placeholders import find_placeholders, node_locs, node_placeholders
 from tt_host.spec.schema import DEFAULT_ENGINE, BehaviorSpec
 from tt_stagekit.userinput import InputFileError, JSONInputError, loads, os_reason, read_regular
 
@@ -36,6 +36,7 @@ class LoadedSpec:
     compiled: Optional[CompiledSpec] = None
     errors: list[SpecError] = field(default_factory=list)
     warnings: list[SpecError] = field(default_factory=list)  # legacy keys mapped (tt_host.spec.legacy)
+    spec_id: Optional[str] = None  # a Node spec's `id` beside its `name`, recorded with runs and models
 
     @property
     def valid(self) -> bool:
@@ -91,12 +92,16 @@ def load_spec(path: Path, plugins: Plugins, require_examples: bool = True) -> Lo
         return loaded
     from tt_host.spec.legacy import migrate
 
-    data, loaded.warnings, loaded.errors = migrate(loaded.raw, set(loaded.engine.spec_model.model_fields))
+    migration = migrate(loaded.raw, set(loaded.engine.spec_model.model_fields), path.parent)
+    data, loaded.warnings, loaded.errors, loaded.spec_id = (migration.data, migration.warnings, migration.errors,
+                                                            migration.spec_id)
     if loaded.errors:
         return loaded
     placeholders = dict(find_placeholders(data, loaded.engine))
+    placeholders.update(node_placeholders(data))
     for loc, text in placeholders.items():
-        loaded.errors.append(SpecError(loc, f"still holds the `tt init` placeholder {text!r}; replace it with your own value"))
+        which = "Node CLI's `tt init` scaffold text" if loc in node_locs(placeholders, data) else "`tt init` placeholder"
+        loaded.errors.append(SpecError(loc, f"still holds the {which} {text!r}; replace it with your own value"))
     try:
         loaded.spec = loaded.engine.spec_model.model_validate(data, context={"spec_dir": str(path.parent)})
     except ValidationError as exc:

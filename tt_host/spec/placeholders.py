@@ -5,7 +5,9 @@ placeholder when its value is exactly one that `tt init` writes (for any
 engine: the neutral fields here plus the engine's `Engine.starter` fields),
 so a spec about to-do lists may still say "TODO" in its own words.
 `tt validate`, `tt run` and `tt doctor` refuse a spec that still holds one,
-naming the field.
+naming the field. The Node CLI 0.13's `tt init` scaffold had no marker; its
+texts are refused at the fields it wrote them to (`NODE_SCAFFOLD`): the name,
+the system prompt and the example pair.
 """
 
 from __future__ import annotations
@@ -65,3 +67,26 @@ def find_placeholders(value: Any, engine: Optional[Engine] = None, loc: str = ""
     elif isinstance(value, list):
         for index, item in enumerate(value):
             yield from find_placeholders(item, engine, f"{loc}.{index}" if loc else str(index), known)
+
+
+# What the Node CLI 0.13's `tt init` wrote (src/commands/init.ts SCAFFOLD), field by field.
+NODE_SCAFFOLD = {"name": "My Agent", "system_prompt": "You are a helpful assistant."}
+NODE_EXAMPLE = {"input": "Hello", "output": "Hi! How can I help you today?"}
+
+
+def node_placeholders(spec: Any) -> Iterator[tuple[str, str]]:
+    """(dotted field, text) for every Node scaffold text still in its field (an example counts as a pair)."""
+    if not isinstance(spec, dict):
+        return
+    for key, text in NODE_SCAFFOLD.items():
+        if isinstance(spec.get(key), str) and spec[key].strip() == text:
+            yield key, text
+    examples = spec.get("examples")
+    for index, example in enumerate(examples if isinstance(examples, list) else []):
+        if isinstance(example, dict) and {k: example.get(k) for k in NODE_EXAMPLE} == NODE_EXAMPLE:
+            yield f"examples.{index}.input", NODE_EXAMPLE["input"]
+
+
+def node_locs(found: dict[str, str], spec: Any) -> set[str]:
+    """The fields of `found` that hold a Node scaffold text (for the error's wording)."""
+    return {loc for loc, _ in node_placeholders(spec)} & set(found)
