@@ -1,8 +1,9 @@
-"""The instruction compiler matches the documented format (docs/host.md, Specs) byte for byte; the split is deterministic and keyed on the spec."""
+"""The instruction compiler matches the documented format (docs/host.md, Specs) byte for byte; the split is
+deterministic (its per-example rule: tests/test_split.py)."""
 
 import pytest
 
-from tt_host.spec.compiler import compile_spec, compile_system_message, held_out_count
+from tt_host.spec.compiler import compile_spec, compile_system_message
 from tt_stagekit.chatrows import normalize_prompt
 from tt_host.spec.schema import BehaviorSpec
 
@@ -35,11 +36,11 @@ def examples(n):
     return [{"input": f"question {i}", "output": f"answer {i}"} for i in range(n)]
 
 
-@pytest.mark.parametrize("n,held", [(2, 1), (3, 1), (5, 1), (10, 2), (11, 2), (13, 3), (100, 20)])
-def test_held_out_about_a_fifth(n, held):
-    assert held_out_count(n) == held
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 10, 13])
+def test_small_specs_keep_one_example_on_each_side(n):
     compiled = compile_spec(spec(examples=examples(n)))
-    assert len(compiled.eval_rows) == held and len(compiled.train_rows) == n - held
+    assert len(compiled.eval_rows) + len(compiled.train_rows) == n
+    assert len(compiled.train_rows) >= 1 and (len(compiled.eval_rows) >= 1 if n >= 2 else not compiled.eval_rows)
 
 
 def test_split_is_keyed_on_the_spec_not_the_order():

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from conftest import echo_spec, write_spec
+from tt_host.spec.split import is_held_out
 
 
 def test_valid_spec_prints_compiled_message(tt, tmp_path):
@@ -14,9 +15,12 @@ def test_valid_spec_prints_compiled_message(tt, tmp_path):
     assert out["valid"] and out["engine"] == "echo" and out["errors"] == []
     assert out["system_message"] == "Answer with the capital city."
     assert len(out["system_message_sha256"]) == 64
-    assert (out["train_count"], out["eval_count"]) == (8, 2)
+    assert (out["train_count"], out["eval_count"]) == (7, 3)
+    held = [e["input"] for e in echo_spec()["examples"] if is_held_out("capitals", e["input"])]
+    assert out["held_out"] == held and out["split_salt"] == "capitals"
     human = tt("validate", path)
     assert human.returncode == 0 and "Answer with the capital city." in human.stdout
+    assert all(f"- {text}" in human.stdout for text in held)
 
 
 @pytest.mark.parametrize("mutate,loc", [

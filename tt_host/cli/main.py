@@ -83,10 +83,18 @@ def validate(spec: Path = SpecArgument, json_mode: bool = JsonOption) -> None:
             "warnings": [w.as_dict() for w in loaded.warnings],
             "system_message": compiled.system_message, "system_message_sha256": compiled.system_message_sha256,
             "train_count": len(compiled.train_rows), "eval_count": len(compiled.eval_rows),
+            "held_out": [row["messages"][1]["content"] for row in compiled.eval_rows],
+            "split_salt": compiled.split.salt,
         })
         return
     console.print(f"[green]valid[/] {escape(str(loaded.path))} (engine {loaded.engine_name}): "
                   f"{len(compiled.train_rows)} training and {len(compiled.eval_rows)} held-out examples")
+    if compiled.eval_rows:
+        console.print(f"Held out (split salt {compiled.split.salt!r}):", markup=False)
+        for row in compiled.eval_rows:
+            first = row["messages"][1]["content"].splitlines()[0]
+            console.print(f"- {first[:100]}{'…' if first != row['messages'][1]['content'] or len(first) > 100 else ''}",
+                          markup=False)
     console.print("System message:")
     console.print(compiled.system_message, markup=False)
     console.print(f"sha256 {compiled.system_message_sha256}")

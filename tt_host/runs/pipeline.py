@@ -16,6 +16,7 @@ Order of work, so that invalid input never creates anything:
 from __future__ import annotations
 
 import hashlib
+import json
 import signal
 import sys
 import time
@@ -40,7 +41,9 @@ from tt_host.runs.runinfo import RunInfo, enabled_observers
 from tt_host.runs.state import RunState, StageRecord
 from tt_host.runs.store import RunDir, now
 from tt_host.spec.general import GeneralSet
+from tt_host.spec.compiler import compile_spec
 from tt_host.spec.loading import LoadedSpec
+from tt_host.spec.split import RecordedSplit, legacy_split
 from tt_stagekit.contract import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK
 
 __all__ = ["RunOutcome", "RunRefused", "check_run_path", "execute", "preview"]
@@ -75,6 +78,18 @@ def _same_engine(state: dict[str, Any], loaded: LoadedSpec) -> None:
         )
 
 
+def kept_split(loaded: LoadedSpec, state: dict[str, Any], run: RunDir) -> LoadedSpec:
+    """The spec compiled with the split the existing run started with (tt_host.spec.split): recorded in
+    run.json, or, for a run made before splits were recorded, the old rule applied to its spec.json."""
+    recorded = RecordedSplit.from_json(state.get("split"))
+    if recorded is None:
+        try:
+            recorded = legacy_split(json.loads(run.spec_json.read_text(encoding="utf-8")))
+        except (OSError, ValueError, AttributeError):
+            return loaded
+    return replace(loaded, compiled=compile_spec(loaded.spec, recorded))
+
+
 def preview(loaded: LoadedSpec, run_dir: Optional[Path]) -> tuple[Path, bool, list[Decision]]:
     """What `execute` would do, without locking or writing anything: (run dir, exists, decisions).
     Raises RunRefused for a folder that is not a run directory or one made by another engine."""
@@ -88,6 +103,8 @@ def preview(loaded: LoadedSpec, run_dir: Optional[Path]) -> tuple[Path, bool, li
         return run.path, False, decide(plan, None, None, loaded.spec)
     state = run.load()
     _same_engine(state, loaded)
+    loaded = kept_split(loaded, state, run)
+    plan = chain(loaded.engine, loaded.spec, loaded.compiled)
     return run.path, True, decide(plan, state, run, loaded.spec)
 
 
@@ -105,10 +122,11 @@ def execute(
     digest = spec_digest(loaded)
     run = RunDir(run_dir if run_dir is not None else default_run_dir(loaded.path, new_run_id(digest)))
     with open_run(run) as existed:
-        plan = chain(loaded.engine, loaded.spec, loaded.compiled)
         state = run.load() if existed else None
         if state is not None:
             _same_engine(state, loaded)
+            loaded = kept_split(loaded, state, run)
+        plan = chain(loaded.engine, loaded.spec, loaded.compiled)
         decisions = decide(plan, state, run if existed else None, loaded.spec)
         if message := refusal(decisions):
             raise RunRefused(message)
@@ -167,7 +185,8 @@ def _open_state(call: RunCall, env: envs.EnvInfo, plan: list[PlannedStage]) -> R
             id=run.path.name, engine=engine.name, engine_distribution=engine.distribution,
             engine_version=engine.distribution_version, host_version=__version__, spec_name=spec.name,
             spec_path=str(call.loaded.path), spec_sha256=call.digest,
-            system_message_sha256=compiled.system_message_sha256, env_key=env.key, created_at=now(),
+            system_message_sha256=compiled.system_message_sha256, split=compiled.split.to_json(), env_key=env.key,
+            created_at=now(),
             stages={planned.stage.name: StageRecord() for planned in plan},
             extra={"spec_id": call.loaded.spec_id} if call.loaded.spec_id else {},
         )
@@ -178,6 +197,7 @@ def _open_state(call: RunCall, env: envs.EnvInfo, plan: list[PlannedStage]) -> R
         run.write_spec(spec.model_dump(mode="json"))
         state.spec_sha256 = call.digest
     state.status = states.RUN_RUNNING
+    state.split = compiled.split.to_json()  # the started split, with any new examples' sides added
     state.env_key = env.key
     for planned in plan:
         state.stage(planned.stage.name)

@@ -98,6 +98,7 @@ class RunState:
     spec_path: Any = ABSENT
     spec_sha256: Any = ABSENT
     system_message_sha256: Any = ABSENT
+    split: Any = ABSENT  # the held-out split (tt_host.spec.split.RecordedSplit.to_json); absent in older runs
     env_key: Any = ABSENT
     created_at: Any = ABSENT
     status: str = RUN_RUNNING

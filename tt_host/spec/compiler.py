@@ -2,21 +2,19 @@
 
 The system message is built exactly as docs/host.md (Specs) shows (the rules themselves,
 `compile_system_message` and `normalize_prompt`, live once in tt_stagekit.chatrows so engines
-re-check with the same code); every engine and every stage receives it from here unchanged. The train / held-out split is keyed on the spec's
-content (not the run), so the same spec always holds out the same prompts.
+re-check with the same code); every engine and every stage receives it from here unchanged. The train / held-out split is decided per
+example by tt_host.spec.split (its normalized prompt and the spec's salt), so edits never move an example.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 from tt_host.spec.schema import BehaviorSpec
+from tt_host.spec.split import RecordedSplit, normalize_prompt, split_examples, split_salt
 from tt_stagekit import chatrows
-from tt_stagekit.chatrows import normalize_prompt
-HELD_OUT_FRACTION = 0.2
 
 
 def compile_system_message(spec: Any) -> str:
@@ -44,6 +42,7 @@ class CompiledSpec:
     system_message_sha256: str
     train_rows: list[dict]
     eval_rows: list[dict]  # full rows with the reference answer; only the host sees these
+    split: RecordedSplit  # what run.json records (tt_host.spec.split)
 
     def eval_prompts(self) -> list[dict]:
         """Held-out rows without their answers: what an evaluating stage receives."""
@@ -72,35 +71,15 @@ def find_duplicate(spec: BehaviorSpec) -> DuplicatePromptError | None:
     return None
 
 
-def split_key(spec: BehaviorSpec) -> str:
-    """Seed of the split: the instruction and the examples, nothing run-specific."""
-    payload = {
-        "system_message": compile_system_message(spec),
-        "examples": sorted([normalize_prompt(e.input), e.output] for e in spec.examples),
-    }
-    return sha256_text(json.dumps(payload, sort_keys=True, ensure_ascii=False))
-
-
-def held_out_count(n: int) -> int:
-    """About 20% held out, at least one and at most n-1 (0 when fewer than two examples)."""
-    if n < 2:
-        return 0
-    return min(n - 1, max(1, round(n * HELD_OUT_FRACTION)))
-
-
-def compile_spec(spec: BehaviorSpec) -> CompiledSpec:
+def compile_spec(spec: BehaviorSpec, recorded: Optional[RecordedSplit] = None) -> CompiledSpec:
+    """The spec's system message and rows; `recorded`: the split a resumed run started with, which it keeps."""
     error = find_duplicate(spec)
     if error is not None:
         raise error
     message = compile_system_message(spec)
-    key = split_key(spec)
-    # Rank every example by a hash of (split key, normalized prompt): stable
-    # under reordering of examples and independent of the run.
-    ranked = sorted(
-        range(len(spec.examples)),
-        key=lambda i: sha256_text(key + "\0" + normalize_prompt(spec.examples[i].input)),
-    )
-    held = set(ranked[: held_out_count(len(spec.examples))])
+    prompts = [example.input for example in spec.examples]
+    flags = split_examples(prompts, split_salt(spec), recorded)
+    held = {index for index, flag in enumerate(flags) if flag}
     train_rows, eval_rows = [], []
     for index, example in enumerate(spec.examples):
         row = {
@@ -112,4 +91,5 @@ def compile_spec(spec: BehaviorSpec) -> CompiledSpec:
             ],
         }
         (eval_rows if index in held else train_rows).append(row)
-    return CompiledSpec(message, sha256_text(message), train_rows, eval_rows)
+    salt = recorded.salt if recorded is not None else split_salt(spec)
+    return CompiledSpec(message, sha256_text(message), train_rows, eval_rows, RecordedSplit.of(salt, prompts, flags))

@@ -111,6 +111,9 @@ class GeneralRegression(StrictModel):
 
 class Evaluation(StrictModel):
     general_regression: Optional[GeneralRegression] = None
+    split_salt: Optional[str] = Field(None, min_length=1, max_length=200, description=(
+        "Salt of the held-out split (tt_host.spec.split); defaults to the spec's name. Set it to the old name "
+        "when renaming a spec to keep its held-out set."))
 
 
 ObserverName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]{0,63}$")]
