@@ -27,15 +27,35 @@ def list_models(json_mode: bool = JsonOption) -> None:
                [(model["id"], model["kind"], model["engine"], model["path"]) for model in models])
 
 
-@app.command()
-def verify(model_id: str = typer.Argument(..., help="Model id (see `tt models list`)."), json_mode: bool = JsonOption) -> None:
-    """Check every file of a model against its manifest; exit 1 naming what changed."""
-    from tt_host.models.registry import verify_model
+def _model_id(reference: str) -> str:
+    from tt_host.models.references import registered_id
 
-    try:
-        entry, problems = verify_model(model_id)
-    except LookupError as exc:
-        fail(str(exc), json_mode=json_mode)
+    return registered_id(reference)
+
+
+@app.command()
+def verify(model: str = typer.Argument(..., help="Model id (or its unique prefix), an artifact folder or its "
+                                       "artifact-manifest.json."), json_mode: bool = JsonOption) -> None:
+    """Check every file of a model against its manifest; exit 1 naming what changed."""
+    from tt_host.models.registry import verify_artifact, verify_model
+    from tt_stagekit.manifest import MANIFEST
+
+    path = Path(model).expanduser()
+    with os_errors_refused(json_mode):
+        folder = path.parent if path.name == MANIFEST and path.is_file() else path
+        is_artifact = (folder / MANIFEST).is_file()
+    if is_artifact:
+        model_id, entry = str(folder.absolute()), {"path": str(folder.absolute())}
+        _, problems = verify_artifact(folder)
+    else:
+        if path.exists():
+            fail(f"{path} has no {MANIFEST}; give a model id, an artifact folder or its manifest",
+                 json_mode=json_mode)
+        model_id = _model_id(model)
+        try:
+            entry, problems = verify_model(model_id)
+        except LookupError as exc:
+            fail(str(exc), json_mode=json_mode)
     if json_mode:
         emit_json({"id": model_id, "ok": not problems, "path": entry["path"],
                    "problems": [{"file": p.file, "reason": p.reason} for p in problems]})
@@ -71,11 +91,12 @@ def export(
 
 
 @app.command()
-def get(model_id: str = typer.Argument(..., help="Model id (see `tt models list`)."), json_mode: bool = JsonOption) -> None:
+def get(model_id: str = typer.Argument(..., help="Model id or its unique prefix (see `tt models list`)."), json_mode: bool = JsonOption) -> None:
     """One registered model: its entry, whether it is active, and its run's general-regression gate."""
     from tt_host.models.activation import current, gate_of
     from tt_host.models.registry import get_model
 
+    model_id = _model_id(model_id)
     entry = get_model(model_id)
     if entry is None:
         fail(f"no registered model {model_id!r}; see `tt models list`", json_mode=json_mode)
@@ -91,7 +112,7 @@ def get(model_id: str = typer.Argument(..., help="Model id (see `tt models list`
 
 @app.command()
 def activate(
-    model_id: str = typer.Argument(..., help="Model id (see `tt models list`)."),
+    model_id: str = typer.Argument(..., help="Model id or its unique prefix (see `tt models list`)."),
     force: bool = typer.Option(False, "--force", help="Activate although the general-regression gate failed or was "
                                "not run (recorded in the history)."),
     json_mode: bool = JsonOption,
@@ -100,6 +121,7 @@ def activate(
     general-regression gate failed or was not run."""
     from tt_host.models import activation
 
+    model_id = _model_id(model_id)
     record = activation.activate(model_id, force=force)
     if json_mode:
         emit_json({"ok": True, **record})

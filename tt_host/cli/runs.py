@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -15,25 +16,39 @@ app = typer.Typer(no_args_is_help=True, help="Runs and their reports.")
 
 @app.command("list")
 def list_runs(
-    root: Path = typer.Argument(Path("."), help="A spec folder (its .tuned-tensor/runs) or a folder of runs."),
+    root: Optional[Path] = typer.Argument(None, help="A spec folder (its .tuned-tensor/runs) or a folder of runs; "
+                                          "without it, every run in the run index and under this folder."),
+    here: bool = typer.Option(False, "--here", help="Only the runs under this folder (or ROOT), as before the "
+                              "run index."),
     json_mode: bool = JsonOption,
 ) -> None:
-    """List runs with engine, status and spec."""
+    """List runs with engine, status and spec: every run tt started or resumed (the run index in $TT_HOME),
+    wherever its folder; a moved or deleted folder is shown as missing."""
+    from tt_host.runs import index
     from tt_host.runs.store import RunDir, find_runs
 
-    rows = []
     with os_errors_refused(json_mode):
-        found = find_runs(root)
-    for path in found:
+        found = [path.absolute() for path in find_runs(root or Path("."))]
+        recorded = [] if (here or root is not None) else index.entries()
+    rows, seen = [], set()
+    for path in found + [Path(e["run_dir"]) for e in recorded if not e["missing"]]:
+        if path in seen:
+            continue
+        seen.add(path)
         try:
             state = RunDir(path).load()
         except (OSError, ValueError, RecursionError):  # unreadable, not JSON, JSON beyond the parser's limits
             continue
         if not isinstance(state, dict):
             continue
-        rows.append({"run_dir": str(path.absolute()), "id": state.get("id"), "engine": state.get("engine"),
+        rows.append({"run_dir": str(path), "id": state.get("id"), "engine": state.get("engine"),
                      "status": state.get("status"), "spec": state.get("spec_name"),
                      "created_at": state.get("created_at"), "updated_at": state.get("updated_at")})
+    for entry in recorded:
+        if entry["missing"] and Path(entry["run_dir"]) not in seen:
+            rows.append({"run_dir": entry["run_dir"], "id": entry["id"], "engine": entry.get("engine"),
+                         "status": "missing", "spec": None, "created_at": entry.get("created_at"),
+                         "updated_at": entry.get("indexed_at")})
     if json_mode:
         emit_json({"runs": rows})
         return
@@ -42,13 +57,15 @@ def list_runs(
 
 
 @app.command()
-def report(run: Path = typer.Argument(..., help="Run directory."), json_mode: bool = JsonOption) -> None:
+def report(run: str = typer.Argument(..., help="Run directory or run id (or its unique prefix)."),
+           json_mode: bool = JsonOption) -> None:
     """Show a run's report."""
-    path = run / ("report.json" if json_mode else "report.md")
+    folder = _run_path(run, json_mode)
+    path = folder / ("report.json" if json_mode else "report.md")
     with os_errors_refused(json_mode):
         found = path.is_file()
     if not found:
-        fail(f"{path} not found; is {run} a run directory? (`tt runs list`)", json_mode=json_mode)
+        fail(f"{path} not found; the run has not written its report yet (`tt runs get {run}`)", json_mode=json_mode)
     if json_mode:
         emit_json(json.loads(path.read_text(encoding="utf-8")))
     elif not console.is_terminal:
@@ -73,7 +90,7 @@ def _cell(value) -> str:
 
 
 @app.command()
-def get(run: str = typer.Argument(..., help="Run directory or run id (under ./.tuned-tensor/runs)."),
+def get(run: str = typer.Argument(..., help="Run directory or run id (or its unique prefix)."),
         json_mode: bool = JsonOption) -> None:
     """A run's status, stages, metrics and models."""
     from tt_host.runs.inspect import summary

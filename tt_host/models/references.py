@@ -181,7 +181,18 @@ def from_run_dir(run_dir: Path) -> ResolvedModel:
     raise ModelRefError(f"{run_dir}: the run has no finished model yet (status {run.get('status', 'unknown')})")
 
 
+def registered_id(reference: str) -> str:
+    """A registered model's id from the id itself or its unique prefix (tt_host.prefixes); `reference`
+    unchanged when nothing matches, so the caller's "no registered model" names what was given."""
+    from tt_host.models import prefixes
+
+    if registry.get_model(reference) is not None:
+        return reference
+    return prefixes.pick(reference, (entry["id"] for entry in registry.list_models()), "model") or reference
+
+
 def resolve_registered(model_id: str) -> ResolvedModel:
+    model_id = registered_id(model_id)
     entry = registry.get_model(model_id)
     if entry is None:
         raise ModelRefError(f"no registered model {model_id!r} and no such folder; see `tt models list`")

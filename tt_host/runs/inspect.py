@@ -16,8 +16,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 from tt_host.errors import TTError
+from tt_host.models import prefixes
 from tt_host.engines.runner import parse_event
-from tt_host.runs.store import RunDir, is_run_dir
+from tt_host.runs import index
+from tt_host.runs.layout import RUNS_FOLDER
+from tt_host.runs.store import RunDir, find_runs, is_run_dir
 
 LOCK_NAME = ".tt-run.lock"
 
@@ -29,14 +32,34 @@ class RunNotFound(TTError, LookupError):
 
 
 def resolve_run(reference: str | Path, cwd: Optional[Path] = None) -> Path:
-    """A run directory, or a run id under ./.tuned-tensor/runs/."""
+    """A run directory; a run id (or its unique prefix) under ./.tuned-tensor/runs/ or in the run index
+    (tt_host.runs.index). A prefix naming several runs is refused listing them (exit 2); a run whose folder
+    was moved or deleted is named with where it was."""
     path = Path(reference).expanduser()
     if is_run_dir(path):
         return path.absolute()
-    by_id = (cwd or Path.cwd()) / ".tuned-tensor" / "runs" / str(reference)
-    if "/" not in str(reference) and is_run_dir(by_id):
-        return by_id.absolute()
-    raise RunNotFound(f"{reference}: not a run directory, nor a run id under {by_id.parent}; see `tt runs list`")
+    here = (cwd or Path.cwd()).joinpath(*RUNS_FOLDER)
+    reference = str(reference)
+    if "/" in reference or not reference:
+        raise RunNotFound(f"{reference}: not a run directory; see `tt runs list`")
+    local = {p.name: p.absolute() for p in find_runs(here)} if here.is_dir() else {}
+    recorded = index.entries()
+    known = set(local) | {entry["id"] for entry in recorded}
+    run_id = prefixes.pick(reference, known, "run")
+    if run_id is None:
+        raise RunNotFound(f"{reference}: not a run directory, nor a run id under {here} or in the run index "
+                          f"({index.index_dir()}); see `tt runs list`")
+    if run_id in local:
+        return local[run_id]
+    found = [entry for entry in recorded if entry["id"] == run_id]
+    present = [entry for entry in found if not entry["missing"]]
+    if len(present) > 1:
+        raise prefixes.AmbiguousPrefix(f"run id {run_id!r} names {len(present)} run folders: "
+                                       f"{', '.join(e['run_dir'] for e in present)}; give the folder")
+    if not present:
+        raise RunNotFound(f"run {run_id} was at {found[0]['run_dir']}, which is missing (moved or deleted); "
+                          "give its new folder, or see `tt runs list`")
+    return Path(present[0]["run_dir"])
 
 
 def load_report(run: Path) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from tt_host import __version__
 from tt_host.engines import envs
 from tt_host.models.registry import VerifyError
 from tt_host.plugins import Plugins
-from tt_host.runs import gate, layout, state as states
+from tt_host.runs import gate, index, layout, state as states
 from tt_host.runs.fingerprint import PlannedStage, canonical, chain
 from tt_host.runs.invoke import RunCall, StageCall, run_stage_call
 from tt_host.runs.observers import Observers
@@ -163,6 +163,7 @@ def _drive(call: RunCall, plan: list[PlannedStage], decisions: list[Decision]) -
             return RunOutcome(EXIT_FAILED, call.run.path, states.RUN_FAILED, error=str(exc))
 
     state = _open_state(call, env, plan)
+    _index(call, state)
     call = replace(call, observers=Observers(call.plugins, _observer_problems(call.reporter)),
                    info=_run_info(call, state))
     for name in call.observers.unknown(call.info.observers):
@@ -203,6 +204,15 @@ def _open_state(call: RunCall, env: envs.EnvInfo, plan: list[PlannedStage]) -> R
         state.stage(planned.stage.name)
     run.save(state)
     return state
+
+
+def _index(call: RunCall, state: RunState) -> None:
+    """Note the run in $TT_HOME's run index (tt_host.runs.index); a failure to is said, never fatal."""
+    try:
+        index.record(call.run.path, state.id, str(call.loaded.path), call.loaded.engine.name, state.created_at)
+    except OSError as exc:
+        _observer_problems(call.reporter)(f"could not note the run in the run index ({index.index_dir()}): {exc}; "
+                                          "`tt runs list` finds it only from its own folder")
 
 
 def _observer_problems(reporter: QuietReporter):
