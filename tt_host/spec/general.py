@@ -4,8 +4,9 @@ The dataset is chat JSONL, one row per line: `{"messages": [system?, user,
 assistant, user, assistant, ...], "id"?}` ending with the reference answer.
 It is checked at `tt validate` with file:line errors: invalid rows, duplicate
 prompts (normalized as for examples), a system message that differs between
-rows (or is present in some and absent in others), and a `system_prompt`
-that differs from the one embedded in the rows. Stages receive prompts only
+rows (or is present in some and absent in others), a `system_prompt`
+that differs from the one embedded in the rows, and (`example_overlap`) a row
+whose user turn equals one of the spec's examples. Stages receive prompts only
 (`general_prompts`: ids and messages without the answer); the host keeps the
 references and scores the answers (tt_host.runs.gate). Nothing here writes.
 """
@@ -15,9 +16,9 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
-from tt_stagekit.chatrows import check_row, normalize_prompt, parsed_lines, read_lines
+from tt_stagekit.chatrows import check_row, example_keys, normalize_prompt, overlapping_example, parsed_lines, read_lines
 
 
 class GeneralSetError(ValueError):
@@ -83,3 +84,14 @@ def read_general_set(path: Path, system_prompt: Optional[str]) -> GeneralSet:
         raise GeneralSetError(f"{path}: no rows")
     embedded = system[0] if system else None
     return GeneralSet(path, hashlib.sha256(data).hexdigest(), embedded if embedded is not None else system_prompt, rows)
+
+
+def example_overlap(general: GeneralSet, example_inputs: Iterable[str]) -> Optional[str]:
+    """The first row sharing a prompt with a spec example (`file:line: ...`), or None. Such a row measures the
+    behavior the run tunes (trained on, or held out and scored twice), not general ability."""
+    examples = example_keys(example_inputs)
+    for row in general.rows:
+        if found := overlapping_example(row["messages"][:-1], examples):
+            return (f"{general.path}:{row['line']}: {found} (after normalization); the general-regression set must "
+                    "not share prompts with the spec's examples: remove the row or the example")
+    return None

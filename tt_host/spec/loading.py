@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from tt_host.engine import Engine, evaluates_both_sides
 from tt_host.plugins import Plugins, UnknownEngineError
 from tt_host.spec.errors import SpecError
+from tt_host.spec.general import example_overlap
 from tt_host.spec.compiler import CompiledSpec, DuplicatePromptError, compile_spec
 from tt_host.spec.placeholders import find_placeholders, node_locs, node_placeholders
 from tt_host.spec.schema import DEFAULT_ENGINE, BehaviorSpec
@@ -130,6 +131,9 @@ def load_spec(path: Path, plugins: Plugins, require_examples: bool = True) -> Lo
             loaded.errors.append(SpecError("evaluation.general_regression", (
                 f"the {engine_name} engine has no baseline and candidate evaluation stages to answer a "
                 "general-regression set (docs/evaluation.md); remove the block")))
+        general = loaded.spec.evaluation.general_regression.load()
+        if overlap := example_overlap(general, (e.input for e in loaded.spec.examples)):
+            loaded.errors.append(SpecError("evaluation.general_regression.dataset", overlap))
     try:
         loaded.compiled = compile_spec(loaded.spec)
     except DuplicatePromptError as exc:

@@ -15,8 +15,8 @@ decided by the rule.
 
 Every place that compares a training row with the held-out prompts (the foundation's `sft_datasets`, the
 adapter's prebuilt files, the general-regression set, the synthesized examples) uses `normalize_prompt`
-and `prompt_digest` from here (the rule itself lives in tt_stagekit.chatrows, so engine code checks with
-the same function).
+and `prompt_digest` from here, and `overlapping_example` (a row's user turns against the examples' prompts;
+the rules themselves live in tt_stagekit.chatrows, so engine code checks with the same functions).
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
-from tt_stagekit.chatrows import normalize_prompt
+from tt_stagekit.chatrows import example_keys, normalize_prompt, overlapping_example
 
-__all__ = ["HELD_OUT_FRACTION", "SPLIT_RULE", "RecordedSplit", "held_out_score", "is_held_out", "normalize_prompt",
-           "prompt_digest", "split_examples", "split_salt"]
+__all__ = ["HELD_OUT_FRACTION", "SPLIT_RULE", "RecordedSplit", "example_keys", "held_out_score", "is_held_out",
+           "normalize_prompt", "overlapping_example", "prompt_digest", "split_examples", "split_salt"]
 
 SPLIT_RULE = "per-example-sha256-v1"
 HELD_OUT_FRACTION = 0.2
@@ -110,10 +110,6 @@ def split_examples(prompts: Sequence[str], salt: str, recorded: Optional[Recorde
             held[max(free, key=lambda i: scores[i])] = False
     return held
 
-
-def held_out_digests(rows: Iterable[str]) -> set[str]:
-    """Digests of prompts (for a leak check: a training row's prompt digest must not be among them)."""
-    return {prompt_digest(text) for text in rows}
 
 
 LEGACY_RULE = "spec-content-sha256-v0"

@@ -285,16 +285,24 @@ class FoundationSpec(BehaviorSpec):
 
     @model_validator(mode="after")
     def _sft_system(self) -> "FoundationSpec":
-        """A dataset row's leading system message must be the compiled one (it leads every row anyway)."""
+        """A dataset row's leading system message must be the compiled one (it leads every row anyway), and no
+        row may share a prompt with an example: the host holds some examples out, and SFT would train on it."""
         if self.foundation.sft_datasets:
             from tt_host.spec.compiler import compile_system_message
+            from tt_host.spec.split import example_keys, overlapping_example
 
             system = compile_system_message(self)
+            examples = example_keys(e.input for e in self.examples)
             for path in self.foundation.sft_datasets:
                 try:
-                    read_chat_file(path, ValueError, system_message=system)
+                    rows = read_chat_file(path, ValueError, system_message=system)
                 except ValueError as exc:
                     raise ValueError(f"foundation.sft_datasets: {exc}") from None
+                for row in rows:
+                    if found := overlapping_example(row["messages"], examples):
+                        raise ValueError(f"foundation.sft_datasets: {row['where']}: {found} (after normalization; "
+                                         "the host holds examples out for evaluation, so SFT would train on a "
+                                         "held-out prompt); remove the row or the example")
         return self
 
     @model_validator(mode="after")

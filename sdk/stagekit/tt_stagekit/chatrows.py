@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Iterable, Iterator, Mapping, Optional
 
 from tt_stagekit.userinput import InputFileError, JSONInputError, loads, read_regular
 
@@ -47,6 +47,27 @@ def compile_system_message(system_prompt: str, guidelines: Iterable[str], constr
 def normalize_prompt(text: str) -> str:
     """The form in which two prompts count as duplicates: NFKC, trimmed, spaces collapsed, lower-cased."""
     return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text)).strip().lower()
+
+
+def example_keys(example_inputs: Iterable[str]) -> dict[str, int]:
+    """{normalized prompt: index} of a spec's examples, for `overlapping_example`."""
+    return {normalize_prompt(text): index for index, text in enumerate(example_inputs)}
+
+
+def overlapping_example(messages: list[dict], examples: Mapping[str, int]) -> Optional[str]:
+    """How a training (or general-set) row shares a prompt with one of the spec's examples, or None.
+
+    Compared, normalized: each user turn, then all user turns joined by newlines (a multi-turn row can carry
+    an example's prompt in any turn). `examples`: `example_keys` of the spec's example inputs. The host splits
+    examples into train and held-out itself, so any shared prompt could put a held-out one into training."""
+    users = [m["content"] for m in messages if m["role"] == "user"]
+    for turn, text in enumerate(users, start=1):
+        index = examples.get(normalize_prompt(text))
+        if index is not None:
+            what = "its prompt" if len(users) == 1 else f"user turn {turn}"
+            return f"{what} equals examples[{index}].input"
+    index = examples.get(normalize_prompt("\n".join(users))) if len(users) > 1 else None
+    return None if index is None else f"its user turns together equal examples[{index}].input"
 
 
 def read_lines(path: Any, error: type[Exception]) -> tuple[bytes, list[bytes]]:

@@ -20,7 +20,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from tt_stagekit.chatrows import check_row, check_turns, normalize_prompt, normalize_row, parsed_lines, read_lines
+from tt_stagekit.chatrows import (check_row, check_turns, example_keys, normalize_prompt, normalize_row,
+                                 overlapping_example, parsed_lines, read_lines)
 
 SPLITS = ("train", "validation", "test")
 
@@ -86,9 +87,16 @@ def check_overlaps(loaded: dict[str, list[dict]], example_inputs: Iterable[str] 
     """Refuse duplicate evaluation prompts and train/evaluation overlap; rows carry `where` (file:line, dataset:index).
 
     `example_inputs` are the spec's own examples: a prebuilt prompt equal to one
-    of them is an overlap too (the host holds some of them out).
+    of them, or a user turn of a multi-turn row equal to one (tt_stagekit.chatrows.overlapping_example),
+    is an overlap too (the host holds some of them out).
     """
-    examples = {normalize_prompt(text): index for index, text in enumerate(example_inputs)}
+    examples = example_keys(example_inputs)
+    for split in SPLITS:
+        for row in loaded.get(split, []):
+            found = overlapping_example(row["messages"], examples)
+            if found and prompt_key(row["messages"]) not in examples:  # the whole prompt: the messages below
+                raise RowError(f"{row['where']}: {found} (examples are split into train and held-out by the host, "
+                               "so this row could put a held-out prompt into training); remove the row or the example")
     train_keys: dict[str, str] = {}
     for row in loaded.get("train", []):
         key = prompt_key(row["messages"])
