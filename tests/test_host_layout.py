@@ -23,6 +23,7 @@ WINGS = (
     ("tt_host.spec",),
     ("tt_host.engines",),
     ("tt_host.models",),
+    ("tt_host.synthesis",),
     ("tt_host.runs",),
     ("tt_host.checks",),
     ("tt_host.cli",),

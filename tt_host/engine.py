@@ -57,6 +57,11 @@ class Stage:
                never answers) and writes predictions.jsonl; the host scores them
                and stores metrics under this prefix (e.g. "baseline").
     gets_train_rows: the stage receives the compiled training chat rows.
+    gets_synthetic_rows: when the spec has a `synthesis` block, this stage's
+               training rows also hold the rows the host's `synthesize` stage
+               grew (marked `"source": "synthetic"`, weighted by
+               `synthesis.weight`), and its fingerprint hashes that stage's
+               (docs/synthesis.md). Set it on the stages that train.
     general:   "baseline" or "candidate": the stage answers the spec's
                general-regression prompts as that side of the gate
                (docs/evaluation.md). Defaults to `evaluates` when that is
@@ -77,6 +82,7 @@ class Stage:
     enabled: Callable[[BehaviorSpec], bool] = _always
     evaluates: Optional[str] = None
     gets_train_rows: bool = False
+    gets_synthetic_rows: bool = False
     general: Optional[str] = None
     launch: Optional[Callable[[BehaviorSpec], Sequence[str]]] = None
     description: str = ""

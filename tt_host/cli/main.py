@@ -12,6 +12,7 @@ import typer
 from rich.text import Text
 
 from tt_host import __version__
+from tt_host.cli import data as data_cli
 from tt_host.cli import engines as engines_cli
 from tt_host.cli import models as models_cli
 from tt_host.cli import runs as runs_cli
@@ -30,6 +31,7 @@ app.add_typer(engines_cli.app, name="engines")
 app.add_typer(runs_cli.app, name="runs")
 app.add_typer(models_cli.app, name="models")
 app.add_typer(pipeline_app, name="pipeline")
+app.add_typer(data_cli.app, name="data")
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 

@@ -34,4 +34,5 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("runs", "Runs and their reports."),
     ("models", "Registered models: the verified artifacts runs produced."),
     ("pipeline", "Run the pipeline in the form long runs use."),
+    ("data", "Training data grown by a teacher model (the spec's synthesis block)."),
 )

@@ -17,10 +17,12 @@ from typing import Any, NamedTuple, Sequence
 from tt_host.engine import Engine, Stage, gate_side
 from tt_host.spec.compiler import CompiledSpec
 from tt_host.spec.schema import BehaviorSpec
+from tt_host.synthesis import stage as synthesis_stage
 
 # Host-added inputs, and how messages name them.
 SPEC_TEXT_NAMES = {"system_message_sha256": "the instruction (system_prompt, guidelines, constraints)",
-                   "rows_sha256": "examples"}
+                   "rows_sha256": "examples", "synthesis": "synthesis (the teacher's rows)"}
+SYNTHESIS_KEY = "_synthesis"
 
 
 def canonical(data: Any) -> str:
@@ -52,8 +54,9 @@ def general_inputs(spec: BehaviorSpec) -> Any:
 def needs(stages: Sequence[Stage], index: int) -> tuple[str, ...]:
     """Names of the stages whose outputs stage `index` reads."""
     stage = stages[index]
-    if stage.needs is None:
-        return (stages[index - 1].name,) if index else ()
+    if stage.needs is None:  # the engine stage before it (the host's synthesize stage is no link of the chain)
+        earlier = [s for s in stages[:index] if not synthesis_stage.is_host_stage(s)]
+        return (earlier[-1].name,) if earlier else ()
     return tuple(stage.needs)
 
 
@@ -72,10 +75,12 @@ def chain(engine: Engine, spec: BehaviorSpec, compiled: CompiledSpec) -> list[Pl
     hash its inputs, outside the chain: a new general set re-runs both evaluations and
     nothing else (training does not depend on it)."""
     prints: dict[str, str] = {}  # the chained part of each fingerprint, which later stages hash
-    out = []
+    out = synthesis_plan(spec, compiled)  # the host's own stage first, when the spec has a synthesis block
     general = general_inputs(spec)
     for index, stage in enumerate(engine.stages):
         inputs = stage_inputs(stage, spec, compiled)
+        if out and stage.gets_synthetic_rows:
+            inputs[SYNTHESIS_KEY] = out[0].fingerprint
         if stage.needs is None:  # the chained form (its payload is unchanged since fingerprints began)
             previous: Any = prints[engine.stages[index - 1].name] if index else ""
         else:
@@ -88,6 +93,15 @@ def chain(engine: Engine, spec: BehaviorSpec, compiled: CompiledSpec) -> list[Pl
             fingerprint = hashlib.sha256(canonical({"chain": fingerprint, GENERAL_KEY: general}).encode()).hexdigest()
         out.append(PlannedStage(stage, inputs, fingerprint))
     return out
+
+
+def synthesis_plan(spec: BehaviorSpec, compiled: CompiledSpec) -> list[PlannedStage]:
+    """[the `synthesize` stage] when the spec has a synthesis block, else []."""
+    if getattr(spec, "synthesis", None) is None:
+        return []
+    inputs = stage_inputs(synthesis_stage.STAGE, spec, compiled)
+    payload = canonical({"host": True, "stage": synthesis_stage.SYNTHESIZE, "inputs": inputs})
+    return [PlannedStage(synthesis_stage.STAGE, inputs, hashlib.sha256(payload.encode()).hexdigest())]
 
 
 def changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

@@ -24,6 +24,8 @@ from tt_host.runs.state import COMPLETED, FAILED, INTERRUPTED
 from tt_host.runs.store import RunDir
 from tt_host.spec.general import GeneralSet
 from tt_host.spec.loading import LoadedSpec
+from tt_host.synthesis.rows import read_rows, training_rows
+from tt_host.synthesis.stage import SYNTHESIZE
 from tt_stagekit.contract import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EarlierStage, StageRequest
 
 
@@ -74,13 +76,23 @@ def stage_request(call: StageCall, stage_dir: Path, result_path: Path) -> StageR
         result_path=result_path, spec=loaded.spec.model_dump(mode="json"), spec_dir=loaded.path.parent,
         system_message=loaded.compiled.system_message,
         system_message_sha256=loaded.compiled.system_message_sha256,
-        train_rows=tuple(loaded.compiled.train_rows) if stage.gets_train_rows else (),
+        train_rows=tuple(loaded.compiled.train_rows) + synthetic_rows(call) if stage.gets_train_rows else (),
         eval_prompts=tuple(loaded.compiled.eval_prompts()) if stage.evaluates else (),
         general_prompts=tuple(general.prompts()) if general is not None and gate_side(stage) else (),
         device=call.run_call.device or loaded.engine.spec_device(loaded.spec) or "auto",
         resume=call.resume, fingerprint=call.fingerprint,
         stages={name: EarlierStage(Path(earlier["dir"]), earlier["result"]) for name, earlier in call.completed.items()},
     )
+
+
+def synthetic_rows(call: StageCall) -> tuple[dict, ...]:
+    """The synthesize stage's rows, weighted, for a stage that trains on them (none otherwise)."""
+    settings = getattr(call.run_call.loaded.spec, "synthesis", None)
+    earlier = call.completed.get(SYNTHESIZE)
+    if settings is None or earlier is None or not call.stage.gets_synthetic_rows:
+        return ()
+    rows = read_rows(Path(earlier["dir"]) / earlier["result"]["outputs"]["rows"])
+    return tuple(training_rows(rows, settings.weight, settings.seed))
 
 
 def run_stage_call(call: StageCall) -> StageOutcome:

@@ -30,6 +30,7 @@ from tt_host.models.registry import VerifyError
 from tt_host.plugins import Plugins
 from tt_host.runs import gate, index, layout, state as states
 from tt_host.runs.fingerprint import PlannedStage, canonical, chain
+from tt_host.runs.host_stage import run_host_stage
 from tt_host.runs.invoke import RunCall, StageCall, run_stage_call
 from tt_host.runs.observers import Observers
 from tt_host.runs.opening import RunRefused, check_run_path, open_run, refuse_foreign
@@ -44,6 +45,7 @@ from tt_host.spec.general import GeneralSet
 from tt_host.spec.compiler import compile_spec
 from tt_host.spec.loading import LoadedSpec
 from tt_host.spec.split import RecordedSplit, legacy_split
+from tt_host.synthesis.stage import is_host_stage, teacher_problem
 from tt_stagekit.contract import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK
 
 __all__ = ["RunOutcome", "RunRefused", "check_run_path", "execute", "preview"]
@@ -128,7 +130,7 @@ def execute(
             loaded = kept_split(loaded, state, run)
         plan = chain(loaded.engine, loaded.spec, loaded.compiled)
         decisions = decide(plan, state, run if existed else None, loaded.spec)
-        if message := refusal(decisions):
+        if message := refusal(decisions) or teacher_problem(loaded.spec, decisions):
             raise RunRefused(message)
         return _drive(RunCall(loaded, plugins, run, device, reporter, digest, existed), plan, decisions)
 
@@ -259,8 +261,8 @@ def _stages(call: RunCall, env: envs.EnvInfo, state: RunState, plan: list[Planne
             tally.actions[stage.name] = ACTION_DONE.get(decision.action, "ran")
             record.started(fingerprint, inputs, now())
             call.run.save(state)
-            outcome = run_stage_call(StageCall(call, env, stage, fingerprint, decision.resume,
-                                               dict(tally.completed), general))
+            runner = run_host_stage if is_host_stage(stage) else run_stage_call
+            outcome = runner(StageCall(call, env, stage, fingerprint, decision.resume, dict(tally.completed), general))
             result, code = outcome.result, outcome.exit_code
             record.ended(now(), code, round(outcome.seconds, 3))
             if code == EXIT_OK:

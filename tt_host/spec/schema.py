@@ -14,21 +14,12 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Optional, Union
 
-from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, StringConstraints,
+from pydantic import (Field, StrictBool, StrictFloat, StrictInt, StrictStr, StringConstraints,
                       ValidationInfo, field_validator, model_validator)
 
+from tt_host.spec.strict import StrictModel  # noqa: F401  (engines import it from here)
+from tt_host.spec.synthesis import Synthesis
 from tt_stagekit.launcher import endpoint_error, nodes_error
-
-
-class StrictModel(BaseModel):
-    """Base for every spec object: unknown keys are errors, values are never converted.
-
-    Strict: `"4"`, `4.0` and `true` are not integers (an integer is still a valid float), a number is not
-    a string; `allow_inf_nan=False`: infinities and NaN (JSON `Infinity`, `NaN`, `1e999`) are not numbers.
-    Engines' spec blocks inherit both.
-    """
-
-    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
 
 
 class DistributedSettings(StrictModel):
@@ -134,6 +125,7 @@ class BehaviorSpec(StrictModel):
     examples: list[Example] = Field(default_factory=list)
     engine: str = DEFAULT_ENGINE
     evaluation: Optional[Evaluation] = None
+    synthesis: Optional[Synthesis] = None  # rows grown by a teacher model (docs/synthesis.md)
     # Observer plugins this run enables, with their settings (docs/plugins.md, "Trackers"): tracking only,
     # never a stage input, so adding or changing one never re-runs a stage.
     observers: dict[ObserverName, dict[SettingName, Union[StrictBool, StrictInt, StrictFloat, StrictStr]]] = Field(

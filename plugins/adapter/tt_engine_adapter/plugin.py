@@ -73,7 +73,7 @@ def _train_launch(spec: AdapterSpec) -> list[str]:
 
 
 STAGES = (
-    Stage("prepare", "tt_engine_adapter.stages.prepare", inputs=_instruction, gets_train_rows=True,
+    Stage("prepare", "tt_engine_adapter.stages.prepare", inputs=_instruction, gets_train_rows=True, gets_synthetic_rows=True,
           description="check and write the training rows"),
     Stage("prefetch", "tt_engine_adapter.stages.prefetch", inputs=_prefetch_inputs,
           description="resolve the base model and check the chat template"),

@@ -48,7 +48,7 @@ def tt_engines():
         stages=(
             Stage("prepare", "tt_engine_echo.stages.prepare", inputs=lambda s: {}, gets_train_rows=True),
             Stage("train", "tt_engine_echo.stages.train", inputs=_train_inputs, description="memorize",
-                  gets_train_rows=True),
+                  gets_train_rows=True, gets_synthetic_rows=True),
             Stage("evaluate", "tt_engine_echo.stages.evaluate", inputs=lambda s: {}, evaluates="candidate"),
         ),
         runtime_project=Path(__file__).resolve().parents[1],

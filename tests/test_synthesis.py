@@ -1,0 +1,169 @@
+"""The synthesize stage end to end: the real `tt` with the echo engine, a real HTTP teacher on loopback
+(tests/teacher_stub.py), the real cache on disk (docs/synthesis.md)."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+from conftest import echo_spec, write_spec
+from process_support import wait_until
+from teacher_stub import StubTeacher
+
+from tt_host.spec.split import normalize_prompt
+
+SECRET = "sk-test-0123-this-must-never-be-written"
+
+
+def synth_spec(url: str, rows: int = 12, **synthesis) -> dict:
+    spec = echo_spec(steps=2)
+    spec["synthesis"] = {"teacher": {"base_url": url, "model": "stub-teacher"}, "rows": rows,
+                         "inputs_per_request": 4, **synthesis}
+    return spec
+
+
+def run_files(run: Path) -> dict:
+    return {
+        "report": json.loads((run / "report.json").read_text()),
+        "rows": (run / "synthesize" / "rows.jsonl").read_bytes(),
+        "train_request": json.loads((run / "train" / "request.json").read_text()),
+        "eval_request": json.loads((run / "evaluate" / "request.json").read_text()),
+    }
+
+
+def test_target_rows_kept_and_held_out_prompts_never_kept_even_when_echoed(tt, tmp_path):
+    prompts = [example["input"] for example in echo_spec()["examples"]]
+    with StubTeacher(echo=prompts) as stub:  # every input reply repeats every spec prompt, verbatim and re-cased
+        code, out = tt.json("run", write_spec(tmp_path / "s", synth_spec(stub.url, rows=12)))
+    assert code == 0, out
+    files = run_files(Path(out["run_dir"]))
+    rows = [json.loads(line) for line in files["rows"].decode().splitlines()]
+    assert len(rows) == 12 and {row["source"] for row in rows} == {"synthetic"}
+    held = {normalize_prompt(p["messages"][1]["content"]) for p in files["eval_request"]["eval_prompts"]}
+    assert held, "the spec holds examples out"
+    kept = {normalize_prompt(row["messages"][1]["content"]) for row in rows}
+    assert not kept & held
+    metrics = files["report"]["metrics"]
+    assert metrics["synthesize.kept"] == 12 and metrics["synthesize.dropped.held_out"] >= 2 * len(held)
+    assert metrics["synthesize.dropped.training_example"] > 0
+    # the training stage got the spec's training rows and the synthetic ones; evaluation only the spec's own
+    trained = files["train_request"]["train_rows"]
+    assert [r for r in trained if r.get("source") == "synthetic"] == rows
+    assert not {normalize_prompt(r["messages"][1]["content"]) for r in trained} & held
+    assert len(files["eval_request"]["eval_prompts"]) == len(held)
+    assert "synthesis dropped: " in "\n".join(files["report"]["notes"])
+
+
+def test_rerun_sends_nothing_and_yields_the_same_bytes(tt, tmp_path):
+    with StubTeacher() as stub:
+        path = write_spec(tmp_path / "s", synth_spec(stub.url))
+        code, first = tt.json("run", path)
+        assert code == 0, first
+        sent = len(stub.requests)
+        code, second = tt.json("run", path)
+        assert code == 0, second
+        assert len(stub.requests) == sent  # everything came from the cache
+    one, two = run_files(Path(first["run_dir"])), run_files(Path(second["run_dir"]))
+    assert first["run_dir"] != second["run_dir"] and one["rows"] == two["rows"]
+    assert two["report"]["metrics"]["synthesize.requests"] == 0
+    assert two["report"]["metrics"]["synthesize.cached"] == one["report"]["metrics"]["synthesize.requests"] == sent
+
+
+def cached_bodies(spec_dir: Path) -> list[dict]:
+    return [json.loads(path.read_text())["request"] for path in (spec_dir / ".tuned-tensor" / "synthesis-cache").rglob("*.json")]
+
+
+def test_sigterm_keeps_what_arrived_and_resume_asks_only_the_rest(tt, tmp_path):
+    with StubTeacher() as reference_stub:  # the same spec, never interrupted, for the rows it must end with
+        code, reference = tt.json("run", write_spec(tmp_path / "ref", synth_spec(reference_stub.url, concurrency=2)))
+        assert code == 0, reference
+    with StubTeacher(hold_after=6) as stub:
+        path = write_spec(tmp_path / "s", synth_spec(stub.url, concurrency=2))
+        run = tmp_path / "run"
+        proc = tt.popen("run", path, "--resume", run)
+        wait_until(lambda: stub.held.is_set() or proc.poll() is not None, "the teacher to hold a request")
+        assert proc.poll() is None, proc.stderr.read()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 130, proc.stderr.read()
+        state = json.loads((run / "run.json").read_text())
+        assert state["stages"]["synthesize"]["state"] == "interrupted"
+        assert "--resume" in json.loads((run / "report.json").read_text())["resume"]
+        before = cached_bodies(tmp_path / "s")
+        assert 0 < len(before) <= 6
+        stub.hold_after = None
+        stub.release.set()
+        sent = len(stub.requests)
+        code, resumed = tt.json("run", path, "--resume", run)
+        assert code == 0, resumed
+        new = stub.requests[sent:]
+    assert new and not [body for body in new if body in before]  # nothing that had arrived is asked again
+    metrics = resumed["report"]["metrics"]
+    assert metrics["synthesize.cached"] == len(before) and metrics["synthesize.requests"] == len(new)
+    assert metrics["synthesize.requests"] + metrics["synthesize.cached"] == \
+        json.loads((Path(reference["run_dir"]) / "report.json").read_text())["metrics"]["synthesize.requests"]
+    rows = (run / "synthesize" / "rows.jsonl").read_text().splitlines()
+    reference_rows = (Path(reference["run_dir"]) / "synthesize" / "rows.jsonl").read_text().splitlines()
+    strip = lambda lines: [{k: v for k, v in json.loads(line).items() if k != "request_sha256"} for line in lines]
+    assert strip(rows) == strip(reference_rows)  # the same rows (their request hashes name another port)
+
+
+def test_429_then_500_are_retried_and_garbage_is_dropped_by_the_checks(tt, tmp_path):
+    def answer(prompt: str) -> str:
+        number = int(prompt.split("place ")[1].rstrip("?"))
+        return "<<garbage>>" if number % 3 == 0 else json.dumps({"city": f"City {number}"})
+
+    faults = [(429, {"Retry-After": "1"}, b"slow down"), (500, {}, b"internal error")]
+    with StubTeacher(answer=answer, faults=faults) as stub:
+        spec = synth_spec(stub.url, rows=8, concurrency=1, checks={"json_fields": ["city"], "max_chars": 200})
+        code, out = tt.json("run", write_spec(tmp_path / "s", spec))
+        assert stub.requests[0] == stub.requests[1] == stub.requests[2]  # the same request, retried twice
+        assert stub.times[1] - stub.times[0] >= 1.0  # Retry-After was honoured
+    assert code == 0, out
+    metrics = out["report"]["metrics"]
+    assert metrics["synthesize.retries.http_429"] == 1 and metrics["synthesize.retries.http_500"] == 1
+    assert metrics["synthesize.dropped.valid_json"] > 0 and metrics["synthesize.kept"] == 8
+    rows = (Path(out["run_dir"]) / "synthesize" / "rows.jsonl").read_text().splitlines()
+    assert all("city" in json.loads(json.loads(line)["messages"][2]["content"]) for line in rows)
+    assert "valid_json" in "\n".join(out["report"]["notes"])
+
+
+def test_a_teacher_that_never_answers_fails_the_stage_naming_its_url(tt, tmp_path):
+    with StubTeacher(silent=True) as stub:
+        spec = synth_spec(stub.url, timeout_seconds=0.5, max_retries=1)
+        code, out = tt.json("run", write_spec(tmp_path / "s", spec))
+    assert code == 1, out
+    assert f"{stub.url}/chat/completions" in out["error"] and "no answer within 0.5s" in out["error"]
+    state = json.loads((Path(out["run_dir"]) / "run.json").read_text())
+    assert state["stages"]["synthesize"]["state"] == "failed" and state["stages"]["train"]["state"] == "pending"
+
+
+def test_the_key_is_sent_but_never_written(tt, tmp_path):
+    with StubTeacher() as stub:
+        spec = synth_spec(stub.url)
+        spec["synthesis"]["teacher"]["api_key_env"] = "TT_TEST_TEACHER_KEY"
+        path = write_spec(tmp_path / "s", spec)
+        missing = tt("run", path)
+        assert missing.returncode == 2 and "TT_TEST_TEACHER_KEY is not set" in missing.stderr, missing.stderr
+        assert not (tmp_path / "s" / ".tuned-tensor" / "runs").exists() or \
+            not list((tmp_path / "s" / ".tuned-tensor" / "runs").iterdir())
+        tt.env["TT_TEST_TEACHER_KEY"] = SECRET
+        proc = tt("run", path, "--json")
+        preview = tt("data", "preview", path, "--json")
+    assert proc.returncode == 0 and preview.returncode == 0, proc.stderr + preview.stderr
+    assert set(stub.auth) == {f"Bearer {SECRET}"}
+    assert SECRET not in proc.stdout + proc.stderr + preview.stdout + preview.stderr
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and "site" not in p.parts]
+    assert any(p.name == "run.json" for p in written) and any(p.parent.name == "logs" for p in written)
+    assert [p for p in written if SECRET.encode() in p.read_bytes()] == []
+
+
+def test_bad_synthesis_fields_are_named(tt, tmp_path):
+    spec = synth_spec("ftp://nowhere", rows=0)
+    spec["synthesis"]["teacher"]["api_key_env"] = SECRET
+    spec["synthesis"]["checks"] = {"regex": "(("}
+    code, out = tt.json("validate", write_spec(tmp_path / "s", spec))
+    assert code == 2
+    assert {e["loc"] for e in out["errors"]} == {"synthesis.teacher.base_url", "synthesis.teacher.api_key_env",
+                                                 "synthesis.rows", "synthesis.checks.regex"}
+    assert SECRET not in json.dumps(out)
