@@ -3,7 +3,7 @@ it, the torchrun world size against the devices here, and the disk space, writab
 folders a run will write.
 
 The device probe is a short subprocess of the engine environment's python
-(`python -m tt_stagekit.probe DEVICE`), so the host never imports torch and the
+(`python -P -m tt_stagekit.probe DEVICE`, run from a private folder), so the host never imports torch and the
 answer is the one the stages will get. The disk checks measure free space at
 the nearest existing folder of each path against the engine's estimate
 (`Engine.disk_needs`).
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
 from tt_host.engine import Check, DiskNeed, Engine
+from tt_host.engines.isolation import private_folder, python_command, python_env
 from tt_stagekit.gpus import nvidia_gpus
 
 PROBE_TIMEOUT_SECONDS = 180.0
@@ -33,11 +34,10 @@ def existing_parent(path: Path) -> Path:
 
 
 def _probe(python: Path, device: str) -> dict[str, Any]:
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    env.pop("VIRTUAL_ENV", None)
-    env.pop("PYTHONPATH", None)
-    proc = subprocess.run([str(python), "-m", "tt_stagekit.probe", device], capture_output=True, text=True,
-                          timeout=PROBE_TIMEOUT_SECONDS, env=env)
+    with private_folder("tt-probe-") as folder:  # -P and a private folder: nothing beside the spec is imported
+        proc = subprocess.run(python_command(python, ["-m", "tt_stagekit.probe", device]), capture_output=True,
+                              text=True, timeout=PROBE_TIMEOUT_SECONDS, env=python_env(PYTHONUNBUFFERED="1"),
+                              cwd=folder)
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]

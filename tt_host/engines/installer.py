@@ -48,22 +48,21 @@ class Installer:
     def install(self, requirements: Sequence[str], upgrade: bool) -> list[str]:
         if self.kind == "pipx":
             return [self._pipx(), "inject", self.prefix.name, *(["--force"] if upgrade else []), *requirements]
-        return [_uv(), "pip", "install", "--python", sys.executable, *(["--upgrade"] if upgrade else []),
-                *requirements]
+        return _uv("pip", "install", "--python", sys.executable, *(["--upgrade"] if upgrade else []), *requirements)
 
     def uninstall(self, distribution: str) -> list[str]:
         if self.kind == "pipx":
             return [self._pipx(), "uninject", self.prefix.name, distribution]
-        return [_uv(), "pip", "uninstall", "--python", sys.executable, distribution]
+        return _uv("pip", "uninstall", "--python", sys.executable, distribution)
 
     def _pipx(self) -> str:
         return shutil.which("pipx") or "pipx"
 
 
-def _uv() -> str:
-    from tt_host.engines.uv import uv_binary
+def _uv(*arguments: str) -> list[str]:
+    from tt_host.engines.uv import uv_command
 
-    return uv_binary()
+    return uv_command(*arguments)
 
 
 def detect() -> Installer:

@@ -1,7 +1,8 @@
 """Running one stage as a subprocess in its engine environment.
 
-The stage runs as `python -m <module> <request.json>` (or the arguments its
-`Stage.launch` returns, e.g. a torchrun launcher) in a new session (its
+The stage runs as `python -P -m <module> <request.json>` (or the arguments its
+`Stage.launch` returns, e.g. a torchrun launcher; -P and PYTHONSAFEPATH keep the run folder off
+`sys.path`: tt_host.engines.isolation) in a new session (its
 own process group). Its stdout and stderr lines are parsed as JSON-line events
 (docs/protocol.md); anything else becomes a log event. Every line is appended
 to the stage log. SIGINT / SIGTERM received by the host are forwarded to the
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from tt_host.engines.isolation import python_command, python_env
 from tt_stagekit.contract import EXIT_INTERRUPTED
 from tt_stagekit.signals import AGAIN, COPY, HOST_PID_ENV, STAGE_LOG_ENV, StopRequests
 
@@ -203,10 +205,9 @@ def run_stage(
     """Run one stage to its end. keep_fds: descriptors the stage inherits (the run lock);
     on_started: called with the stage's pid once it runs."""
     started = time.monotonic()
-    env = dict(os.environ, PYTHONUNBUFFERED="1", TT_STAGE_REQUEST=str(request_path))
+    # -P and PYTHONSAFEPATH: nothing from the run folder (the stage's working folder) is importable
+    env = python_env(PYTHONUNBUFFERED="1", TT_STAGE_REQUEST=str(request_path))
     env.update({HOST_PID_ENV: str(os.getpid()), STAGE_LOG_ENV: str(log_path)})
-    env.pop("VIRTUAL_ENV", None)
-    env.pop("PYTHONPATH", None)  # the host's import path must not leak into the engine environment
     env.update(extra_env or {})
     # The log is opened before the stage starts; never through a symlink (it could point anywhere).
     log = open(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600), "a",
@@ -214,7 +215,8 @@ def run_stage(
     os.fchmod(log.fileno(), 0o600)
     try:
         process = subprocess.Popen(
-            [str(python), *(["-m", arguments] if isinstance(arguments, str) else arguments), str(request_path)],
+            python_command(python, [*(["-m", arguments] if isinstance(arguments, str) else arguments),
+                                    str(request_path)]),
             cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True, bufsize=1, text=True, errors="replace",
             pass_fds=keep_fds,

@@ -28,8 +28,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Iterable
 
+from tt_host.engines.isolation import private_folder, python_command, python_env
+from tt_host.engines.uv import NO_CONFIG, uv_binary
 from tt_host.errors import TTError
-from tt_host.engines.uv import uv_binary
 
 LOCK_NAME = "pylock.runtime.toml"
 EXPORT_TIMEOUT_SECONDS = 180
@@ -47,7 +48,7 @@ def normalize(name: str) -> str:
 
 def export_command(uv: str, project: Path, groups: Iterable[str], output: Path) -> list[str]:
     """The `uv export` that writes the shipped lock: runtime groups only, no engine, no local path packages."""
-    command = [uv, "export", "--project", str(project), "--format", "pylock.toml", "--locked", "--no-header",
+    command = [uv, NO_CONFIG, "export", "--project", str(project), "--format", "pylock.toml", "--locked", "--no-header",
                "--no-default-groups", "--no-emit-project", "--no-emit-local", "--quiet", "--output-file", str(output)]
     for group in groups:
         command += ["--group", group]
@@ -162,8 +163,9 @@ def content_digest(dists: Iterable[metadata.Distribution]) -> str:
 
 
 def site_packages(python: Path) -> Path:
-    out = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                         capture_output=True, text=True, check=True)
+    with private_folder() as folder:  # -P and a private folder: a planted sysconfig.py is never imported
+        out = subprocess.run(python_command(python, ["-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]),
+                             capture_output=True, text=True, check=True, cwd=folder, env=python_env())
     return Path(out.stdout.strip())
 
 
@@ -180,5 +182,7 @@ def install_copies(dists: Iterable[metadata.Distribution], python: Path) -> list
                 tops.add(str(target / item.relative.parts[0]))
         copied.append(f"{dist.metadata['Name']}=={dist.version}")
     # stages start fast even where PYTHONDONTWRITEBYTECODE is set (as `uv sync --compile-bytecode` does)
-    subprocess.run([str(python), "-m", "compileall", "-q", *sorted(tops)], capture_output=True, check=False)
+    with private_folder() as folder:
+        subprocess.run(python_command(python, ["-m", "compileall", "-q", *sorted(tops)]), capture_output=True,
+                       check=False, cwd=folder, env=python_env())
     return copied

@@ -112,14 +112,13 @@ def _output_path(relative: Path, mapping: dict[str, str]) -> Path:
 
 def uv_lock(project: Path, log: Callable[[str], None]) -> Optional[str]:
     """Run `uv lock` in the project; return None on success, else the reason it failed."""
-    from tt_host.engines.uv import base_python, uv_binary
+    from tt_host.engines.uv import base_python, uv_command
     from tt_host.errors import EnvBuildError
 
     try:
-        uv = uv_binary()
+        command = uv_command("lock", "--project", str(project), "--python", base_python(), "--no-python-downloads")
     except EnvBuildError as exc:
         return str(exc)
-    command = [uv, "lock", "--project", str(project), "--python", base_python(), "--no-python-downloads"]
     if os.environ.get("TT_OFFLINE", "") not in ("", "0"):
         command.append("--offline")
     env = dict(os.environ)

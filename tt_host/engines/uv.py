@@ -1,4 +1,5 @@
-"""Where uv and the base interpreter are: the two programs every engine environment is built with."""
+"""Where uv and the base interpreter are: the two programs every engine environment is built with; every uv
+call is `uv_command(...)`, which never reads a uv configuration file."""
 
 from __future__ import annotations
 
@@ -19,6 +20,17 @@ def uv_binary() -> str:
         if found:
             return found
     raise EnvBuildError("uv is not installed; reinstall tt (`pip install tuned-tensor`) or install uv, then `tt doctor`")
+
+
+# uv otherwise reads uv.toml / [tool.uv] from the current folder and its parents (an index planted in a
+# cloned project) and the user's uv.toml: tt's builds and installs depend on the lock and arguments only.
+NO_CONFIG = "--no-config"
+
+
+def uv_command(*arguments: str) -> list[str]:
+    """`uv --no-config ARGUMENTS`: every uv call tt makes (the project, where one is meant, is passed as
+    --project; its [tool.uv.sources] still apply, its settings and any uv.toml do not)."""
+    return [uv_binary(), NO_CONFIG, *arguments]
 
 
 def base_python() -> str:

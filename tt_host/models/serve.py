@@ -24,7 +24,6 @@ The host:
 from __future__ import annotations
 
 import ipaddress
-import os
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from tt_host.engine import SERVE_EXPORT, SERVE_ON_BASE, SERVE_OWN, Engine
 from tt_host.models.export import ExportError, engine_python, serving_folder
 from tt_host.fsutil import write_json_atomic
 from tt_host.models.references import ResolvedModel
+from tt_host.engines.isolation import python_command, python_env
 from tt_host.engines.runner import OutputReader, SignalForwarder, parse_event
 from tt_stagekit.addresses import is_loopback
 from tt_stagekit.contract import EXIT_INTERRUPTED, InvalidInput, ServeRequest
@@ -165,13 +165,11 @@ def run_server(model: ResolvedModel, options: ServeOptions, on_event: Callable[[
         request = build_request(model, options, log, Path(tmp) / "ready.json")
         request_path = Path(tmp) / "serve-request.json"
         write_json_atomic(request_path, request)
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        env.pop("PYTHONPATH", None)
-        env.pop("VIRTUAL_ENV", None)
+        env = python_env(PYTHONUNBUFFERED="1")
         env.pop("TT_SERVE_API_KEY", None)
         if options.api_key:
             env["TT_SERVE_API_KEY"] = options.api_key
-        process = subprocess.Popen([str(python), "-m", engine.serve.module, str(request_path)], env=env, cwd=tmp,
+        process = subprocess.Popen(python_command(python, ["-m", engine.serve.module, str(request_path)]), env=env, cwd=tmp,
                                    stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True,
                                    text=True, bufsize=1, errors="replace")
         # Forward the signal received (a second SIGINT makes uvicorn stop at once); kill after the grace.
