@@ -24,3 +24,12 @@ class TTError(Exception):
 
 class EnvBuildError(TTError):
     """An engine environment could not be built or uv could not be run (tt_host.engines.envs, .uv)."""
+
+
+class CorruptRecord(TTError, ValueError):
+    """A record tt wrote (a registry entry, an activation history line, run.json) that no longer reads as one:
+    the message names the file (and line), what is wrong with it and what to do (exit 1)."""
+
+    def __init__(self, file: object, problem: str, remedy: str) -> None:
+        self.file, self.problem, self.remedy = str(file), problem, remedy
+        super().__init__(f"{file}: {problem}; {remedy}")

@@ -19,12 +19,15 @@ def list_models(json_mode: bool = JsonOption) -> None:
     """Every registered model."""
     from tt_host.models.registry import list_models as entries
 
-    models = entries()
+    problems: list[str] = []  # corrupt entries: named, never skipped silently
+    models = entries(problems)
     if json_mode:
-        emit_json({"models": models})
+        emit_json({"models": models, **({"problems": problems} if problems else {})})
         return
     show_table(("id", "kind", "engine", "path"),
-               [(model["id"], model["kind"], model["engine"], model["path"]) for model in models])
+               [(model.get("id"), model.get("kind"), model.get("engine"), model.get("path")) for model in models])
+    for problem in problems:
+        err.print(f"tt: not listed: {problem}", markup=False, highlight=False)
 
 
 def _model_id(reference: str) -> str:

@@ -24,22 +24,25 @@ def list_runs(
 ) -> None:
     """List runs with engine, status and spec: every run tt started or resumed (the run index in $TT_HOME),
     wherever its folder; a moved or deleted folder is shown as missing."""
+    from tt_host.errors import CorruptRecord
     from tt_host.runs import index
     from tt_host.runs.store import RunDir, find_runs
 
     with os_errors_refused(json_mode):
         found = [path.absolute() for path in find_runs(root or Path("."))]
         recorded = [] if (here or root is not None) else index.entries()
-    rows, seen = [], set()
+    rows, seen, problems = [], set(), []
     for path in found + [Path(e["run_dir"]) for e in recorded if not e["missing"]]:
         if path in seen:
             continue
         seen.add(path)
         try:
             state = RunDir(path).load()
-        except (OSError, ValueError, RecursionError):  # unreadable, not JSON, JSON beyond the parser's limits
+        except CorruptRecord as exc:  # named, never skipped silently
+            problems.append(str(exc))
             continue
-        if not isinstance(state, dict):
+        except OSError as exc:
+            problems.append(f"{path / 'run.json'}: cannot be read ({exc.strerror or exc}); check its permissions")
             continue
         rows.append({"run_dir": str(path), "id": state.get("id"), "engine": state.get("engine"),
                      "status": state.get("status"), "spec": state.get("spec_name"),
@@ -50,10 +53,12 @@ def list_runs(
                          "status": "missing", "spec": None, "created_at": entry.get("created_at"),
                          "updated_at": entry.get("indexed_at")})
     if json_mode:
-        emit_json({"runs": rows})
+        emit_json({"runs": rows, **({"problems": problems} if problems else {})})
         return
     show_table(("run", "engine", "status", "spec", "updated"),
                [(row["run_dir"], row["engine"], row["status"], row["spec"], row["updated_at"]) for row in rows])
+    for problem in problems:
+        typer.echo(f"tt: not listed: {problem}", err=True)
 
 
 @app.command()

@@ -45,10 +45,10 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from tt_host.engine import Engine
-from tt_host.fsutil import FileLock, LockHeld, remove_tree, write_json_atomic
+from tt_host.fsutil import FileLock, LockHeld, NotARegularFile, open_regular, remove_tree, write_json_atomic
 from tt_host.ids import inside
 from tt_host.engines import runtime_lock
-from tt_host.engines.uv import base_python, uv_binary
+from tt_host.engines.uv import base_python, uv_command
 from tt_host.errors import EnvBuildError
 
 MARKER = ".tt-env-complete.json"
@@ -157,6 +157,10 @@ def ensure_env(
     if str(path) in _IN_USE:  # it was removed behind our back: our own shared lock must not block the build
         os.close(_IN_USE.pop(str(path)))
     lock = FileLock(path.parent / f"{path.name}.lock", holder=f"pid {os.getpid()} building {path.name}")
+    try:
+        lock.acquire(blocking=True)
+    except NotARegularFile as exc:
+        raise EnvBuildError(f"environment {path.name}: {exc}") from None
     with lock:
         if is_ready(path):  # another process finished it while we waited
             lock.release()
@@ -182,7 +186,7 @@ def ensure_env(
 
 def _uv_sync(engine: Engine, project: Path, path: Path, offline: bool, log: Callable[[str], None]) -> None:
     command = [
-        uv_binary(), "sync", "--locked", "--project", str(project),
+        *uv_command("sync", "--locked", "--project", str(project)),
         "--python", base_python(), "--no-python-downloads",
         "--no-default-groups",  # never the project's `dev` group (pytest, ...) in a user's environment
         "--compile-bytecode",  # stages start fast even where PYTHONDONTWRITEBYTECODE is set
@@ -193,12 +197,11 @@ def _uv_sync(engine: Engine, project: Path, path: Path, offline: bool, log: Call
 
 
 def _from_lock(engine: Engine, lock: Path, path: Path, offline: bool, log: Callable[[str], None]) -> None:
-    uv = uv_binary()
-    _run_uv(engine, [uv, "venv", "--quiet", "--python", base_python(), "--no-python-downloads",
-                     str(path)], offline, log, path)
+    _run_uv(engine, uv_command("venv", "--quiet", "--python", base_python(), "--no-python-downloads", str(path)),
+            offline, log, path)
     # uv (0.13) calls installing from a pylock.toml a preview feature; tt pins the uv it is tested with.
-    _run_uv(engine, [uv, "pip", "sync", "--preview-features", "pylock", "--python", str(env_python(path)),
-                     "--compile-bytecode", str(lock)], offline, log, path)
+    _run_uv(engine, uv_command("pip", "sync", "--preview-features", "pylock", "--python", str(env_python(path)),
+                               "--compile-bytecode", str(lock)), offline, log, path)
     try:
         copied = runtime_lock.install_copies(runtime_lock.companions(engine.distribution, lock), env_python(path))
     except (runtime_lock.RuntimeLockError, OSError, subprocess.CalledProcessError) as exc:
@@ -248,7 +251,10 @@ def hold(path: Path) -> None:
     process exits), so `tt engines gc` in another process never deletes it under a running stage or server."""
     if str(path) in _IN_USE:
         return
-    fd = os.open(path.parent / f"{path.name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fd = open_regular(path.parent / f"{path.name}.lock", os.O_RDWR | os.O_CREAT)
+    except NotARegularFile as exc:
+        raise EnvBuildError(f"environment {path.name}: {exc}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_SH)
     except OSError:
@@ -314,6 +320,9 @@ def gc(engines: Iterable[Engine], dry_run: bool = False) -> GcResult:
             lock.acquire()
         except LockHeld:
             result.kept.append((path, "in use by a running tt (or being built)"))
+            continue
+        except NotARegularFile as exc:
+            result.kept.append((path, str(exc)))
             continue
         try:
             size = folder_bytes(path)

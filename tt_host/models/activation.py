@@ -3,7 +3,10 @@
 The history is `$TT_HOME/activations.jsonl`, beside the registry folder
 (`$TT_HOME/models`). Each line is one record, appended whole under an
 exclusive lock (`activations.lock`) with one write and an fsync, so readers
-never see half a record; a torn last line (power loss) is ignored. Nothing is
+never see half a record; a torn last line (power loss, a kill mid-append) is
+ignored by readers and repaired by the next append (tt_host.fsutil.append_line),
+so the record appended next is never lost in it. A line that is not a record
+is named (file:line) by every command that reads the history. Nothing else is
 ever rewritten or removed.
 
 Records:
@@ -30,9 +33,9 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from tt_host.errors import TTError
+from tt_host.errors import CorruptRecord, TTError
 from tt_host.models import registry
-from tt_host.fsutil import FileLock, make_private_dir
+from tt_host.fsutil import FileLock, append_line, make_private_dir
 
 HISTORY = "activations.jsonl"
 
@@ -46,18 +49,27 @@ def history_path() -> Path:
 
 
 def read_history() -> list[dict[str, Any]]:
+    """The history's records, oldest first. A torn last line (no newline: a writer killed mid-append, never a
+    committed record) is left out, and the next append repairs it; any other line that is not a record raises
+    CorruptRecord naming the file and line (the active model cannot be known past it)."""
     try:
-        text = history_path().read_text(encoding="utf-8")
+        data = history_path().read_bytes()
     except FileNotFoundError:
         return []
+    lines = data.split(b"\n")
+    lines.pop()  # after the last newline: b"" or a torn last line
     records = []
-    for line in text.splitlines():
+    for number, line in enumerate(lines, 1):
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a torn last line
-        if isinstance(record, dict):
-            records.append(record)
+            record = json.loads(line.decode("utf-8"))
+        except (ValueError, RecursionError):
+            record = None
+        if not isinstance(record, dict) or record.get("action") not in ("activate", "rollback") or (
+                record["action"] == "activate" and not isinstance(record.get("model"), str)):
+            raise CorruptRecord(f"{history_path()}:{number}", "not an activation record",
+                                "restore the file from a backup, or remove that line (the active model is then "
+                                "worked out without it) and check `tt models history`")
+        records.append(record)
     return records
 
 
@@ -84,13 +96,7 @@ def current() -> dict[str, Any]:
 def _append(record: dict[str, Any]) -> dict[str, Any]:
     record = {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **record, "user": _user()}
     line = (json.dumps(record, ensure_ascii=False, sort_keys=False) + "\n").encode("utf-8")
-    fd = os.open(history_path(), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        if os.write(fd, line) != len(line):
-            raise OSError(f"short write to {history_path()}")
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    append_line(history_path(), line)  # a regular file only; a torn last line repaired first
     return record
 
 

@@ -17,6 +17,7 @@ from typing import Any, Optional
 from tt_stagekit.manifest import MANIFEST, verify  # noqa: F401 (MANIFEST: the host's name for it)
 
 from tt_host import ids
+from tt_host.errors import CorruptRecord
 from tt_host.fsutil import make_private_dir, sha256_file, write_json_atomic
 
 
@@ -100,18 +101,32 @@ def _free_id(base: str, path: Path) -> str:
         number += 1
 
 
-def list_models() -> list[dict[str, Any]]:
+def read_entry(file: Path) -> dict[str, Any]:
+    """One registry entry file; CorruptRecord naming it when it is not an entry (never skipped silently)."""
+    remedy = (f"move it out of {registry_dir()} (its model is then unregistered) or restore it from a backup; "
+              "re-running the run registers its models again")
+    try:
+        entry = json.loads(Path(file).read_bytes().decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, nested beyond the parser
+        raise CorruptRecord(file, f"not a JSON registry entry ({exc})", remedy) from None
+    if not isinstance(entry, dict) or not isinstance(entry.get("id"), str) or not isinstance(entry.get("path"), str):
+        raise CorruptRecord(file, "not a registry entry (an object with a string id and path)", remedy)
+    return entry
+
+
+def list_models(problems: Optional[list[str]] = None) -> list[dict[str, Any]]:
+    """Every registry entry. A corrupt one raises CorruptRecord, or is named in `problems` when a list is given."""
     root = registry_dir()
     if not root.is_dir():
         return []
     models = []
     for file in sorted(root.glob("*.json")):
         try:
-            entry = json.loads(file.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError, OSError):
-            continue
-        if isinstance(entry, dict) and isinstance(entry.get("id"), str):
-            models.append(entry)
+            models.append(read_entry(file))
+        except CorruptRecord as exc:
+            if problems is None:
+                raise
+            problems.append(str(exc))
     return models
 
 
@@ -125,8 +140,8 @@ def get_model(model_id: str) -> Optional[dict[str, Any]]:
     file = registry_dir() / f"{model_id}.json"
     if not file.is_file():
         return None
-    entry = json.loads(file.read_text(encoding="utf-8"))
-    return entry if isinstance(entry, dict) and entry.get("id") == model_id else None
+    entry = read_entry(file)
+    return entry if entry.get("id") == model_id else None
 
 
 def verify_model(model_id: str) -> tuple[dict[str, Any], list[Problem]]:

@@ -7,6 +7,8 @@
     <run>/logs/<stage>.log
     <run>/report.json, report.md
     <run>/.tt-run.lock    held (flock) by the process driving the run and by the stage processes it started
+<run>/.tt-reserve     space held while tt drives the run, released when the disk fills so run.json and the
+                      report still fit (removed when the run ends)
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ RUN_JSON = "run.json"
 SPEC_JSON = "spec.json"
 LOGS = "logs"
 LOCK = ".tt-run.lock"
+RESERVE = ".tt-reserve"
 REQUEST = "request.json"
 RESULT = "result.json"
 REPORT_JSON = "report.json"

@@ -5,6 +5,9 @@ device, a dangling symbolic link, has a parent that is a file, or exists holding
 a run (`foreign`). The lock comes first (`open_run`): whether the run exists is decided under it, so a
 second `tt run --resume R` started meanwhile is refused at once instead of re-creating R once the
 first has finished. A folder the opening made, in which no run was created, is removed again.
+
+What an unfinished creation leaves (the lock, an empty logs/, spec.json, their temp files: a run killed
+or out of disk before run.json existed) is not "foreign": the next `--resume` creates the run over it.
 """
 
 from __future__ import annotations
@@ -47,15 +50,46 @@ def check_run_path(path: Path) -> None:
                          "an existing run directory")
 
 
+def _creation_leftover(entry: os.DirEntry) -> bool:
+    """What starting a run leaves before run.json exists (a run being started now, or one killed or out of disk
+    while it was created): the run lock, the space reserve, an empty logs/, spec.json and the temp files of
+    their atomic writes.
+    Each must be what tt makes: a symbolic link never counts (a planted `.tt-run.lock -> victim`)."""
+    if entry.is_symlink():
+        return False
+    if entry.name == layout.LOGS:
+        return entry.is_dir() and not any(os.scandir(entry.path))
+    if entry.name in (layout.LOCK, layout.SPEC_JSON, layout.RESERVE):
+        return entry.is_file()
+    return entry.is_file() and any(entry.name.startswith(f".{name}.") and entry.name.endswith(".tmp")
+                                   for name in (layout.SPEC_JSON, layout.RUN_JSON))
+
+
 def _fresh(path: Path) -> bool:
-    """An empty folder, or one holding only a run lock (a run being started right now)."""
-    return path.is_dir() and all(entry.name == layout.LOCK for entry in path.iterdir())
+    """An empty folder, or one holding only what an unfinished creation leaves (`_creation_leftover`)."""
+    if not path.is_dir():
+        return False
+    with os.scandir(path) as entries:
+        return all(_creation_leftover(entry) for entry in entries)
 
 
 def refuse_foreign(run: RunDir) -> None:
     """Refuse a folder that exists, is not a run directory and is neither empty nor being started."""
     if run.path.exists() and not run.exists() and not _fresh(run.path):
         raise RunRefused(f"{run.path} exists and is not a tt run directory; pass an empty or new folder")
+
+
+def remove_unstarted(path: Path) -> None:
+    """Remove a folder this opening made in which no run was created: only creation leftovers, then the
+    folder itself (anything else found there is left alone, and so is the folder)."""
+    try:
+        with os.scandir(path) as entries:
+            for entry in entries:
+                if _creation_leftover(entry):
+                    os.rmdir(entry.path) if entry.is_dir(follow_symlinks=False) else os.unlink(entry.path)
+        path.rmdir()
+    except OSError:
+        pass
 
 
 @contextmanager
@@ -72,9 +106,5 @@ def open_run(run: RunDir) -> Iterator[bool]:
         yield existed
     finally:
         run.unlock()
-        if made and not run.exists():  # nothing was run: leave no folder behind
-            (run.path / layout.LOCK).unlink(missing_ok=True)
-            try:
-                run.path.rmdir()
-            except OSError:
-                pass
+        if made and not run.exists():  # nothing was run (or its creation failed): leave no folder behind
+            remove_unstarted(run.path)

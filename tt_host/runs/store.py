@@ -17,15 +17,19 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from tt_host.errors import TTError
-from tt_host.fsutil import (FileLock, LockHeld, make_private_dir, processes_holding, remove_tree, sha256_file,
-                            write_json_atomic)
+from tt_host.errors import CorruptRecord, TTError
+from tt_host.fsutil import (FileLock, LockHeld, NotARegularFile, make_private_dir, processes_holding, remove_tree,
+                            reserve_space, sha256_file, write_json_atomic)
 from tt_host.runs import layout
 from tt_host.runs.state import RunState
 
 
 def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+# What a failed run still writes after the disk filled: run.json and report.json / report.md, with room to spare.
+RESERVE_BYTES = 256 * 1024
 
 
 class RunInUseError(TTError, RuntimeError):
@@ -63,11 +67,32 @@ class RunDir:
         return self.run_json.is_file()
 
     def load(self) -> dict[str, Any]:
-        """run.json as written (for reading; a run being driven uses `load_state`)."""
-        return json.loads(self.run_json.read_text(encoding="utf-8"))
+        """run.json as written (for reading; a run being driven uses `load_state`). One that is not a run's
+        state (not JSON, not an object, stages not objects) raises CorruptRecord naming it."""
+        remedy = (f"restore it from a backup, or move {self.path} aside and start a new run (`tt run SPEC`); "
+                  "tt never rewrites a run.json it cannot read")
+        try:
+            data = json.loads(self.run_json.read_bytes().decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise CorruptRecord(self.run_json, f"not UTF-8 text ({exc.reason} at byte {exc.start})", remedy) from None
+        except json.JSONDecodeError as exc:
+            raise CorruptRecord(self.run_json, f"not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})",
+                                remedy) from None
+        except RecursionError:
+            raise CorruptRecord(self.run_json, "JSON nested too deeply to read", remedy) from None
+        if not isinstance(data, dict):
+            raise CorruptRecord(self.run_json, f"a JSON {type(data).__name__}, not an object", remedy)
+        stages = data.get("stages", {})
+        if not isinstance(stages, dict) or not all(isinstance(s, dict) for s in stages.values()):
+            raise CorruptRecord(self.run_json, "its \"stages\" is not an object of stage objects", remedy)
+        return data
 
     def load_state(self) -> RunState:
-        return RunState.from_json(self.load())
+        try:
+            return RunState.from_json(self.load())
+        except TypeError as exc:  # a field of an unexpected shape
+            raise CorruptRecord(self.run_json, f"not a run state ({exc})",
+                                f"restore it from a backup, or move {self.path} aside and start a new run") from None
 
     def save(self, state: RunState) -> None:
         state.updated_at = now()
@@ -80,6 +105,14 @@ class RunDir:
     def remove_stage(self, stage: str) -> None:
         """Delete a replaceable stage's folder before it runs again from scratch."""
         remove_tree(self.stage_dir(stage))
+
+    def reserve(self) -> None:
+        """Hold RESERVE_BYTES in the run folder (DiskFull when even that is not free: nothing is started)."""
+        reserve_space(self.path / layout.RESERVE, RESERVE_BYTES)
+
+    def release_reserve(self) -> None:
+        """Give the held space back: the disk filled (run.json and the report must still fit), or the run ended."""
+        (self.path / layout.RESERVE).unlink(missing_ok=True)
 
     def create(self, state: RunState, spec: dict[str, Any]) -> None:
         make_private_dir(self.path)
@@ -95,6 +128,8 @@ class RunDir:
         lock = FileLock(self.path / layout.LOCK, holder=holder)
         try:
             self._lock = lock.acquire(blocking=False)
+        except NotARegularFile as exc:
+            raise TTError(f"cannot lock run directory {self.path}: {exc}", 2) from None
         except LockHeld as exc:
             raise RunInUseError(in_use_message(self.path, exc.holder, processes_holding(lock.path))) from None
 

@@ -112,7 +112,9 @@ def host_gone() -> None:
     _redirected = True
     target = os.environ.get(STAGE_LOG_ENV) or os.devnull
     try:
-        fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        # never through a link (the host opened the log the same way); /dev/null itself is a device
+        fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT | (0 if target == os.devnull else os.O_NOFOLLOW),
+                     0o600)
     except OSError:
         fd = os.open(os.devnull, os.O_WRONLY)
     for stream in (1, 2):
