@@ -1,4 +1,4 @@
-"""`tt`: the root command, `run`, `pipeline run`, `validate`, `doctor` and `init`.
+"""`tt`: the root command, `run`, `validate`, `doctor` and `init` (`tt pipeline` is tt_host.cli.pipeline).
 
 Heavy imports (pydantic, plugins) happen inside commands so `tt --help` stays fast.
 """
@@ -15,10 +15,12 @@ from tt_host import __version__
 from tt_host.cli import data as data_cli
 from tt_host.cli import engines as engines_cli
 from tt_host.cli import models as models_cli
+from tt_host.cli import pipeline as pipeline_cli
 from tt_host.cli import runs as runs_cli
 from tt_host.cli import serve as serve_cli
 from tt_host.cli.common import (JsonOption, TTGroup, console, emit_json, err, escape, fail, load_plugins, os_errors_refused,
                                 show_table)
+from tt_host.cli.running import DEVICES, SPEC_DEFAULT, SpecArgument, print_errors, print_warnings, run_spec
 from tt_host.spec.schema import DEFAULT_ENGINE
 from tt_stagekit.contract import EXIT_INTERRUPTED
 
@@ -26,14 +28,11 @@ app = typer.Typer(
     name="tt", no_args_is_help=True, add_completion=False, cls=TTGroup,
     help="tt: turn a behavior spec (tunedtensor.json) into a trained, evaluated model on your own hardware.",
 )
-pipeline_app = typer.Typer(no_args_is_help=True, help="Run the pipeline in the form long runs use.")
 app.add_typer(engines_cli.app, name="engines")
 app.add_typer(runs_cli.app, name="runs")
 app.add_typer(models_cli.app, name="models")
-app.add_typer(pipeline_app, name="pipeline")
+app.add_typer(pipeline_cli.app, name="pipeline")
 app.add_typer(data_cli.app, name="data")
-
-DEVICES = ("auto", "cpu", "cuda", "mps")
 
 
 def _version(value: bool) -> None:
@@ -47,36 +46,15 @@ def root(version: bool = typer.Option(False, "--version", callback=_version, is_
     """tt: a local training runtime for behavior specs."""
 
 
-SPEC_DEFAULT = Path("tunedtensor.json")
-SpecArgument = typer.Argument(SPEC_DEFAULT, help="Path to the spec (default: ./tunedtensor.json).")
-
-
-def _print_warnings(loaded) -> None:
-    """One line on stderr per legacy key that was mapped (the --json output lists them too)."""
-    for warning in loaded.warnings:
-        err.print(f"[yellow]warning:[/] {escape(warning.msg)}")
-
-
-def _print_errors(loaded, json_mode: bool) -> None:
-    if json_mode:
-        emit_json({"valid": False, "engine": loaded.engine_name, "spec_path": str(loaded.path),
-                   "errors": [e.as_dict() for e in loaded.errors], "warnings": [w.as_dict() for w in loaded.warnings]})
-        return
-    err.print(f"[red]{escape(str(loaded.path))}: invalid spec[/]")
-    for error in loaded.errors:
-        err.print(f"  [bold]{escape(error.loc)}[/]: {escape(error.msg)}")
-    err.print("Fix the fields above, then `tt validate` again.")
-
-
 @app.command()
 def validate(spec: Path = SpecArgument, json_mode: bool = JsonOption) -> None:
     """Validate a spec and show the compiled system message. Exit 2 when invalid."""
     from tt_host.spec.loading import load_spec
 
     loaded = load_spec(spec, load_plugins())
-    _print_warnings(loaded)
+    print_warnings(loaded)
     if not loaded.valid:
-        _print_errors(loaded, json_mode)
+        print_errors(loaded, json_mode)
         raise typer.Exit(2)
     compiled = loaded.compiled
     if json_mode:
@@ -102,60 +80,6 @@ def validate(spec: Path = SpecArgument, json_mode: bool = JsonOption) -> None:
     console.print(f"sha256 {compiled.system_message_sha256}")
 
 
-def _dry_run(loaded, resume: Optional[Path], json_mode: bool) -> None:
-    """Print what `tt run` would do with each stage; create nothing. Exit 2 when it would refuse."""
-    from tt_host.runs.pipeline import preview
-
-    run_dir, exists, decisions = preview(loaded, resume.absolute() if resume else None)
-    refused = any(d.action == "refuse" for d in decisions)
-    if json_mode:
-        emit_json({"dry_run": True, "ok": not refused, "run_dir": str(run_dir), "exists": exists,
-                   "stages": [d.as_dict() for d in decisions]})
-    else:
-        console.print(f"{'resume' if exists else 'new run'}: {run_dir} (dry run: nothing was created)", markup=False)
-        styles = {"refuse": "red", "reuse": "green", "skip": "dim", "rerun": "yellow"}
-        show_table(("stage", "would", "why"),
-                   [(d.stage, Text(d.action, style=styles.get(d.action, "cyan")), d.reason) for d in decisions])
-        if refused:
-            err.print("[red]tt run would refuse:[/] use a new run directory, or undo the changes named above")
-    raise typer.Exit(2 if refused else 0)
-
-
-def _run(spec: Path, resume: Optional[Path], device: Optional[str], json_mode: bool, dry_run: bool = False) -> None:
-    from tt_host.runs.progress import reporter
-    from tt_host.runs.pipeline import execute
-    from tt_host.spec.loading import load_spec
-
-    if device is not None and device not in DEVICES:
-        fail(f"--device must be one of {', '.join(DEVICES)}, not {device!r}", json_mode=json_mode)
-    plugins = load_plugins()
-    loaded = load_spec(spec, plugins)
-    _print_warnings(loaded)
-    if not loaded.valid:
-        _print_errors(loaded, json_mode)
-        raise typer.Exit(2)
-    if dry_run:
-        _dry_run(loaded, resume, json_mode)
-    try:
-        outcome = execute(loaded, plugins, run_dir=resume.absolute() if resume else None, device=device,
-                          reporter=reporter(json_mode))
-    except KeyboardInterrupt:
-        fail("interrupted", code=EXIT_INTERRUPTED, json_mode=json_mode)
-    if json_mode:
-        emit_json({"status": outcome.status, "exit_code": outcome.exit_code, "run_dir": str(outcome.run_dir),
-                   "error": outcome.error, "report": outcome.report})
-    else:
-        style = {"completed": "green", "interrupted": "yellow"}.get(outcome.status, "red")
-        console.print(f"[{style}]run {outcome.status}[/]: {escape(str(outcome.run_dir))}")
-        if outcome.error:
-            err.print(f"[red]error:[/] {escape(outcome.error)}")
-        if outcome.status == "interrupted":
-            console.print(f"resume with: tt run {loaded.path} --resume {outcome.run_dir}", markup=False)
-        elif outcome.report:
-            console.print(f"report: {outcome.run_dir / 'report.md'}", markup=False)
-    raise typer.Exit(outcome.exit_code)
-
-
 @app.command()
 def run(
     spec: Path = SpecArgument,
@@ -166,18 +90,7 @@ def run(
     json_mode: bool = JsonOption,
 ) -> None:
     """Train, evaluate and report a spec with its engine."""
-    _run(spec, resume, device, json_mode, dry_run)
-
-
-@pipeline_app.command("run")
-def pipeline_run(
-    spec: Path = typer.Option(..., "--spec", help="Path to tunedtensor.json."),
-    resume: Path = typer.Option(..., "--resume", help="Run directory to start or continue."),
-    device: Optional[str] = typer.Option(None, "--device", help="auto, cpu, cuda or mps."),
-    json_mode: bool = JsonOption,
-) -> None:
-    """Same as `tt run SPEC --resume DIR`."""
-    _run(spec, resume, device, json_mode)
+    run_spec(spec, resume, device, json_mode, dry_run)
 
 
 @app.command()

@@ -33,6 +33,6 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("engines", "Installed engines and their environments."),
     ("runs", "Runs and their reports."),
     ("models", "Registered models: the verified artifacts runs produced."),
-    ("pipeline", "Run the pipeline in the form long runs use."),
+    ("pipeline", "Pipeline documents (tunedtensor.pipeline.json): init, validate, plan, run."),
     ("data", "Training data grown by a teacher model (the spec's synthesis block)."),
 )

@@ -92,22 +92,24 @@ def kept_split(loaded: LoadedSpec, state: dict[str, Any], run: RunDir) -> Loaded
     return replace(loaded, compiled=compile_spec(loaded.spec, recorded))
 
 
-def preview(loaded: LoadedSpec, run_dir: Optional[Path]) -> tuple[Path, bool, list[Decision]]:
+def preview(loaded: LoadedSpec, run_dir: Optional[Path],
+            only: Optional[frozenset[str]] = None) -> tuple[Path, bool, list[Decision]]:
     """What `execute` would do, without locking or writing anything: (run dir, exists, decisions).
     Raises RunRefused for a folder that is not a run directory or one made by another engine."""
     plan = chain(loaded.engine, loaded.spec, loaded.compiled)
     if run_dir is None:
-        return default_run_dir(loaded.path, new_run_id(spec_digest(loaded))), False, decide(plan, None, None, loaded.spec)
+        run_dir = default_run_dir(loaded.path, new_run_id(spec_digest(loaded)))
+        return run_dir, False, decide(plan, None, None, loaded.spec, only)
     check_run_path(run_dir)
     run = RunDir(run_dir)
     if not run.exists():
         refuse_foreign(run)
-        return run.path, False, decide(plan, None, None, loaded.spec)
+        return run.path, False, decide(plan, None, None, loaded.spec, only)
     state = run.load()
     _same_engine(state, loaded)
     loaded = kept_split(loaded, state, run)
     plan = chain(loaded.engine, loaded.spec, loaded.compiled)
-    return run.path, True, decide(plan, state, run, loaded.spec)
+    return run.path, True, decide(plan, state, run, loaded.spec, only)
 
 
 def execute(
@@ -116,8 +118,10 @@ def execute(
     run_dir: Optional[Path] = None,
     device: Optional[str] = None,
     reporter: QuietReporter = QuietReporter(),
+    only: Optional[frozenset[str]] = None,
 ) -> RunOutcome:
-    """Run (or resume) a validated spec. Raises RunRefused (exit 2) before changing anything."""
+    """Run (or resume) a validated spec; `only`: the stages a pipeline document runs (tt_host.runs.plan).
+    Raises RunRefused (exit 2) before changing anything."""
     assert loaded.valid and loaded.engine and loaded.spec and loaded.compiled
     if run_dir is not None:
         check_run_path(run_dir)
@@ -129,7 +133,7 @@ def execute(
             _same_engine(state, loaded)
             loaded = kept_split(loaded, state, run)
         plan = chain(loaded.engine, loaded.spec, loaded.compiled)
-        decisions = decide(plan, state, run if existed else None, loaded.spec)
+        decisions = decide(plan, state, run if existed else None, loaded.spec, only)
         if message := refusal(decisions) or teacher_problem(loaded.spec, decisions):
             raise RunRefused(message)
         return _drive(RunCall(loaded, plugins, run, device, reporter, digest, existed), plan, decisions)
@@ -245,6 +249,9 @@ def _stages(call: RunCall, env: envs.EnvInfo, state: RunState, plan: list[Planne
     exit_code, error = EXIT_OK, None
     for (stage, inputs, fingerprint), decision in zip(plan, decisions):
         record = state.stages[stage.name]
+        if decision.action == "leave":  # no step of the pipeline document runs it: its record stays as it is
+            tally.actions[stage.name] = "left"
+            continue
         if decision.action == "skip":
             record.skipped(fingerprint, inputs)
             tally.actions[stage.name] = "skipped"

@@ -10,7 +10,10 @@ For every stage of the plan one `Decision`:
   folder is deleted and it runs again from scratch;
 - `skip`: the spec turns the stage off;
 - `refuse`: a stage that may not be replaced (pretraining) finished or started
-  with other inputs: the run needs a new run directory.
+  with other inputs: the run needs a new run directory;
+- `leave`: a pipeline document's steps do not include the stage (`only`), and it
+  has not completed with the same inputs: it is left as it is (one that has is
+  reused, so the stages after it can read it).
 
 `tt run` acts on these decisions (refusing before anything is written) and
 `tt run --dry-run` prints them.
@@ -60,8 +63,10 @@ def _general_only(record: dict[str, Any], inputs: dict[str, Any]) -> bool:
     return bool(changed) and all(key.startswith(GENERAL_KEY.lstrip("_")) for key in changed)
 
 
-def decide(plan: list[PlannedStage], state: Optional[dict[str, Any]], run: Optional[RunDir], spec) -> list[Decision]:
-    """One Decision per stage. `state` is the run's run.json (None for a new run)."""
+def decide(plan: list[PlannedStage], state: Optional[dict[str, Any]], run: Optional[RunDir], spec,
+           only: Optional[frozenset[str]] = None) -> list[Decision]:
+    """One Decision per stage. `state` is the run's run.json (None for a new run); `only`, the stages a
+    pipeline document's steps run (None: all)."""
     old = (state or {}).get("stages") or {}
     cache: dict[int, list[str]] = {}
     out = []
@@ -76,6 +81,13 @@ def decide(plan: list[PlannedStage], state: Optional[dict[str, Any]], run: Optio
                                     f"(changed: {what}); use a new run directory"))
             else:
                 out.append(Decision(stage.name, "skip", "this spec turns it off"))
+            continue
+        if only is not None and stage.name not in only:
+            if same and was == "completed" and run is not None and record.get("result_sha256") == run.result_digest(
+                    stage.name):
+                out.append(Decision(stage.name, "reuse", "completed earlier with the same inputs (no step runs it)"))
+            else:
+                out.append(Decision(stage.name, "leave", "no step of this pipeline runs it; left as it is"))
             continue
         if was in ("pending", "skipped"):
             out.append(Decision(stage.name, "run", "not run yet in this run directory"))

@@ -23,6 +23,7 @@ class EchoConfig(StrictModel):
     learning_rate: float = Field(0.1, gt=0)
     reject_input: bool = False  # the prepare stage finds its input invalid (exit 2)
     ignore_stop: bool = False  # the train stage ignores SIGTERM/SIGINT (the host's kill must end it)
+    baseline: bool = False  # the baseline stage (echoes every prompt: the untrained base) runs
 
 
 class EchoSpec(BehaviorSpec):
@@ -50,6 +51,9 @@ def tt_engines():
             Stage("train", "tt_engine_echo.stages.train", inputs=_train_inputs, description="memorize",
                   gets_train_rows=True, gets_synthetic_rows=True),
             Stage("evaluate", "tt_engine_echo.stages.evaluate", inputs=lambda s: {}, evaluates="candidate"),
+            # Last, so the stages before keep their fingerprints; the base model needs only the prepared rows.
+            Stage("baseline", "tt_engine_echo.stages.baseline", inputs=lambda s: {}, needs=("prepare",),
+                  evaluates="baseline", enabled=lambda s: s.echo.baseline),
         ),
         runtime_project=Path(__file__).resolve().parents[1],
         runtime_lock=Path(__file__).resolve().parent / "pylock.runtime.toml",  # written only by tests

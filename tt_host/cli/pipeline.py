@@ -1,0 +1,167 @@
+"""`tt pipeline init|validate|plan|run`: pipeline documents (tunedtensor.pipeline.json, Pipeline v1) over a spec.
+
+The document is tt_host.runs.pipeline_doc's; its steps become the engine's stages by tt_host.runs.pipeline_steps;
+the run is `tt run`'s limited to those stages. Without a document (no -f and no ./tunedtensor.pipeline.json)
+`tt pipeline run --spec S --resume DIR` is `tt run S --resume DIR`, the form the long-run guide uses.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from tt_host.cli.common import JsonOption, console, emit_json, err, escape, fail, os_errors_refused, show_table
+from tt_host.cli.running import SPEC_DEFAULT, dry_run, load_valid, run_spec
+
+app = typer.Typer(no_args_is_help=True, help="Pipeline documents (tunedtensor.pipeline.json): init, validate, plan, run.")
+
+DOCUMENT = Path("tunedtensor.pipeline.json")
+FileOption = typer.Option(None, "--file", "-f", help="The pipeline document (default: ./tunedtensor.pipeline.json "
+                          "when it exists).")
+SpecOption = typer.Option(SPEC_DEFAULT, "--spec", help="Path to the spec (default: ./tunedtensor.json).")
+OnlyOption = typer.Option(None, "--only", help="Run only these step ids (repeat it, or separate ids by commas).")
+SkipOption = typer.Option(None, "--skip", help="Leave out these step ids (repeat it, or separate ids by commas).")
+
+
+def _ids(values: Optional[list[str]]) -> list[str]:
+    return [part.strip() for value in values or [] for part in value.split(",") if part.strip()]
+
+
+def _read(file: Path, json_mode: bool) -> dict[str, Any]:
+    """The normalized document; an unreadable or invalid one ends the command (exit 2) naming each problem."""
+    from tt_host.runs.pipeline_doc import DocumentError, check_local, normalize
+    from tt_host.spec.loading import read_json
+
+    with os_errors_refused(json_mode):
+        raw, errors = read_json(file.expanduser().absolute())
+    if raw is None:
+        fail("; ".join(e.msg for e in errors), json_mode=json_mode)
+    try:
+        normalized = normalize(raw)
+        check_local(normalized)
+    except DocumentError as exc:
+        fail(f"{file}: invalid pipeline: " + "; ".join(exc.problems), json_mode=json_mode, problems=exc.problems)
+    return normalized
+
+
+def _document(file: Optional[Path], json_mode: bool) -> Optional[dict[str, Any]]:
+    if file is None and DOCUMENT.is_file():
+        file = DOCUMENT
+    return _read(file, json_mode) if file is not None else None
+
+
+@app.command()
+def init(
+    directory: Path = typer.Argument(Path("."), help="Folder to write tunedtensor.pipeline.json in."),
+    foundation: bool = typer.Option(False, "--foundation", help="The foundation recipe (default-foundation) "
+                                    "instead of default-local."),
+    json_mode: bool = JsonOption,
+) -> None:
+    """Write the canonical pipeline document: default-local (baseline, train, candidate, compare) or
+    default-foundation. Never overwrites."""
+    from tt_host.fsutil import write_text_atomic
+    from tt_host.runs.pipeline_doc import canonical_foundation, canonical_local
+
+    document = canonical_foundation() if foundation else canonical_local()
+    target = directory / DOCUMENT.name
+    with os_errors_refused(json_mode):
+        if target.exists() or target.is_symlink():
+            fail(f"{target} already exists; tt never overwrites a pipeline document", json_mode=json_mode)
+        if not directory.is_dir():
+            fail(f"{directory} is not a folder; create it first", json_mode=json_mode)
+        write_text_atomic(target, json.dumps(document, indent=2) + "\n")
+    if json_mode:
+        emit_json({"ok": True, "file": str(target.absolute()), "name": document["name"]})
+    else:
+        console.print(f"wrote {target} ({document['name']}); `tt pipeline plan` shows what it runs", markup=False)
+
+
+@app.command()
+def validate(file: Optional[Path] = typer.Argument(None, help="The pipeline document (default: "
+                                                   "./tunedtensor.pipeline.json)."),
+             json_mode: bool = JsonOption) -> None:
+    """Check a pipeline document against the Pipeline v1 contract and print its normalized form. Exit 2 naming the
+    step when invalid."""
+    document = _read(file or DOCUMENT, json_mode)
+    if json_mode:
+        emit_json({"valid": True, "pipeline": document})
+        return
+    console.print(f"[green]valid[/] {escape(str(file or DOCUMENT))}: {len(document['steps'])} steps")
+    typer.echo(json.dumps(document, indent=2))
+
+
+def _steps(document: Optional[dict[str, Any]], loaded, only: list[str], skip: list[str], json_mode: bool):
+    """(selected steps, each step's stages, the stages to run, warnings); without a document, every stage."""
+    from tt_host.runs.pipeline_doc import DocumentError, select
+    from tt_host.runs.pipeline_steps import setting_warnings, stages_for
+
+    if document is None:
+        if only or skip:
+            fail("--only and --skip select steps of a pipeline document; give one with -f (or write one with "
+                 "`tt pipeline init`)", json_mode=json_mode)
+        return [], {}, None, []
+    try:
+        steps = select(document, only, skip)
+        own = stages_for(loaded.engine, loaded.spec, steps, document)
+    except DocumentError as exc:
+        fail("invalid pipeline: " + "; ".join(exc.problems), json_mode=json_mode, problems=exc.problems)
+    warnings = setting_warnings(loaded.engine, loaded.spec, steps)
+    for warning in warnings:
+        err.print(f"[yellow]warning:[/] {escape(warning)}")
+    return steps, own, frozenset(name for names in own.values() for name in names), warnings
+
+
+@app.command()
+def plan(
+    file: Optional[Path] = FileOption, spec: Path = SpecOption,
+    resume: Optional[Path] = typer.Option(None, "--resume", help="Run directory the run would use."),
+    only: Optional[list[str]] = OnlyOption, skip: Optional[list[str]] = SkipOption,
+    json_mode: bool = JsonOption,
+) -> None:
+    """Each step, the engine stages it runs, and what the run would do with every stage; creates nothing."""
+    document = _document(file, json_mode)
+    _, loaded = load_valid(spec, json_mode)
+    steps, own, stages, warnings = _steps(document, loaded, _ids(only), _ids(skip), json_mode)
+    listed = [{"id": s["id"], "uses": s["uses"], "stages": own[s["id"]]} for s in steps]
+    if not json_mode:
+        show_table(("step", "uses", "stages"), [(s["id"], s["uses"], ", ".join(s["stages"]) or "—") for s in listed])
+    dry_run(loaded, resume, json_mode, stages, {"steps": listed, "warnings": warnings})
+
+
+@app.command()
+def run(
+    file: Optional[Path] = FileOption, spec: Path = SpecOption,
+    resume: Optional[Path] = typer.Option(None, "--resume", help="Run directory to start or continue."),
+    device: Optional[str] = typer.Option(None, "--device", help="auto, cpu, cuda or mps."),
+    dry_run_: bool = typer.Option(False, "--dry-run", help="Print what would run, be reused or refused; create "
+                                  "nothing (as `tt pipeline plan`)."),
+    only: Optional[list[str]] = OnlyOption, skip: Optional[list[str]] = SkipOption,
+    json_mode: bool = JsonOption,
+) -> None:
+    """Run the steps of a pipeline document over a spec (without one: every stage, as `tt run --resume`). Each
+    evaluate and compare step writes <run>/evaluations/<step>.json."""
+    from tt_host.runs.pipeline_steps import write_evaluations
+
+    document = _document(file, json_mode)
+    if document is None:
+        run_spec(spec, resume, device, json_mode, dry_run_)
+    plugins, loaded = load_valid(spec, json_mode)
+    steps, own, stages, _ = _steps(document, loaded, _ids(only), _ids(skip), json_mode)
+
+    def after(outcome) -> dict[str, Any]:
+        from tt_host.runs.store import RunDir
+
+        try:
+            state = RunDir(outcome.run_dir).load()
+            written = write_evaluations(outcome.run_dir, loaded.engine, steps, own, outcome.report or {}, state)
+        except (OSError, ValueError) as exc:
+            err.print(f"[yellow]warning:[/] the steps' evaluation files were not written: {escape(str(exc))}")
+            written = []
+        return {"steps": [{"id": s["id"], "uses": s["uses"], "stages": own[s["id"]],
+                           "evaluation": (f"evaluations/{s['id']}.json" if s["id"] in written else None)}
+                          for s in steps]}
+
+    run_spec(spec, resume, device, json_mode, dry_run_, only=stages, after=after, prepared=(plugins, loaded))

@@ -1,0 +1,105 @@
+"""Running a spec from the command line, shared by `tt run` and `tt pipeline run`: load it, print its warnings or
+errors, preview (`--dry-run`) or execute it, print the outcome.
+
+`only` (a pipeline document's stages, tt_host.runs.pipeline_steps) limits a run to some stages; `after` is told the
+finished outcome before it is printed (the pipeline writes each step's evaluation file there) and returns extra
+fields for the `--json` object.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import typer
+from rich.text import Text
+
+from tt_host.cli.common import console, emit_json, err, escape, fail, load_plugins, show_table
+from tt_stagekit.contract import EXIT_INTERRUPTED
+
+DEVICES = ("auto", "cpu", "cuda", "mps")
+SPEC_DEFAULT = Path("tunedtensor.json")
+SpecArgument = typer.Argument(SPEC_DEFAULT, help="Path to the spec (default: ./tunedtensor.json).")
+
+
+def print_warnings(loaded) -> None:
+    """One line on stderr per legacy key that was mapped (the --json output lists them too)."""
+    for warning in loaded.warnings:
+        err.print(f"[yellow]warning:[/] {escape(warning.msg)}")
+
+
+def print_errors(loaded, json_mode: bool) -> None:
+    if json_mode:
+        emit_json({"valid": False, "engine": loaded.engine_name, "spec_path": str(loaded.path),
+                   "errors": [e.as_dict() for e in loaded.errors], "warnings": [w.as_dict() for w in loaded.warnings]})
+        return
+    err.print(f"[red]{escape(str(loaded.path))}: invalid spec[/]")
+    for error in loaded.errors:
+        err.print(f"  [bold]{escape(error.loc)}[/]: {escape(error.msg)}")
+    err.print("Fix the fields above, then `tt validate` again.")
+
+
+def load_valid(spec: Path, json_mode: bool):
+    """(plugins, the loaded spec); invalid: its errors printed, exit 2."""
+    from tt_host.spec.loading import load_spec
+
+    plugins = load_plugins()
+    loaded = load_spec(spec, plugins)
+    print_warnings(loaded)
+    if not loaded.valid:
+        print_errors(loaded, json_mode)
+        raise typer.Exit(2)
+    return plugins, loaded
+
+
+def dry_run(loaded, resume: Optional[Path], json_mode: bool, only: Optional[frozenset[str]] = None,
+            extra: Optional[dict[str, Any]] = None) -> None:
+    """Print what `tt run` would do with each stage; create nothing. Exit 2 when it would refuse."""
+    from tt_host.runs.pipeline import preview
+
+    run_dir, exists, decisions = preview(loaded, resume.absolute() if resume else None, only)
+    refused = any(d.action == "refuse" for d in decisions)
+    if json_mode:
+        emit_json({"dry_run": True, "ok": not refused, "run_dir": str(run_dir), "exists": exists,
+                   "stages": [d.as_dict() for d in decisions], **(extra or {})})
+    else:
+        console.print(f"{'resume' if exists else 'new run'}: {run_dir} (dry run: nothing was created)", markup=False)
+        styles = {"refuse": "red", "reuse": "green", "skip": "dim", "leave": "dim", "rerun": "yellow"}
+        show_table(("stage", "would", "why"),
+                   [(d.stage, Text(d.action, style=styles.get(d.action, "cyan")), d.reason) for d in decisions])
+        if refused:
+            err.print("[red]tt run would refuse:[/] use a new run directory, or undo the changes named above")
+    raise typer.Exit(2 if refused else 0)
+
+
+def run_spec(spec: Path, resume: Optional[Path], device: Optional[str], json_mode: bool, dry: bool = False,
+             only: Optional[frozenset[str]] = None,
+             after: Optional[Callable[[Any], dict[str, Any]]] = None, prepared: Optional[tuple] = None) -> None:
+    """`prepared`: (plugins, loaded spec) when the caller has loaded it already."""
+    from tt_host.runs.progress import reporter
+    from tt_host.runs.pipeline import execute
+
+    if device is not None and device not in DEVICES:
+        fail(f"--device must be one of {', '.join(DEVICES)}, not {device!r}", json_mode=json_mode)
+    plugins, loaded = prepared or load_valid(spec, json_mode)
+    if dry:
+        dry_run(loaded, resume, json_mode, only)
+    try:
+        outcome = execute(loaded, plugins, run_dir=resume.absolute() if resume else None, device=device,
+                          reporter=reporter(json_mode), only=only)
+    except KeyboardInterrupt:
+        fail("interrupted", code=EXIT_INTERRUPTED, json_mode=json_mode)
+    extra = after(outcome) if after is not None else {}
+    if json_mode:
+        emit_json({"status": outcome.status, "exit_code": outcome.exit_code, "run_dir": str(outcome.run_dir),
+                   "error": outcome.error, "report": outcome.report, **extra})
+    else:
+        style = {"completed": "green", "interrupted": "yellow"}.get(outcome.status, "red")
+        console.print(f"[{style}]run {outcome.status}[/]: {escape(str(outcome.run_dir))}")
+        if outcome.error:
+            err.print(f"[red]error:[/] {escape(outcome.error)}")
+        if outcome.status == "interrupted":
+            console.print(f"resume with: tt run {loaded.path} --resume {outcome.run_dir}", markup=False)
+        elif outcome.report:
+            console.print(f"report: {outcome.run_dir / 'report.md'}", markup=False)
+    raise typer.Exit(outcome.exit_code)

@@ -1,0 +1,274 @@
+"""Pipeline documents (`tunedtensor.pipeline.json`, the public Pipeline v1 contract): read, check, normalize, select.
+
+A document is `{version: 1, name?, target?, runtime?, steps: 1..16}`. Steps: `train` (-> model), `evaluate {model:
+"base" | {from: "<step>.model"}, evaluator}` (-> report), `compare {before, after}` (-> comparison), and the
+foundation vocabulary (`runtime.engine: "foundation"`): `tokenize` (-> tokenizer), `pretrain`, `finetune`, `rl`
+(-> model) with the evaluators `bpb`, `chat`, `inference`. The rules are the contract's (its `src/index.ts`): a
+reference points at an earlier step's output of the right kind, at most one `train`, ids unique and
+`^[a-z][a-z0-9_-]*$`, every step has a target. tt runs local steps only, so a step whose target is not `local` is
+refused too. Every problem is a `DocumentError` (exit 2) naming the step; nothing here touches a run.
+
+`normalize` returns the contract's normalized form (targets resolved, `evaluator` defaulted, the document's
+`target` dropped); `select` applies `--only` / `--skip` with the contract CLI's three refusals (unknown step,
+empty selection, a step whose producer was left out).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable, Optional
+
+from tt_host.errors import TTError
+
+VERSION = 1
+MAX_STEPS = 16
+TARGETS = ("local", "cloud")
+USES = ("train", "evaluate", "compare", "tokenize", "pretrain", "finetune", "rl")
+FOUNDATION_USES = ("tokenize", "pretrain", "finetune", "rl")
+EVALUATORS = ("behavior", "bpb", "chat", "inference")
+FOUNDATION_EVALUATORS = ("bpb", "chat", "inference")
+OUTPUTS = {"train": "model", "evaluate": "report", "compare": "comparison", "tokenize": "tokenizer",
+           "pretrain": "model", "finetune": "model", "rl": "model"}
+STEP_ID = re.compile(r"^[a-z][a-z0-9_-]*$")
+REFERENCE = re.compile(r"^[a-z][a-z0-9_-]*\.[a-z][a-z0-9_]*$")
+INT = {"vocabSize": (64, 65_536), "maxChars": (1_000, 2_000_000_000), "depth": (1, 64), "steps": (1, 10_000_000),
+       "batchSize": (1, 1024), "sequenceLength": (16, 8192), "nprocPerNode": (1, 16)}
+WITH = {  # per step kind: its `with` keys, whether `with` is required, the reference keys
+    "train": (None, False, ()),
+    "evaluate": (("model", "evaluator"), True, ()),
+    "compare": (("before", "after"), True, ("before", "after")),
+    "tokenize": (("vocabSize", "maxChars"), False, ()),
+    "pretrain": (("tokenizer", "depth", "steps", "batchSize", "sequenceLength", "nprocPerNode"), True, ("tokenizer",)),
+    "finetune": (("model", "steps", "batchSize"), True, ("model",)),
+    "rl": (("model", "steps"), True, ("model",)),
+}
+REQUIRED = {"evaluate": ("model",), "compare": ("before", "after"), "pretrain": ("tokenizer",),
+            "finetune": ("model",), "rl": ("model",)}
+
+
+class DocumentError(TTError, ValueError):
+    """A pipeline document or selection the contract refuses (exit 2); `problems` lists every one found."""
+
+    exit_code = 2
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("invalid pipeline: " + "; ".join(problems))
+
+
+def is_foundation(document: dict[str, Any]) -> bool:
+    return (document.get("runtime") or {}).get("engine") == "foundation" or any(
+        step.get("uses") in FOUNDATION_USES for step in document.get("steps", []))
+
+
+def _structure(doc: Any) -> list[str]:
+    """The schema's checks (strict objects, types, bounds), each as `path: message`."""
+    if not isinstance(doc, dict):
+        return ["the pipeline document must be a JSON object"]
+    problems = [f"{key}: unknown field (misspelled?)" for key in doc if key not in
+                ("version", "name", "target", "runtime", "steps")]
+    if doc.get("version") != VERSION or isinstance(doc.get("version"), bool):
+        problems.append(f"version: must be {VERSION}")
+    name = doc.get("name")
+    if "name" in doc and not (isinstance(name, str) and 1 <= len(name) <= 120):
+        problems.append("name: must be a string of 1 to 120 characters")
+    if "target" in doc and doc["target"] not in TARGETS:
+        problems.append("target: must be 'local' or 'cloud'")
+    if "runtime" in doc and doc["runtime"] != {"engine": "foundation"}:
+        problems.append("runtime: must be {\"engine\": \"foundation\"}")
+    steps = doc.get("steps")
+    if not isinstance(steps, list) or not 1 <= len(steps) <= MAX_STEPS:
+        return problems + [f"steps: must be a list of 1 to {MAX_STEPS} steps"]
+    for index, step in enumerate(steps):
+        problems += [f"steps.{index}.{p}" for p in _step_structure(step)]
+    return problems
+
+
+def _step_structure(step: Any) -> list[str]:
+    if not isinstance(step, dict):
+        return ["must be an object {id, uses, target?, with?}"]
+    uses = step.get("uses")
+    if uses not in USES:
+        return [f"uses: must be one of {', '.join(USES)}"]
+    keys, with_required, _ = WITH[uses]
+    allowed = ("id", "uses", "target") + (("with",) if keys else ())
+    problems = [f"{key}: unknown field (misspelled?)" for key in step if key not in allowed]
+    sid = step.get("id")
+    if not (isinstance(sid, str) and 1 <= len(sid) <= 64 and STEP_ID.match(sid)):
+        problems.append("id: step IDs must use lowercase letters, numbers, '-' or '_' (starting with a letter)")
+    if "target" in step and step["target"] not in TARGETS:
+        problems.append("target: must be 'local' or 'cloud'")
+    if "with" not in step:
+        return problems + (["with: required"] if with_required else [])
+    block = step["with"]
+    if not isinstance(block, dict):
+        return problems + ["with: must be an object"]
+    problems += [f"with.{key}: unknown field (misspelled?)" for key in block if key not in keys]
+    problems += [f"with.{key}: required" for key in REQUIRED.get(uses, ()) if key not in block]
+    for key, value in block.items():
+        if key in INT and not (type(value) is int and INT[key][0] <= value <= INT[key][1]):
+            problems.append(f"with.{key}: must be an integer from {INT[key][0]} to {INT[key][1]}")
+        elif key == "evaluator" and value not in EVALUATORS:
+            problems.append(f"with.evaluator: must be one of {', '.join(EVALUATORS)}")
+        elif key in ("model", "before", "after", "tokenizer") and not (
+                (key == "model" and uses == "evaluate" and value == "base") or _is_reference(value)):
+            problems.append(f"with.{key}: artifact references must use {{\"from\": \"<step-id>.<output>\"}}"
+                            + (" or \"base\"" if key == "model" and uses == "evaluate" else ""))
+    return problems
+
+
+def _is_reference(value: Any) -> bool:
+    return isinstance(value, dict) and set(value) == {"from"} and isinstance(value["from"], str) and bool(
+        REFERENCE.match(value["from"]))
+
+
+def _producer(consumer: str, reference: dict[str, str], kind: str, seen: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    producer_id, output = reference["from"].rsplit(".", 1)
+    producer = seen.get(producer_id)
+    if producer is None:
+        raise DocumentError([f"step '{consumer}' references '{reference['from']}', but artifacts must come from a "
+                             "prior step"])
+    if OUTPUTS[producer["uses"]] != output:
+        raise DocumentError([f"step '{producer_id}' ({producer['uses']}) does not produce '{output}'"])
+    if output != kind:
+        raise DocumentError([f"step '{consumer}' requires a '{kind}' artifact, not '{output}'"])
+    return producer
+
+
+def _semantics(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The contract's rules over a structurally valid document, in its order; the normalized steps."""
+    foundation_declared = (doc.get("runtime") or {}).get("engine") == "foundation"
+    foundation = is_foundation(doc)
+    if foundation and not foundation_declared:
+        raise DocumentError(["foundation steps require runtime.engine to be 'foundation'"])
+    seen: dict[str, dict[str, Any]] = {}
+    steps, trains = [], 0
+    for raw in doc["steps"]:
+        sid, uses = raw["id"], raw["uses"]
+        target = raw.get("target", doc.get("target"))
+        if target is None:
+            raise DocumentError([f"step '{sid}' needs a target or a pipeline default target"])
+        step = {**raw, "target": target}
+        if uses == "evaluate":
+            step["with"] = {"model": raw["with"]["model"], "evaluator": raw["with"].get("evaluator", "behavior")}
+        if sid in seen:
+            raise DocumentError([f"step IDs must be unique; '{sid}' is duplicated"])
+        evaluator = step["with"]["evaluator"] if uses == "evaluate" else None
+        if foundation:
+            if target != "local":
+                raise DocumentError([f"foundation step '{sid}' must target local execution"])
+            if uses == "train":
+                raise DocumentError(["foundation pipelines cannot include a train step; use pretrain, finetune, or rl"])
+            if evaluator == "behavior":
+                raise DocumentError([f"foundation evaluate step '{sid}' cannot use the behavior evaluator"])
+        elif uses in FOUNDATION_USES or (evaluator not in (None, "behavior")):
+            raise DocumentError([f"step '{sid}' requires runtime.engine 'foundation' for {evaluator or uses}"])
+        if uses == "train":
+            trains += 1
+            if trains > 1:
+                raise DocumentError([f"step '{sid}': Pipeline v1 supports at most one train step because model "
+                                     "artifacts are run-scoped"])
+        elif uses == "evaluate":
+            model = step["with"]["model"]
+            if evaluator in FOUNDATION_EVALUATORS:
+                if model == "base":
+                    raise DocumentError([f"evaluate step '{sid}' with evaluator '{evaluator}' requires a prior "
+                                         "model reference"])
+                if _producer(sid, model, "model", seen)["uses"] not in ("pretrain", "finetune", "rl"):
+                    raise DocumentError([f"evaluate step '{sid}' must reference a pretrain, finetune, or rl model"])
+            elif model != "base" and _producer(sid, model, "model", seen)["uses"] != "train":
+                raise DocumentError([f"evaluate step '{sid}' with the behavior evaluator must reference a train model"])
+        elif uses == "compare":
+            if step["with"]["before"]["from"] == step["with"]["after"]["from"]:
+                raise DocumentError([f"compare step '{sid}' requires two distinct report references"])
+            _producer(sid, step["with"]["before"], "report", seen)
+            _producer(sid, step["with"]["after"], "report", seen)
+        elif uses in ("pretrain", "finetune", "rl"):
+            kind = "tokenizer" if uses == "pretrain" else "model"
+            source = _producer(sid, step["with"][kind], kind, seen)["uses"]
+            allowed = {"pretrain": ("tokenize",), "finetune": ("pretrain", "finetune"), "rl": ("finetune", "rl")}[uses]
+            if source not in allowed:
+                raise DocumentError([f"{uses} step '{sid}' must reference a {' or '.join(allowed)} "
+                                     f"{'tokenizer' if uses == 'pretrain' else 'model'}"])
+        seen[sid] = step
+        steps.append(step)
+    return steps
+
+
+def normalize(doc: Any) -> dict[str, Any]:
+    """The contract's normalized document; DocumentError for anything it refuses."""
+    problems = _structure(doc)
+    if problems:
+        raise DocumentError(problems)
+    steps = _semantics(doc)
+    out: dict[str, Any] = {"version": VERSION}
+    if doc.get("name"):
+        out["name"] = doc["name"]
+    if doc.get("runtime"):
+        out["runtime"] = doc["runtime"]
+    out["steps"] = steps
+    return out
+
+
+def check_local(normalized: dict[str, Any]) -> None:
+    """tt executes local steps only: a step targeting the hosted runner is refused, naming it."""
+    for step in normalized["steps"]:
+        if step["target"] != "local":
+            raise DocumentError([f"step '{step['id']}' targets {step['target']!r}; tt runs every step on this "
+                                 "machine, so set its target (or the document's) to \"local\""])
+
+
+def references(step: dict[str, Any]) -> list[str]:
+    """The producer step ids a step reads."""
+    block = step.get("with") or {}
+    refs = [block[key] for key in ("model", "before", "after", "tokenizer") if isinstance(block.get(key), dict)]
+    return [ref["from"].rsplit(".", 1)[0] for ref in refs]
+
+
+def select(normalized: dict[str, Any], only: Optional[Iterable[str]] = None,
+           skip: Optional[Iterable[str]] = None) -> list[dict[str, Any]]:
+    """The steps `--only` / `--skip` leave, in document order."""
+    only, skip = list(only or []), list(skip or [])
+    ids = [step["id"] for step in normalized["steps"]]
+    for sid in only + skip:
+        if sid not in ids:
+            raise DocumentError([f"unknown pipeline step {sid!r} (steps: {', '.join(ids)})"])
+    kept = [step for step in normalized["steps"] if (not only or step["id"] in only) and step["id"] not in skip]
+    if not kept:
+        raise DocumentError(["the selection leaves no pipeline steps to run"])
+    names = {step["id"] for step in kept}
+    for step in kept:
+        for producer in references(step):
+            if producer not in names:
+                raise DocumentError([f"step '{step['id']}' depends on '{producer}', which --only or --skip left out"])
+    return kept
+
+
+def canonical_local() -> dict[str, Any]:
+    """`default-local`: baseline, train, candidate, compare (the contract's canonical recipe)."""
+    return {"version": VERSION, "name": "default-local", "steps": [
+        {"id": "baseline", "uses": "evaluate", "target": "local", "with": {"model": "base", "evaluator": "behavior"}},
+        {"id": "train", "uses": "train", "target": "local"},
+        {"id": "candidate", "uses": "evaluate", "target": "local",
+         "with": {"model": {"from": "train.model"}, "evaluator": "behavior"}},
+        {"id": "compare", "uses": "compare", "target": "local",
+         "with": {"before": {"from": "baseline.report"}, "after": {"from": "candidate.report"}}},
+    ]}
+
+
+def canonical_foundation() -> dict[str, Any]:
+    """`default-foundation`: the contract's smoke recipe for the from-scratch engine."""
+    def evaluate(sid: str, source: str, evaluator: str) -> dict[str, Any]:
+        return {"id": sid, "uses": "evaluate", "target": "local",
+                "with": {"model": {"from": f"{source}.model"}, "evaluator": evaluator}}
+
+    return {"version": VERSION, "name": "default-foundation", "runtime": {"engine": "foundation"}, "steps": [
+        {"id": "tokenize", "uses": "tokenize", "target": "local"},
+        {"id": "pretrain", "uses": "pretrain", "target": "local", "with": {
+            "tokenizer": {"from": "tokenize.tokenizer"}, "depth": 2, "steps": 2, "batchSize": 2, "sequenceLength": 64}},
+        evaluate("bpb", "pretrain", "bpb"),
+        {"id": "sft", "uses": "finetune", "target": "local",
+         "with": {"model": {"from": "pretrain.model"}, "steps": 2, "batchSize": 1}},
+        evaluate("chat", "sft", "chat"),
+        evaluate("infer", "sft", "inference"),
+    ]}
