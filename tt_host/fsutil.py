@@ -190,6 +190,17 @@ class LockHeld(RuntimeError):
         super().__init__(f"{path} is locked by {holder}")
 
 
+def _write_holder(fd: int, holder: str) -> None:
+    """Write who holds a lock into its file: information for a refused second process, so a full disk (where
+    even these bytes do not fit) leaves it empty rather than failing the lock the kernel already granted."""
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, holder.encode(), 0)
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+
+
 class FileLock:
     """An exclusive fcntl lock; the holder's description is written into the lock file.
 
@@ -210,8 +221,7 @@ class FileLock:
             held_by = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "another process"
             os.close(fd)
             raise LockHeld(self.path, held_by) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, self.holder.encode(), 0)
+        _write_holder(fd, self.holder)
         self._fd = fd
         return self
 
@@ -222,8 +232,7 @@ class FileLock:
         """Replace the holder's description written in the lock file."""
         if self._fd is not None:
             self.holder = holder
-            os.ftruncate(self._fd, 0)
-            os.pwrite(self._fd, holder.encode(), 0)
+            _write_holder(self._fd, holder)
 
     def release(self) -> None:
         if self._fd is not None:

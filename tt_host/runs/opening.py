@@ -105,6 +105,7 @@ def open_run(run: RunDir) -> Iterator[bool]:
             refuse_foreign(run)  # decided again under the lock
         yield existed
     finally:
+        run.release_reserve()
         run.unlock()
         if made and not run.exists():  # nothing was run (or its creation failed): leave no folder behind
             remove_unstarted(run.path)

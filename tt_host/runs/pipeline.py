@@ -26,9 +26,11 @@ from typing import Any, Optional
 
 from tt_host import __version__
 from tt_host.engines import envs
+from tt_host.fsutil import DiskFull
 from tt_host.models.registry import VerifyError
 from tt_host.plugins import Plugins
 from tt_host.runs import gate, index, layout, state as states
+from tt_host.runs.diskfull import out_of_disk
 from tt_host.runs.fingerprint import PlannedStage, canonical, chain
 from tt_host.runs.host_stage import run_host_stage
 from tt_host.runs.invoke import RunCall, StageCall, run_stage_call
@@ -168,7 +170,12 @@ def _drive(call: RunCall, plan: list[PlannedStage], decisions: list[Decision]) -
         except envs.EnvBuildError as exc:
             return RunOutcome(EXIT_FAILED, call.run.path, states.RUN_FAILED, error=str(exc))
 
-    state = _open_state(call, env, plan)
+    try:
+        call.run.reserve()  # room for run.json and the report should the disk fill (tt_host.runs.diskfull)
+        state = _open_state(call, env, plan)
+    except DiskFull as exc:
+        return RunOutcome(EXIT_FAILED, call.run.path, states.RUN_FAILED,
+                          error=out_of_disk(call.run, None, exc, call.loaded.path, call.existed or call.run.exists()))
     _index(call, state)
     call = replace(call, observers=Observers(call.plugins, _observer_problems(call.reporter)),
                    info=_run_info(call, state))
@@ -180,6 +187,9 @@ def _drive(call: RunCall, plan: list[PlannedStage], decisions: list[Decision]) -
     call.observers.run_start(call.info)
     try:
         return _stages(call, env, state, plan, decisions)
+    except DiskFull as exc:  # a write of the host found no space: one clear error, run.json failed
+        return RunOutcome(EXIT_FAILED, call.run.path, states.RUN_FAILED,
+                          error=out_of_disk(call.run, state, exc, call.loaded.path, True))
     finally:
         call.observers.close()
 
