@@ -42,6 +42,9 @@ class FoundationSettings(DistributedSettings):
     weight_decay: float = 0.1
     warmup_steps: int = 20
     min_lr_ratio: float = 0.1
+    optimizer: Literal["muon", "adamw"] = "muon"
+    lr_schedule: Literal["warmdown", "cosine"] = "warmdown"
+    warmdown_fraction: float = 0.5
     gradient_clip: float = 1.0
     bf16: bool = True
     checkpoint_interval_steps: int = 100
@@ -64,6 +67,20 @@ class FoundationSettings(DistributedSettings):
         from tt_engine_foundation.runtime.model import ASPECT_RATIO, derived_learning_rate
 
         return derived_learning_rate(width // ASPECT_RATIO if width is not None else self.depth)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch_size * self.gradient_accumulation_steps * self.sequence_length
+
+    def pretrain_learning_rate(self) -> float:
+        """Pretraining's peak: `learning_rate`, else AdamW's width rule (`optimizer: adamw`) or Muon's matrix
+        rate from the tokens per step (runtime.hyperparams)."""
+        if self.optimizer == "adamw" or self.learning_rate is not None:
+            return self.peak_learning_rate()
+        from tt_engine_foundation.runtime.hyperparams import muon_rates
+        from tt_engine_foundation.runtime.model import ASPECT_RATIO
+
+        return muon_rates(self.depth * ASPECT_RATIO, self.depth, self.vocab_size, self.tokens_per_step).matrix_lr
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The pretraining loop: AdamW, warmup + cosine, accumulation, clipping, checkpoints, resume.
+"""The pretraining loop: Muon + AdamW (or AdamW), warm-up + warm-down (or cosine), accumulation, clipping,
+checkpoints, resume.
 
 Data order is a pure function of (seed, samples consumed), the learning rate a
 pure function of the step, and checkpoints restore weights, optimizer and RNG
@@ -31,7 +32,9 @@ from tt_engine_foundation.runtime.config import FoundationSettings
 from tt_engine_foundation.runtime import resume
 from tt_engine_foundation.runtime.loss import cross_entropy
 from tt_engine_foundation.runtime.model import GPT, ModelConfig
-from tt_engine_foundation.runtime.optim import build_adamw, lr_at, set_lr
+from tt_engine_foundation.runtime import schedule
+from tt_engine_foundation.runtime.hyperparams import muon_rates
+from tt_engine_foundation.runtime.optim import build_adamw, build_muon_adamw
 from tt_engine_foundation.runtime.sharding import shard_plan
 from tt_engine_foundation.runtime.token_cache import Windows
 
@@ -45,6 +48,15 @@ def training_config(cfg: FoundationSettings, model_cfg: ModelConfig, peak_lr: fl
         "token_cache_sha256": data["token_cache_sha256"],
         "tokenizer_sha256": data["tokenizer_sha256"],
     }
+
+
+def build_optimizer(cfg: FoundationSettings, model: GPT, peak_lr: float, device):
+    """`foundation.optimizer`: AdamW at `peak_lr`, or Muon + AdamW with `peak_lr` as Muon's matrix rate."""
+    if cfg.optimizer == "adamw":
+        return build_adamw(model, peak_lr, cfg.weight_decay, device)
+    width = model.cfg.hidden_size
+    rates = muon_rates(width, model.cfg.num_hidden_layers, model.cfg.vocab_size, cfg.tokens_per_step, peak_lr)
+    return build_muon_adamw(model, rates, device)
 
 
 def _append_jsonl(path: Path, row: Mapping[str, Any]) -> None:
@@ -83,7 +95,7 @@ def run_pretraining(
     model.init_weights(seed)
     model.gradient_checkpointing = cfg.gradient_checkpointing
     model.to(device)
-    optimizer = build_adamw(model, peak_lr, cfg.weight_decay, device)
+    optimizer = build_optimizer(cfg, model, peak_lr, device)
     if choice.path is not None:
         state = resume.restore(choice.path, model, optimizer, device)
         log(f"resumed pretraining from {choice.path} at step {state.step}"
@@ -113,8 +125,9 @@ def run_pretraining(
     saver = checkpoint.Saver(checkpoint_dir, keep, backup_dir)
 
     def save() -> Path:
-        state.scheduler = {"kind": "warmup_cosine", "step": state.step, "total": total, "peak_lr": peak_lr,
-                           "warmup_steps": cfg.warmup_steps, "min_lr_ratio": cfg.min_lr_ratio}
+        state.scheduler = {"kind": cfg.lr_schedule, "optimizer": cfg.optimizer, "step": state.step, "total": total,
+                           "peak_lr": peak_lr, "warmup_steps": cfg.warmup_steps, "min_lr_ratio": cfg.min_lr_ratio,
+                           "warmdown_fraction": cfg.warmdown_fraction}
         return resume.save(saver, model, optimizer, state, config, fingerprint)
 
     model.train()
@@ -130,8 +143,8 @@ def run_pretraining(
     try:
         while state.step < total:
             step_started = time.monotonic()
-            lr = lr_at(state.step, total, peak_lr, cfg.warmup_steps, cfg.min_lr_ratio)
-            set_lr(optimizer, lr)
+            lr = peak_lr * schedule.apply(optimizer, state.step, total, cfg.warmup_steps, cfg.min_lr_ratio,
+                                          cfg.lr_schedule, cfg.warmdown_fraction)
             loss_sum = torch.zeros((), device=device)
             step_start = state.samples_consumed
             for micro in range(plan.micro_steps):

@@ -39,7 +39,7 @@ def main(request: FoundationRequest) -> dict[str, Any]:
     token_cache.verify(lay.tokens_bin, manifest)
     tokens = token_cache.open_tokens(lay.tokens_bin, manifest)
     model_cfg = config_for_depth(cfg.depth, cfg.vocab_size, cfg.sequence_length, **tokenizer.special_ids(tok))
-    peak_lr = cfg.peak_learning_rate()
+    peak_lr = cfg.pretrain_learning_rate()
     data = {"token_cache_sha256": manifest["file"]["sha256"], "tokenizer_sha256": file_sha256(lay.tokenizer_json)}
     config = training_config(cfg, model_cfg, peak_lr, data)
     fingerprint = checkpoint.config_fingerprint(config)
