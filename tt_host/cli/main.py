@@ -18,9 +18,10 @@ from tt_host.cli import models as models_cli
 from tt_host.cli import pipeline as pipeline_cli
 from tt_host.cli import runs as runs_cli
 from tt_host.cli import serve as serve_cli
+from tt_host.cli import status as status_cli
 from tt_host.cli.common import (JsonOption, TTGroup, console, emit_json, err, escape, fail, load_plugins, os_errors_refused,
                                 show_table)
-from tt_host.cli.running import DEVICES, SPEC_DEFAULT, SpecArgument, print_errors, print_warnings, run_spec
+from tt_host.cli.running import ConfigOption, SPEC_DEFAULT, SpecArgument, print_errors, print_warnings, run_spec
 from tt_host.spec.schema import DEFAULT_ENGINE
 from tt_stagekit.contract import EXIT_INTERRUPTED
 
@@ -47,11 +48,11 @@ def root(version: bool = typer.Option(False, "--version", callback=_version, is_
 
 
 @app.command()
-def validate(spec: Path = SpecArgument, json_mode: bool = JsonOption) -> None:
+def validate(spec: Path = SpecArgument, config: Optional[Path] = ConfigOption, json_mode: bool = JsonOption) -> None:
     """Validate a spec and show the compiled system message. Exit 2 when invalid."""
     from tt_host.spec.loading import load_spec
 
-    loaded = load_spec(spec, load_plugins())
+    loaded = load_spec(spec, load_plugins(), config=config)
     print_warnings(loaded)
     if not loaded.valid:
         print_errors(loaded, json_mode)
@@ -87,10 +88,11 @@ def run(
     device: Optional[str] = typer.Option(None, "--device", help="auto, cpu, cuda or mps (overrides the spec)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print, per stage, whether it would run, be reused or be "
                                  "refused and why; create nothing (exit 2 when it would refuse)."),
+    config: Optional[Path] = ConfigOption,
     json_mode: bool = JsonOption,
 ) -> None:
     """Train, evaluate and report a spec with its engine."""
-    run_spec(spec, resume, device, json_mode, dry_run)
+    run_spec(spec, resume, device, json_mode, dry_run, config=config)
 
 
 @app.command()
@@ -155,6 +157,8 @@ def init(
 
 
 app.command("serve")(serve_cli.serve)
+app.command("info")(status_cli.info)
+app.command("status")(status_cli.status)
 
 
 def main() -> None:

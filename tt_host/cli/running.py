@@ -20,6 +20,8 @@ from tt_stagekit.contract import EXIT_INTERRUPTED
 DEVICES = ("auto", "cpu", "cuda", "mps")
 SPEC_DEFAULT = Path("tunedtensor.json")
 SpecArgument = typer.Argument(SPEC_DEFAULT, help="Path to the spec (default: ./tunedtensor.json).")
+ConfigOption = typer.Option(None, "--config", help="A Node CLI local-runner.json to apply (default: the one beside "
+                            "the spec, when there is one); each key takes effect or is refused (docs/migrating.md).")
 
 
 def print_warnings(loaded) -> None:
@@ -39,12 +41,12 @@ def print_errors(loaded, json_mode: bool) -> None:
     err.print("Fix the fields above, then `tt validate` again.")
 
 
-def load_valid(spec: Path, json_mode: bool):
+def load_valid(spec: Path, json_mode: bool, config: Optional[Path] = None):
     """(plugins, the loaded spec); invalid: its errors printed, exit 2."""
     from tt_host.spec.loading import load_spec
 
     plugins = load_plugins()
-    loaded = load_spec(spec, plugins)
+    loaded = load_spec(spec, plugins, config=config)
     print_warnings(loaded)
     if not loaded.valid:
         print_errors(loaded, json_mode)
@@ -74,14 +76,15 @@ def dry_run(loaded, resume: Optional[Path], json_mode: bool, only: Optional[froz
 
 def run_spec(spec: Path, resume: Optional[Path], device: Optional[str], json_mode: bool, dry: bool = False,
              only: Optional[frozenset[str]] = None,
-             after: Optional[Callable[[Any], dict[str, Any]]] = None, prepared: Optional[tuple] = None) -> None:
+             after: Optional[Callable[[Any], dict[str, Any]]] = None, prepared: Optional[tuple] = None,
+             config: Optional[Path] = None) -> None:
     """`prepared`: (plugins, loaded spec) when the caller has loaded it already."""
     from tt_host.runs.progress import reporter
     from tt_host.runs.pipeline import execute
 
     if device is not None and device not in DEVICES:
         fail(f"--device must be one of {', '.join(DEVICES)}, not {device!r}", json_mode=json_mode)
-    plugins, loaded = prepared or load_valid(spec, json_mode)
+    plugins, loaded = prepared or load_valid(spec, json_mode, config)
     if dry:
         dry_run(loaded, resume, json_mode, only)
     try:

@@ -11,6 +11,7 @@ Nothing here writes to disk.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -19,6 +20,7 @@ from pydantic import ValidationError
 
 from tt_host.engine import Engine, evaluates_both_sides
 from tt_host.plugins import Plugins, UnknownEngineError
+from tt_host.spec import runner_config
 from tt_host.spec.errors import SpecError
 from tt_host.spec.general import example_overlap
 from tt_host.spec.compiler import CompiledSpec, DuplicatePromptError, compile_spec
@@ -38,6 +40,7 @@ class LoadedSpec:
     errors: list[SpecError] = field(default_factory=list)
     warnings: list[SpecError] = field(default_factory=list)  # legacy keys mapped (tt_host.spec.legacy)
     spec_id: Optional[str] = None  # a Node spec's `id` beside its `name`, recorded with runs and models
+    config: Optional[Path] = None  # the local-runner.json applied (tt_host.spec.runner_config)
 
     @property
     def valid(self) -> bool:
@@ -74,8 +77,26 @@ def read_json(path: Path) -> tuple[Optional[dict[str, Any]], list[SpecError]]:
     return data, []
 
 
-def load_spec(path: Path, plugins: Plugins, require_examples: bool = True) -> LoadedSpec:
-    """Read, validate and compile a spec; every problem lands in `errors`."""
+def _apply_config(loaded: LoadedSpec, config: Optional[Path], fields: set[str]) -> list[SpecError]:
+    """A local-runner.json applied to `loaded.raw` (a copy); its warnings, its errors added to `loaded.errors`."""
+    if config is None:
+        return []
+    loaded.config = config
+    data, errors = read_json(config)
+    if data is None:
+        loaded.errors += [SpecError(f"{config.name}", e.msg) for e in errors]
+        return []
+    loaded.raw = copy.deepcopy(loaded.raw)
+    warnings, errors, environment = runner_config.apply(data, loaded.raw, fields, str(config))
+    loaded.errors += errors
+    if not errors:
+        runner_config.take_effect(environment)
+    return warnings
+
+
+def load_spec(path: Path, plugins: Plugins, require_examples: bool = True, config: Optional[Path] = None) -> LoadedSpec:
+    """Read, validate and compile a spec; every problem lands in `errors`. `config`: a Node `local-runner.json`
+    (default: the one beside the spec, when there is one; tt_host.spec.runner_config)."""
     path = Path(path).expanduser().absolute()
     loaded = LoadedSpec(path=path)
     loaded.raw, loaded.errors = read_json(path)
@@ -93,9 +114,13 @@ def load_spec(path: Path, plugins: Plugins, require_examples: bool = True) -> Lo
         return loaded
     from tt_host.spec.legacy import migrate
 
-    migration = migrate(loaded.raw, set(loaded.engine.spec_model.model_fields), path.parent)
-    data, loaded.warnings, loaded.errors, loaded.spec_id = (migration.data, migration.warnings, migration.errors,
-                                                            migration.spec_id)
+    fields = set(loaded.engine.spec_model.model_fields)
+    config_warnings = _apply_config(loaded, runner_config.find(path, config), fields)
+    if loaded.errors:
+        return loaded
+    migration = migrate(loaded.raw, fields, path.parent)
+    data, loaded.warnings, loaded.errors, loaded.spec_id = (migration.data, config_warnings + migration.warnings,
+                                                            migration.errors, migration.spec_id)
     if loaded.errors:
         return loaded
     placeholders = dict(find_placeholders(data, loaded.engine))
