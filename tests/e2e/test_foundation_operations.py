@@ -5,7 +5,8 @@
    training stopped, the run marked interrupted, and the resumed run ends byte-identical to an
    uninterrupted one (1 process, and `nproc_per_node: 2`).
 2. `tt` SIGKILLed mid-pretraining: every stage process notices, checkpoints and exits within seconds;
-   a `tt run --resume` started while one still lives is refused naming its pid, then succeeds.
+   a `tt run --resume --no-wait` started while one still lives is refused naming its pid, then succeeds
+   (without --no-wait it waits for them: tests/test_late_stops.py).
 
 Real `tt`, real stages, real torchrun; processes found through /proc. Every run waits at the step where the
 test stops it (TT_HOLD_AT_STEP), so it cannot finish first, and tt and every process under it are held still
@@ -116,14 +117,14 @@ def test_two_processes_under_sigterm_to_all_and_a_killed_tt(tmp_path, reference2
     log = (run_dir / "logs" / "pretrain.log").read_text()
     assert f"checkpoint step-{third:09d} saved" in log  # written after tt's pipe closed: kept in the stage log
 
-    # Again with the stage frozen: a resume while it lives is refused, naming the pid still running.
+    # Again with the stage frozen: a resume --no-wait while it lives is refused, naming the pid still running.
     proc = tt_popen(tmp_path, "run", spec, "--resume", run_dir, hold_at=third + 3)
     with frozen_at_step(proc, run_dir, third + 3, STEPS) as (_, tree):
         agent = children()[proc.pid]
         stage = tree[1:]
         proc.kill()
         proc.wait()
-        refused = tt(tmp_path, "run", spec, "--resume", run_dir)
+        refused = tt(tmp_path, "run", spec, "--resume", run_dir, "--no-wait")  # today's refusal, kept
     message = " ".join((refused.stdout + refused.stderr).split())  # the console wraps long lines
     assert refused.returncode == 2, message
     assert "has exited" in message and f"pid {agent[0]}" in message and "Wait until" in message, message

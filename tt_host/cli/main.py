@@ -89,10 +89,13 @@ def run(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print, per stage, whether it would run, be reused or be "
                                  "refused and why; create nothing (exit 2 when it would refuse)."),
     config: Optional[Path] = ConfigOption,
+    no_wait: bool = typer.Option(False, "--no-wait", help="Refuse at once when stage processes of a tt that "
+                                 "died still hold the run, instead of waiting (up to the stage grace period) "
+                                 "for them to save and exit."),
     json_mode: bool = JsonOption,
 ) -> None:
     """Train, evaluate and report a spec with its engine."""
-    run_spec(spec, resume, device, json_mode, dry_run, config=config)
+    run_spec(spec, resume, device, json_mode, dry_run, config=config, wait=not no_wait)
 
 
 @app.command()

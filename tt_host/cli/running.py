@@ -77,7 +77,7 @@ def dry_run(loaded, resume: Optional[Path], json_mode: bool, only: Optional[froz
 def run_spec(spec: Path, resume: Optional[Path], device: Optional[str], json_mode: bool, dry: bool = False,
              only: Optional[frozenset[str]] = None,
              after: Optional[Callable[[Any], dict[str, Any]]] = None, prepared: Optional[tuple] = None,
-             config: Optional[Path] = None) -> None:
+             config: Optional[Path] = None, wait: bool = True) -> None:
     """`prepared`: (plugins, loaded spec) when the caller has loaded it already."""
     from tt_host.runs.progress import reporter
     from tt_host.runs.pipeline import execute
@@ -89,7 +89,7 @@ def run_spec(spec: Path, resume: Optional[Path], device: Optional[str], json_mod
         dry_run(loaded, resume, json_mode, only)
     try:
         outcome = execute(loaded, plugins, run_dir=resume.absolute() if resume else None, device=device,
-                          reporter=reporter(json_mode), only=only)
+                          reporter=reporter(json_mode), only=only, wait=wait)
     except KeyboardInterrupt:
         fail("interrupted", code=EXIT_INTERRUPTED, json_mode=json_mode)
     extra = after(outcome) if after is not None else {}

@@ -123,6 +123,17 @@ class StageOutcome:
     tail: list[str]
 
 
+def ignore_further_stops() -> None:
+    """A stop is under way or done (the host was signalled, or a stage exited interrupted because a supervisor
+    signalled it first): SIGINT/SIGTERM copies arriving later, however late, change nothing up to this
+    process's exit, so its exit status stays the 130 it reports. SIG_IGN, not a Python handler: Python puts
+    its own handlers back to SIG_DFL while the interpreter shuts down, and a copy landing then killed `tt`
+    with 143 after it had written 130. (A stopped `tt` starts no further stage, which would inherit it.)"""
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+
+
 class SignalForwarder:
     """While a child process group runs, forward the host's SIGINT/SIGTERM to it.
 
@@ -149,6 +160,11 @@ class SignalForwarder:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        stopped = self.signalled.is_set() or self.process.returncode in (
+            EXIT_INTERRUPTED, -signal.SIGTERM, -signal.SIGINT)
+        if stopped and self._previous:  # later copies of the stop change nothing, up to this process's exit
+            ignore_further_stops()
+            return
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
 

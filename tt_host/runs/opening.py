@@ -16,7 +16,7 @@ import os
 import stat
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, Optional
 
 from tt_host.errors import TTError
 from tt_host.runs import layout
@@ -93,12 +93,12 @@ def remove_unstarted(path: Path) -> None:
 
 
 @contextmanager
-def open_run(run: RunDir) -> Iterator[bool]:
+def open_run(run: RunDir, wait_seconds: float = 0.0, on_wait: Optional[Callable[[str], None]] = None) -> Iterator[bool]:
     """Lock the run folder for the block (refused at once when another process holds it); yields whether
     the run existed. A folder made here in which no run was created is removed afterwards."""
     refuse_foreign(run)
     made = not run.path.exists()
-    run.lock()
+    run.lock(wait_seconds, on_wait)  # waits only for the stages of a dead tt (RunDir.lock)
     try:
         existed = run.exists()
         if not existed:

@@ -26,6 +26,7 @@ from typing import Any, Optional
 
 from tt_host import __version__
 from tt_host.engines import envs
+from tt_host.engines.runner import grace_seconds, ignore_further_stops
 from tt_host.fsutil import DiskFull
 from tt_host.models.registry import VerifyError
 from tt_host.plugins import Plugins
@@ -121,15 +122,17 @@ def execute(
     device: Optional[str] = None,
     reporter: QuietReporter = QuietReporter(),
     only: Optional[frozenset[str]] = None,
+    wait: bool = True,
 ) -> RunOutcome:
-    """Run (or resume) a validated spec; `only`: the stages a pipeline document runs (tt_host.runs.plan).
+    """Run (or resume) a validated spec; `only`: the stages a pipeline document runs (tt_host.runs.plan);
+    `wait`: a resume waits (up to the stage grace period) for the stages of a `tt` that died to exit.
     Raises RunRefused (exit 2) before changing anything."""
     assert loaded.valid and loaded.engine and loaded.spec and loaded.compiled
     if run_dir is not None:
         check_run_path(run_dir)
     digest = spec_digest(loaded)
     run = RunDir(run_dir if run_dir is not None else default_run_dir(loaded.path, new_run_id(digest)))
-    with open_run(run) as existed:
+    with open_run(run, grace_seconds() if wait else 0.0, _observer_problems(reporter)) as existed:
         state = run.load() if existed else None
         if state is not None:
             _same_engine(state, loaded)
@@ -145,15 +148,18 @@ class _TermAsInterrupt:
     """While no stage runs, SIGTERM behaves like Ctrl-C (KeyboardInterrupt)."""
 
     def __enter__(self) -> "_TermAsInterrupt":
-        self.previous = signal.signal(signal.SIGTERM, self._raise)
+        self.previous, self.stopped = signal.signal(signal.SIGTERM, self._raise), False
         return self
 
-    @staticmethod
-    def _raise(signum: int, frame: object) -> None:
+    def _raise(self, signum: int, frame: object) -> None:
+        self.stopped = True
         raise KeyboardInterrupt
 
     def __exit__(self, *exc: object) -> None:
-        signal.signal(signal.SIGTERM, self.previous)
+        if self.stopped:  # later copies change nothing up to the exit (exit status 130)
+            ignore_further_stops()
+        else:
+            signal.signal(signal.SIGTERM, self.previous)
 
 
 def _drive(call: RunCall, plan: list[PlannedStage], decisions: list[Decision]) -> RunOutcome:

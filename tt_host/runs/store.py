@@ -15,7 +15,7 @@ import re
 import socket
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from tt_host.errors import CorruptRecord, TTError
 from tt_host.fsutil import (FileLock, LockHeld, NotARegularFile, make_private_dir, processes_holding, remove_tree,
@@ -121,17 +121,39 @@ class RunDir:
         self.save(state)
 
     # --- lock ------------------------------------------------------------
-    def lock(self) -> None:
-        """Refuse at once when another process drives this run directory, or stages of a dead one still run."""
+    def lock(self, wait_seconds: float = 0.0, on_wait: Optional[Callable[[str], None]] = None) -> None:
+        """Refuse at once when another process drives this run directory. When only stage processes of a `tt`
+        that has died hold it (they save a checkpoint and exit on their own), wait up to `wait_seconds` for
+        them, saying so through `on_wait`, then take it; refused if they are still there then."""
         make_private_dir(self.path)
         holder = f"pid {os.getpid()} on {socket.gethostname()} since {now()}"
         lock = FileLock(self.path / layout.LOCK, holder=holder)
         try:
             self._lock = lock.acquire(blocking=False)
+            return
         except NotARegularFile as exc:
             raise TTError(f"cannot lock run directory {self.path}: {exc}", 2) from None
         except LockHeld as exc:
-            raise RunInUseError(in_use_message(self.path, exc.holder, processes_holding(lock.path))) from None
+            held_by, pids = exc.holder, processes_holding(lock.path)
+        left = orphans(held_by, pids)
+        if left is None or wait_seconds <= 0:
+            raise RunInUseError(in_use_message(self.path, held_by, pids))
+        if on_wait is not None:
+            on_wait(f"run directory {self.path}: the tt that ran it (pid {left[0]}) has exited; waiting up to "
+                    f"{wait_seconds:.0f}s for the processes it started (pid {', '.join(map(str, left[1]))}; "
+                    f"{held_by}) to save their checkpoint and exit (--no-wait refuses instead)")
+        deadline = time.monotonic() + wait_seconds
+        while True:
+            try:
+                self._lock = lock.acquire(blocking=False)
+                return
+            except LockHeld as exc:
+                held_by, pids = exc.holder, processes_holding(lock.path)
+            if pids and orphans(held_by, pids) is None:  # another tt took it meanwhile
+                raise RunInUseError(in_use_message(self.path, held_by, pids))
+            if time.monotonic() >= deadline:
+                raise RunInUseError(f"waited {wait_seconds:.0f}s: " + in_use_message(self.path, held_by, pids))
+            time.sleep(0.1)
 
     def unlock(self) -> None:
         if self._lock is not None:
@@ -180,12 +202,22 @@ def find_runs(root: Path) -> list[Path]:
     return unique
 
 
-def in_use_message(path: Path, holder: str, pids: list[int]) -> str:
-    """Why a run directory cannot be locked: a live `tt`, or stage processes a dead `tt` left finishing."""
+def orphans(holder: str, pids: list[int]) -> Optional[tuple[int, list[int]]]:
+    """(pid of the dead `tt`, pids still holding the lock) when the lock is held only by processes a `tt` on
+    this host started and that `tt` is gone; None when a live `tt` (or another host's) holds it."""
     pids = [p for p in pids if p != os.getpid()]
     found = re.match(r"pid (\d+) on (\S+)", holder)
     host_pid = int(found.group(1)) if found else None
     if found and found.group(2) == socket.gethostname() and pids and host_pid not in pids:
+        return host_pid, pids
+    return None
+
+
+def in_use_message(path: Path, holder: str, pids: list[int]) -> str:
+    """Why a run directory cannot be locked: a live `tt`, or stage processes a dead `tt` left finishing."""
+    pids = [p for p in pids if p != os.getpid()]
+    if (left := orphans(holder, pids)) is not None:
+        host_pid = left[0]
         return (f"run directory {path} is still in use: the tt that ran it (pid {host_pid}) has exited, but "
                 f"processes it started still run (pid {', '.join(map(str, pids))}; {holder}); they save a "
                 "checkpoint at their next step boundary and exit within seconds. Wait until they have exited, "
