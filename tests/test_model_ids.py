@@ -91,7 +91,7 @@ def test_a_run_named_with_spaces_is_findable_and_a_second_one_keeps_the_first(tt
         code, out = tt.json("models", "verify", model_id)
         assert code == 0 and out["ok"], out
     code, out = tt.json("models", "get", "capitals-my-run-echo")
-    assert code == 0 and out["path"].startswith(str(first))
+    assert code == 0 and out["source_path"].startswith(str(first))
 
     # an entry an older tt wrote under an id with spaces is still found (by reading entries, not by its path)
     entry = json.loads((tmp_path / "tt-home" / "models" / "capitals-my-run-echo.json").read_text())

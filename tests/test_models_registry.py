@@ -36,8 +36,8 @@ def test_two_artifacts_of_one_kind_in_a_run_get_two_ids(tmp_path):
     second = register(artifact(tmp_path / "run" / "b", "two"), tmp_path / "run")
     assert first["id"] == "my-spec-20261130-0001-adapter"
     assert second["id"] == "my-spec-20261130-0001-adapter-2"
-    assert models.get_model(first["id"])["path"] == str((tmp_path / "run" / "a").absolute())
-    assert models.get_model(second["id"])["path"] == str((tmp_path / "run" / "b").absolute())
+    assert models.get_model(first["id"])["source_path"] == str((tmp_path / "run" / "a").absolute())
+    assert models.get_model(second["id"])["source_path"] == str((tmp_path / "run" / "b").absolute())
 
 
 def test_registering_a_folder_again_keeps_its_id(tmp_path):

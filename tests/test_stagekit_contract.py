@@ -4,6 +4,7 @@ tt_stagekit.manifest are the one folder publisher and the one manifest writer an
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 from pathlib import Path
 
@@ -220,7 +221,8 @@ def test_manifest_writer_bytes_and_verifier(tmp_path, monkeypatch):
     (folder / ".cache" / "x").unlink()
     assert M.verify(folder) == (written, [])
     (folder / "a.txt").write_text("b")
-    assert M.verify(folder)[1] == [("a.txt", "sha256 differs from the manifest (the file was changed)")]
+    b, a = hashlib.sha256(b"b").hexdigest(), hashlib.sha256(b"a").hexdigest()
+    assert M.verify(folder)[1] == [("a.txt", f"sha256 differs from the manifest (the file was changed): {b}, recorded {a}")]
     (folder / "a.txt").write_text("longer")
     assert M.verify(folder)[1] == [("a.txt", "size 6 != recorded 1")]
     (folder / M.MANIFEST).write_text("{")

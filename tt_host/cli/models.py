@@ -1,4 +1,4 @@
-"""`tt models list|get|verify|export|activate|active|rollback|history`: registered artifacts and which is live.
+"""`tt models list|get|verify|export|activate|active|rollback|history|gc`: registered artifacts and which is live.
 
 Logic lives in tt_host.models.registry (registry), tt_host.models.export and tt_host.models.activation.
 """
@@ -6,6 +6,7 @@ Logic lives in tt_host.models.registry (registry), tt_host.models.export and tt_
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -137,14 +138,17 @@ def activate(
 
 @app.command()
 def active(json_mode: bool = JsonOption) -> None:
-    """The active model (or the base model after a rollback past the first activation)."""
-    from tt_host.models.activation import current
+    """The active model and version (or the base model after a rollback past the first activation). Exit 1 when
+    the active version's manifest is no longer the one activated (both sha256s named)."""
+    from tt_host.models.activation import active_reference, check_active, current
 
     state = current()
+    if state["model"]:
+        check_active(state)
     if json_mode:
         emit_json(state)
     elif state["model"]:
-        console.print(f"{state['model']} (since {state['since']})", markup=False)
+        console.print(f"{active_reference(state)} (since {state['since']})", markup=False)
     elif state["base_of"]:
         console.print(f"base model of {state['base_of']} (since {state['since']})", markup=False)
     else:
@@ -166,14 +170,59 @@ def rollback(json_mode: bool = JsonOption) -> None:
 
 
 @app.command()
-def history(json_mode: bool = JsonOption) -> None:
-    """Every activation and rollback, oldest first (append-only)."""
+def history(model: Optional[str] = typer.Argument(None, help="A model id (or unique prefix): list its versions."),
+            json_mode: bool = JsonOption) -> None:
+    """Every activation and rollback, oldest first (append-only); with MODEL, that model's versions."""
     from tt_host.models.activation import history_path, read_history
 
+    if model is not None:
+        _versions(model, json_mode)
+        return
     records = read_history()
     if json_mode:
         emit_json({"path": str(history_path()), "history": records})
         return
     for r in records:
         forced = " (forced)" if r.get("forced") else ""
-        console.print(f"{r['at']}  {r['action']:<8} {r.get('model') or 'base'}{forced}", markup=False)
+        version = f"@{r['version']}" if r.get("model") and r.get("version") is not None else ""
+        console.print(f"{r['at']}  {r['action']:<8} {r.get('model') or 'base'}{version}{forced}", markup=False)
+
+
+def _versions(model: str, json_mode: bool) -> None:
+    from tt_host.models.activation import current
+    from tt_host.models.registry import get_model
+    from tt_host.models.versions import versions_of
+
+    entry = get_model(_model_id(model))
+    if entry is None:
+        fail(f"no registered model {model!r}; see `tt models list`", json_mode=json_mode)
+    state, listed = current(), versions_of(entry)
+    active = (state.get("version") or listed[-1]["version"]) if state["model"] == entry["id"] else None
+    rows = [{**{k: v for k, v in version.items() if k != "system_message"}, "active": version["version"] == active}
+            for version in listed]
+    if json_mode:
+        emit_json({"id": entry["id"], "versions": rows})
+        return
+    show_table(("version", "registered", "manifest sha256", "state", "path"),
+               [(str(r["version"]), r.get("registered_at") or "", (r.get("manifest_sha256") or "")[:16],
+                 "removed" if r.get("removed") else ("active" if r["active"] else ""), r.get("path") or "")
+                for r in rows])
+
+
+@app.command()
+def gc(dry_run: bool = typer.Option(False, "--dry-run", help="List what would be removed; remove nothing."),
+       json_mode: bool = JsonOption) -> None:
+    """Remove the files of model versions nothing points at: neither a model's latest version nor one the
+    activation history can return to (tt models active / rollback). Their records stay, marked removed."""
+    from tt_host.models.gc import collect
+
+    removed = collect(dry_run=dry_run)
+    if json_mode:
+        emit_json({"dry_run": dry_run, "removed": removed})
+        return
+    verb = "would remove" if dry_run else "removed"
+    for item in removed:
+        console.print(f"{verb} {item['id']}@{item['version']} ({item['path']})", markup=False)
+    if not removed:
+        console.print("nothing to remove: every kept version is the latest of its model or on the activation "
+                      "stack", markup=False)

@@ -11,9 +11,15 @@ ever rewritten or removed.
 
 Records:
 
-    {"at", "action": "activate", "model": ID, "previous": ID|null, "gate": "passed"|"failed"|"not run",
+    {"at", "action": "activate", "model": ID, "version": n, "manifest_sha256": the version's,
+     "previous": ID|null, "previous_version": n|null, "gate": "passed"|"failed"|"not run",
      "forced": bool, "overrode": why --force was needed | null}
-    {"at", "action": "rollback", "model": ID|null (null: the base model), "previous": ID, "base_of": ID|null}
+    {"at", "action": "rollback", "model": ID|null (null: the base model), "version": n|null, "previous": ID,
+     "base_of": ID|null}
+
+A model is activated as one version (tt_host.models.versions), with its manifest's sha256: `check_active`
+refuses to hand out an active model whose manifest is no longer the one activated (records older than
+versions have neither, and mean the model's latest version).
 
 Replaying the history gives a stack: activate pushes, rollback pops. The
 active model is the top; rolling back the last one leaves the base model of
@@ -35,7 +41,7 @@ from typing import Any, Optional
 
 from tt_host.errors import CorruptRecord, TTError
 from tt_host.models import registry
-from tt_host.fsutil import FileLock, append_line, make_private_dir
+from tt_host.fsutil import FileLock, append_line, make_private_dir, sha256_file
 
 HISTORY = "activations.jsonl"
 
@@ -73,24 +79,64 @@ def read_history() -> list[dict[str, Any]]:
     return records
 
 
-def _stack(records: list[dict[str, Any]]) -> tuple[list[str], Optional[dict[str, Any]]]:
-    stack: list[str] = []
+def _stack(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], Optional[dict[str, Any]]]:
+    """The activate records still on the stack (activate pushes, rollback pops) and the last record."""
+    stack: list[dict[str, Any]] = []
     for record in records:
         if record.get("action") == "activate":
-            stack.append(record["model"])
+            stack.append(record)
         elif record.get("action") == "rollback" and stack:
             stack.pop()
     return stack, (records[-1] if records else None)
 
 
 def current() -> dict[str, Any]:
-    """{"model": ID|None, "base_of": ID|None, "since": time|None, "record": last record|None}."""
+    """{"model": ID|None, "version": n|None, "manifest_sha256": what was activated|None, "base_of": ID|None,
+    "since": time|None, "record": last record|None}. `version` is None for a record older than versions."""
     stack, last = _stack(read_history())
     if stack:
-        return {"model": stack[-1], "base_of": None, "since": last["at"], "record": last}
+        top = stack[-1]
+        return {"model": top["model"], "version": top.get("version"), "manifest_sha256": top.get("manifest_sha256"),
+                "base_of": None, "since": last["at"], "record": last}
     if last is None:
-        return {"model": None, "base_of": None, "since": None, "record": None}
-    return {"model": None, "base_of": last.get("base_of"), "since": last["at"], "record": last}
+        return {"model": None, "version": None, "manifest_sha256": None, "base_of": None, "since": None,
+                "record": None}
+    return {"model": None, "version": None, "manifest_sha256": None, "base_of": last.get("base_of"),
+            "since": last["at"], "record": last}
+
+
+def active_reference(state: dict[str, Any]) -> str:
+    """`id@n` of the active version (the bare id for an activation recorded before versions)."""
+    return state["model"] if state.get("version") is None else f"{state['model']}@{state['version']}"
+
+
+def check_active(state: dict[str, Any]) -> dict[str, Any]:
+    """The active version's entry, once its manifest is proven to be the one activated; ActivationError (exit 1)
+    naming both digests otherwise. Its files are checked against that manifest by whoever serves it."""
+    reference = active_reference(state)
+    try:
+        entry = registry.get_version(reference)
+    except LookupError as exc:
+        raise ActivationError(f"the active model {reference} is gone: {exc}; activate another (`tt models "
+                              "activate ID`) or roll back (`tt models rollback`)") from None
+    if entry is None:
+        raise ActivationError(f"the active model {reference} is no longer registered; activate another "
+                              "(`tt models activate ID`) or roll back (`tt models rollback`)")
+    activated = state.get("manifest_sha256")
+    try:
+        now = sha256_file(Path(entry["path"]) / registry.MANIFEST)
+    except OSError:
+        now = "missing"
+    advice = (f"it is not served. Restore its files, or activate a verified version (`tt models history "
+              f"{state['model']}`)")
+    if activated is not None and now != activated:
+        raise ActivationError(f"the active model {reference} no longer matches what was activated: its "
+                              f"{registry.MANIFEST} sha256 is {now}, activated {activated}; {advice}")
+    _, problems = registry.verify_model(reference)
+    if problems:
+        raise ActivationError(f"the active model {reference} no longer matches what was activated: "
+                              + "; ".join(map(str, problems)) + f"; {advice}")
+    return entry
 
 
 def _append(record: dict[str, Any]) -> dict[str, Any]:
@@ -105,6 +151,11 @@ def _user() -> str:
         return getpass.getuser()
     except Exception:  # no user name in this environment
         return ""
+
+
+def activation_lock() -> FileLock:
+    """The lock every change of the history (and `tt models gc`) holds."""
+    return _lock()
 
 
 def _lock() -> FileLock:
@@ -148,10 +199,12 @@ def activate(model_id: str, force: bool = False) -> dict[str, Any]:
         overrode = why
     with _lock():
         state = current()
-        if state["model"] == model_id:
-            return {"action": "none", "model": model_id, "already_active": True}
-        return _append({"action": "activate", "model": model_id, "previous": state["model"],
-                        "gate": gate["status"], "forced": overrode is not None, "overrode": overrode})
+        if state["model"] == entry["id"] and state.get("version") == entry.get("version"):
+            return {"action": "none", "model": entry["id"], "version": entry.get("version"), "already_active": True}
+        return _append({"action": "activate", "model": entry["id"], "version": entry.get("version"),
+                        "manifest_sha256": entry.get("manifest_sha256"), "previous": state["model"],
+                        "previous_version": state.get("version"), "gate": gate["status"],
+                        "forced": overrode is not None, "overrode": overrode})
 
 
 def rollback() -> dict[str, Any]:
@@ -160,6 +213,8 @@ def rollback() -> dict[str, Any]:
         stack, _ = _stack(read_history())
         if not stack:
             raise ActivationError("no model is active; nothing to roll back (`tt models activate ID`)")
-        leaving = stack.pop()
-        return _append({"action": "rollback", "model": stack[-1] if stack else None, "previous": leaving,
+        leaving = stack.pop()["model"]
+        back = stack[-1] if stack else None
+        return _append({"action": "rollback", "model": back["model"] if back else None,
+                        "version": back.get("version") if back else None, "previous": leaving,
                         "base_of": None if stack else leaving})

@@ -27,7 +27,7 @@ from typing import Any, Optional
 
 from tt_host.errors import TTError
 from tt_host.engine import SERVE_HF, SERVE_ON_BASE, Engine, ModelKind
-from tt_host.models import activation, registry
+from tt_host.models import activation, registry, versions
 from tt_host.spec.compiler import compile_system_message, sha256_text
 
 
@@ -117,8 +117,9 @@ def _default_id(run_dir: Optional[Path], kind: str, fallback: str) -> str:
     return registry.slug(fallback)
 
 
-def from_folder(path: Path, model_id: Optional[str] = None) -> ResolvedModel:
-    """A model folder (see the module docstring) as a ResolvedModel."""
+def from_folder(path: Path, model_id: Optional[str] = None, registered: Optional[dict[str, Any]] = None) -> ResolvedModel:
+    """A model folder (see the module docstring) as a ResolvedModel. `registered`: the registry entry (as of
+    its version) when the folder is a registered version's, which lies outside its run folder."""
     path = path.absolute()
     if (path / registry.MANIFEST).is_file():
         manifest = _verified_manifest(path)
@@ -128,7 +129,9 @@ def from_folder(path: Path, model_id: Optional[str] = None) -> ResolvedModel:
     else:
         raise ModelRefError(f"{path} is not a model folder (no artifact-manifest.json or config.json)")
     run_dir = _find_run_dir(path)
-    entry = _registered_for(path)
+    if registered is not None and registered.get("run_dir") and run_dir is None:
+        run_dir = Path(registered["run_dir"])
+    entry = registered or _registered_for(path)
     model_id = model_id or (entry or {}).get("id") or _default_id(run_dir, kind, path.name)
     resolved = ResolvedModel(form=SERVE_HF, path=path, model_id=model_id, kind=kind, engine=manifest.get("engine"),
                              run_dir=run_dir, manifest=manifest,
@@ -151,6 +154,8 @@ def from_folder(path: Path, model_id: Optional[str] = None) -> ResolvedModel:
             resolved.base_model_path = Path(base)
         if model_kind.folder is None and info.get("model_id"):  # an export keeps its source's id
             resolved.model_id = model_id if entry else (info.get("model_id") or model_id)
+    if resolved.system_message is None and registered is not None:  # kept with the version when it was registered
+        resolved.system_message = registered.get("system_message")
     if resolved.system_message is None and run_dir is not None and resolved.system_message_sha256:
         resolved.system_message = spec_system_message(run_dir)
     if resolved.system_message is not None and resolved.system_message_sha256 and \
@@ -186,20 +191,23 @@ def registered_id(reference: str) -> str:
     unchanged when nothing matches, so the caller's "no registered model" names what was given."""
     from tt_host.models import prefixes
 
-    if registry.get_model(reference) is not None:
+    if registry.get_model(reference) is not None or registry.get_model(versions.split_reference(reference)[0]):
         return reference
     return prefixes.pick(reference, (entry["id"] for entry in registry.list_models()), "model") or reference
 
 
 def resolve_registered(model_id: str) -> ResolvedModel:
     model_id = registered_id(model_id)
-    entry = registry.get_model(model_id)
+    try:
+        entry = registry.get_version(model_id)
+    except versions.VersionError as exc:
+        raise ModelRefError(str(exc)) from None
     if entry is None:
         raise ModelRefError(f"no registered model {model_id!r} and no such folder; see `tt models list`")
     _, problems = registry.verify_model(model_id)
     if problems:
         raise ModelRefError(f"model {model_id} failed verification: " + "; ".join(map(str, problems)), exit_code=1)
-    return from_folder(Path(entry["path"]), model_id=model_id)
+    return from_folder(Path(entry["path"]), model_id=entry["id"], registered=entry)
 
 
 def resolve(reference: str) -> ResolvedModel:
@@ -220,7 +228,11 @@ def resolve_active() -> ResolvedModel:
     """The active model as a ResolvedModel (`tt serve active`); the base model after a rollback to it."""
     state = activation.current()
     if state["model"] is not None:
-        return resolve_registered(state["model"])
+        try:
+            activation.check_active(state)
+        except activation.ActivationError as exc:
+            raise ModelRefError(str(exc), exit_code=1) from None
+        return resolve_registered(activation.active_reference(state))
     if state["base_of"] is not None:
         return resolve_base()
     raise ModelRefError("no model is active; activate one with `tt models activate ID` (see `tt models list`)")

@@ -18,6 +18,7 @@ from tt_stagekit.manifest import MANIFEST, verify  # noqa: F401 (MANIFEST: the h
 
 from tt_host import ids
 from tt_host.errors import CorruptRecord
+from tt_host.models import versions
 from tt_host.fsutil import make_private_dir, sha256_file, write_json_atomic
 
 
@@ -62,7 +63,9 @@ def model_id_for(spec_name: str, run_id: str, kind: str) -> str:
 
 
 def register(path: Path, *, run_id: str, run_dir: Path, spec_name: str, engine: str, kind: str,
-             spec_id: Optional[str] = None) -> dict[str, Any]:
+             spec_id: Optional[str] = None, system_message: Optional[str] = None) -> dict[str, Any]:
+    """Register the artifact in `path` under its id: a new version (tt_host.models.versions) when its manifest
+    differs from the latest version's, whose files are copied so they never change under it."""
     manifest, problems = verify_artifact(path)
     if problems:
         raise VerifyError(f"artifact {path} failed verification: " + "; ".join(map(str, problems)))
@@ -81,8 +84,18 @@ def register(path: Path, *, run_id: str, run_dir: Path, spec_name: str, engine: 
     if spec_id is not None:  # a Node spec's `id` (tt_host.spec.legacy)
         entry["spec_id"] = spec_id
     make_private_dir(registry_dir())
-    write_json_atomic(registry_dir() / f"{model_id}.json", entry)
+    entry = versions.add_version(get_model(model_id), entry, manifest, Path(path).absolute(), system_message,
+                                 registry_dir() / versions.VERSIONS_FOLDER)
+    _, problems = verify_artifact(Path(entry["path"]))
+    if problems:  # the folder changed while it was copied
+        raise VerifyError(f"artifact {path} changed while it was registered: " + "; ".join(map(str, problems)))
+    write_json_atomic(entry_file(model_id), entry)
     return entry
+
+
+def entry_file(model_id: str) -> Path:
+    """Where the entry of a (safe) model id lives."""
+    return registry_dir() / f"{model_id}.json"
 
 
 def _free_id(base: str, path: Path) -> str:
@@ -96,7 +109,7 @@ def _free_id(base: str, path: Path) -> str:
             existing = get_model(candidate)
         except (OSError, ValueError):  # an unreadable entry is never overwritten
             existing = {}
-        if existing is None or existing.get("path") == str(path):
+        if existing is None or existing.get("source_path", existing.get("path")) == str(path):
             return candidate
         number += 1
 
@@ -144,8 +157,19 @@ def get_model(model_id: str) -> Optional[dict[str, Any]]:
     return entry if entry.get("id") == model_id else None
 
 
+def get_version(reference: str) -> Optional[dict[str, Any]]:
+    """The entry of `id` (its latest version) or `id@n` (that version: tt_host.models.versions.at_version),
+    or None for an unknown id. Raises versions.VersionError for a version it does not have."""
+    model_id, number = versions.split_reference(reference)
+    entry = get_model(reference) if number is None else (get_model(reference) or get_model(model_id))
+    if entry is None:
+        return None
+    return versions.at_version(entry, None if entry["id"] == reference else number)
+
+
 def verify_model(model_id: str) -> tuple[dict[str, Any], list[Problem]]:
-    entry = get_model(model_id)
+    """(the entry as of the version `model_id` names, its problems); LookupError for an unknown model."""
+    entry = get_version(model_id)
     if entry is None:
         raise LookupError(f"no registered model {model_id!r}; see `tt models list`")
     _, problems = verify_artifact(Path(entry["path"]))

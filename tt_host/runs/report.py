@@ -36,7 +36,8 @@ def build_report(state: dict[str, Any], metrics: dict[str, Any], series: dict[st
         },
         "metrics": dict(sorted(metrics.items())),
         "notes": notes,
-        "models": [{"id": m["id"], "kind": m["kind"], "path": m["path"]} for m in models],
+        "models": [{"id": m["id"], "kind": m["kind"], "path": m["path"],
+                    **({"version": m["version"]} if "version" in m else {})} for m in models],
     }
 
 

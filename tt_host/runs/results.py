@@ -60,5 +60,7 @@ def take_result(call: RunCall, state: RunState, stage: Stage, result: dict[str, 
         path = path if path.is_absolute() else run.path / path
         tally.models.append(register(path, run_id=state.id, run_dir=run.path, spec_name=call.loaded.spec.name,
                                      engine=call.loaded.engine.name, kind=artifact.kind,
-                                     spec_id=call.loaded.spec_id))
-        call.reporter.message(f"registered model {tally.models[-1]['id']}", "green")
+                                     spec_id=call.loaded.spec_id,
+                                     system_message=call.loaded.compiled.system_message))
+        call.reporter.message(f"registered model {tally.models[-1]['id']} version {tally.models[-1]['version']}",
+                              "green")

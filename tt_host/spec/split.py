@@ -13,8 +13,8 @@ A run records its split (`RecordedSplit`: the rule, the salt and the digests of 
 prompts) in run.json; resuming it keeps each recorded example on its side, and only new examples are
 decided by the rule.
 
-Every place that compares a training row with the held-out prompts (the foundation's `sft_datasets`, the
-adapter's prebuilt files, the general-regression set, the synthesized examples) uses `normalize_prompt`
+Every place that compares a training row with the held-out prompts (an engine's extra chat datasets and
+prebuilt files, the general-regression set, the synthesized examples) uses `normalize_prompt`
 and `prompt_digest` from here, and `overlapping_example` (a row's user turns against the examples' prompts;
 the rules themselves live in tt_stagekit.chatrows, so engine code checks with the same functions).
 """

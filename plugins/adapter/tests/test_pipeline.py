@@ -95,8 +95,9 @@ def test_one_changed_byte_is_named(finished, tmp_path):
     data = bytearray(target.read_bytes())
     data[-1] ^= 0x01
     target.write_bytes(bytes(data))
-    assert manifest.verify_manifest(adapter) == [
-        "adapter_model.safetensors: sha256 differs from the manifest (the file was changed)"]
+    problems = manifest.verify_manifest(adapter)
+    assert len(problems) == 1 and problems[0].startswith(
+        "adapter_model.safetensors: sha256 differs from the manifest (the file was changed): ")
 
 
 def test_batched_generation_equals_one_at_a_time(tiny_qwen3):

@@ -124,8 +124,9 @@ def verify(folder: str | Path) -> tuple[dict[str, Any], list[tuple[str, str]]]:
             problems.append((rel, "missing"))
         elif target.stat().st_size != entry["size"]:
             problems.append((rel, f"size {target.stat().st_size} != recorded {entry['size']}"))
-        elif file_sha256(target) != entry["sha256"]:
-            problems.append((rel, "sha256 differs from the manifest (the file was changed)"))
+        elif (actual := file_sha256(target)) != entry["sha256"]:
+            problems.append((rel, f"sha256 differs from the manifest (the file was changed): {actual}, "
+                                  f"recorded {entry['sha256']}"))
     for file in sorted(p for p in folder.rglob("*") if p.is_file()):
         rel = file.relative_to(folder).as_posix()
         if rel != MANIFEST and rel not in listed:

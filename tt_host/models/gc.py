@@ -1,0 +1,38 @@
+"""`tt models gc`: remove the files of model versions nothing points at (tt_host.models.versions.collectable).
+
+A version is kept while it is its model's latest or on the activation stack (tt_host.models.activation): the
+active one and those a rollback returns to. A removed version's record stays in its entry, marked `removed`.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from tt_host import ids
+from tt_host.fsutil import write_json_atomic
+from tt_host.models import activation, registry
+from tt_host.models.versions import VERSIONS_FOLDER, collectable
+
+
+def collect(dry_run: bool = False) -> list[dict[str, Any]]:
+    """Remove (or with dry_run only list) the folders of `collectable` versions, marking each `removed` in its
+    entry; under the activation lock, so no activation picks a version while it goes. [{"id", "version", "path"}]."""
+    with activation.activation_lock():
+        found = collectable(registry.list_models(), activation.read_history())
+        out = [{"id": entry["id"], "version": version["version"], "path": version["path"]} for entry, version in found]
+        if dry_run:
+            return out
+        at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        root = registry.registry_dir() / VERSIONS_FOLDER
+        for entry, version in found:
+            try:  # an entry edited by hand to name another folder never gets it deleted
+                folder = ids.inside(Path(version["path"]), root)
+            except ids.OutsideError:
+                continue
+            version["removed"] = at  # `version` is a dict inside entry["versions"]
+            write_json_atomic(registry.entry_file(entry["id"]), entry)
+            shutil.rmtree(folder, ignore_errors=True)
+    return out
