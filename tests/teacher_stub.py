@@ -2,7 +2,7 @@
 (http.server on its own thread) that answers POST /v1/chat/completions.
 
 - An inputs request (its user turn asks for "a JSON array of N strings") is answered with N new prompts
-  made from the request's `seed` (`Capital of place <k>?`), plus every prompt in `echo` verbatim and in a
+  made from the request's `seed` (`propose(first, count)`, default `Capital of place <k>?`), plus every prompt in `echo` verbatim and in a
   changed case and spacing (so a teacher that repeats the spec's held-out prompts is simulated);
 - an answer request is answered by `answer(prompt)` (default: the label the task wants, `City <k>`);
 - `faults` is a list of (status, headers, body) served to the first requests in order (429 with
@@ -34,9 +34,11 @@ def default_answer(prompt: str) -> str:
 
 class StubTeacher:
     def __init__(self, *, echo: Sequence[str] = (), answer: Callable[[str], str] = default_answer,
+                 propose: Callable[[int, int], list[str]] = lambda first, count: [
+                     f"Capital of place {first + i}?" for i in range(count)],
                  faults: Sequence[tuple[int, dict, bytes]] = (), hold_after: Optional[int] = None,
                  silent: bool = False, start: int = 1000):
-        self.echo, self.answer, self.faults = list(echo), answer, list(faults)
+        self.echo, self.answer, self.propose, self.faults = list(echo), answer, propose, list(faults)
         self.hold_after, self.silent, self.start = hold_after, silent, start
         self.requests: list[dict] = []
         self.auth: list[Optional[str]] = []
@@ -98,7 +100,7 @@ class StubTeacher:
         wanted = COUNT.search(user)
         if wanted:
             count, seed = int(wanted.group(1)), int(body.get("seed", 0))
-            new = [f"Capital of place {self.start + seed * count + i}?" for i in range(count)]
+            new = self.propose(self.start + seed * count, count)
             variants = [f"  {text.upper()}  " for text in self.echo]
             return json.dumps(self.echo + variants + new)
         return self.answer(user)

@@ -167,3 +167,56 @@ def test_bad_synthesis_fields_are_named(tt, tmp_path):
     assert {e["loc"] for e in out["errors"]} == {"synthesis.teacher.base_url", "synthesis.teacher.api_key_env",
                                                  "synthesis.rows", "synthesis.checks.regex"}
     assert SECRET not in json.dumps(out)
+
+
+def test_foundation_sft_trains_on_the_rows_and_only_the_stages_after_it_change(tmp_path):
+    """In process: the plan of a foundation spec with a synthesis block, and the request its sft stage gets."""
+    from tt_engine_foundation.runtime.config import parse
+    from tt_engine_foundation.stages.sft import sft_rows
+    from tt_host.engines.envs import EnvInfo
+    from tt_host.plugins import load_plugins
+    from tt_host.runs.fingerprint import chain
+    from tt_host.runs.invoke import RunCall, StageCall, stage_request
+    from tt_host.runs.progress import QuietReporter
+    from tt_host.runs.store import RunDir
+    from tt_host.spec.loading import load_spec
+    from tt_host.synthesis.rows import write_rows
+
+    def loaded(name: str, **extra):
+        spec = {"name": "adder", "engine": "foundation", "system_prompt": "Add the numbers.",
+                "examples": [{"input": f"{i} plus {i}", "output": str(2 * i)} for i in range(6)],
+                "foundation": {"depth": 2, "pretrain_steps": 10, "device": "cpu"}, **extra}
+        path = write_spec(tmp_path / name, spec)
+        found = load_spec(path, load_plugins())
+        assert found.valid, found.errors
+        return found
+
+    plain = loaded("plain")
+    taught = loaded("taught", synthesis={"teacher": {"base_url": "http://127.0.0.1:9/v1", "model": "m"}, "rows": 2,
+                                         "weight": 1.5})
+    before = {p.stage.name: p.fingerprint for p in chain(plain.engine, plain.spec, plain.compiled)}
+    plan = chain(taught.engine, taught.spec, taught.compiled)
+    assert plan[0].stage.name == "synthesize"
+    after = {p.stage.name: p.fingerprint for p in plan[1:]}
+    assert {name for name in before if before[name] != after[name]} == {"sft", "rl", "chat_eval"}
+    rows = [{"id": f"syn-{i}", "source": "synthetic", "request_sha256": "0" * 64,
+             "messages": [{"role": "system", "content": taught.compiled.system_message},
+                          {"role": "user", "content": f"{i} plus 100"}, {"role": "assistant", "content": str(i + 100)}]}
+            for i in range(2)]
+    folder = tmp_path / "run" / "synthesize"
+    folder.mkdir(parents=True)
+    write_rows(folder / "rows.jsonl", rows)
+    completed = {"synthesize": {"dir": str(folder), "result": {"outputs": {"rows": "rows.jsonl"}}}}
+    call = RunCall(taught, load_plugins(), RunDir(tmp_path / "run"), None, QuietReporter(), "d" * 64, False)
+    env = EnvInfo("foundation", "k", tmp_path / "env", tmp_path / "env" / "bin" / "python", False, 0.0)
+    for stage, _, fingerprint in plan[1:]:
+        stage_dir = tmp_path / "run" / stage.name
+        request = stage_request(StageCall(call, env, stage, fingerprint, False, completed, None), stage_dir,
+                                stage_dir / "result.json")
+        synthetic = [row for row in request.train_rows if row.get("source") == "synthetic"]
+        assert len(synthetic) == (3 if stage.name == "sft" else 0), stage.name  # 2 rows × weight 1.5
+        if stage.name == "sft":
+            typed = parse(json.loads(json.dumps(request.to_json())))
+            trained = sft_rows(typed)
+            assert [row["id"] for row in trained[-3:]] == [row["id"] for row in synthetic]
+            assert len(trained) == len(taught.compiled.train_rows) + 3
