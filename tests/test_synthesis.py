@@ -220,3 +220,30 @@ def test_foundation_sft_trains_on_the_rows_and_only_the_stages_after_it_change(t
             trained = sft_rows(typed)
             assert [row["id"] for row in trained[-3:]] == [row["id"] for row in synthetic]
             assert len(trained) == len(taught.compiled.train_rows) + 3
+
+
+def test_a_registered_model_served_by_tt_serve_is_a_teacher(tt, tmp_path):
+    """`{"model_id": ...}`: the registry names the teacher (its manifest digest is in the stage's inputs) and
+    `tt serve` answers under that name. The echo model repeats what it does not know, so no input request
+    gets a JSON array back: the stage fails saying so, after asking the served model."""
+    code, out = tt.json("run", write_spec(tmp_path / "teacher", echo_spec(steps=1)))
+    assert code == 0, out
+    (model,) = out["report"]["models"]
+    spec = synth_spec("unused", rows=2)
+    spec["synthesis"]["teacher"] = {"model_id": "no-such-model"}
+    path = write_spec(tmp_path / "s", spec)
+    refused = tt("run", path)
+    assert refused.returncode == 2 and "no registered model 'no-such-model'" in refused.stderr, refused.stderr
+    server = tt.popen("serve", model["id"], "--port", "0", "--json")
+    try:
+        ready = next(e for e in map(json.loads, server.stdout) if e.get("type") == "ready")
+        spec["synthesis"]["teacher"] = {"model_id": model["id"], "base_url": f"{ready['url']}/v1"}
+        code, out = tt.json("run", write_spec(tmp_path / "s", spec))
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(timeout=60)
+    assert code == 1 and f"the teacher {model['id']} at {ready['url']}/v1/chat/completions" in out["error"], out
+    assert "bad_input_reply 3" in out["error"]
+    inputs = json.loads((Path(out["run_dir"]) / "run.json").read_text())["stages"]["synthesize"]["inputs"]
+    registered = json.loads((Path(tt.env["TT_HOME"]) / "models" / f"{model['id']}.json").read_text())
+    assert inputs["teacher"]["manifest_sha256"] == registered["manifest_sha256"]

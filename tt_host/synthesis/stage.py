@@ -9,7 +9,7 @@ fingerprint too. It is replaceable: changed settings re-run it, from the cache w
 Outputs, under `<run>/synthesize/`: `rows.jsonl` (rows.py) and result.json with the metrics
 `synthesize.rows` (target), `.kept`, `.proposed`, `.dropped`, `.dropped.<reason>`, `.requests` (sent this
 time, retries included), `.cached`, `.retries`, `.retries.<reason>`, `.prompt_tokens`,
-`.completion_tokens`. The cache is `<spec folder>/.tuned-tensor/synthesis-cache/`, shared by every run
+`.completion_tokens`. Fewer rows than asked is a note; none at all fails the stage. The cache is `<spec folder>/.tuned-tensor/synthesis-cache/`, shared by every run
 of specs in that folder.
 """
 
@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Optional
 from tt_host.engine import Stage
 from tt_host.spec.schema import BehaviorSpec
 from tt_host.synthesis.cache import RequestCache
-from tt_host.synthesis.client import ClientSettings, TeacherClient
+from tt_host.synthesis.client import ClientSettings, TeacherClient, TeacherError
 from tt_host.synthesis.generate import Generated, generate
 from tt_host.synthesis.rows import ROWS_FILE, write_rows
 from tt_host.synthesis.teacher import TeacherSetupError, resolve_teacher, teacher_identity
@@ -101,13 +101,17 @@ def run_synthesis(spec: BehaviorSpec, spec_path: Path, system_message: str, trai
     log(f"teacher {model} at {client.endpoint}; {settings.rows} rows wanted; cache {client.cache.folder}")
     done = generate(settings, model, system_message, train_rows, held_out_prompts, client,
                     progress=lambda state: on_progress(len(state.rows), settings.rows))
-    write_rows(stage_dir / ROWS_FILE, done.rows)
     found = metrics(settings.rows, done, client)
+    dropped = ", ".join(f"{reason} {count}" for reason, count in sorted(done.dropped.items()))
+    if not done.rows:
+        raise TeacherError(f"the teacher {model} at {client.endpoint} gave no row that could be kept ({done.short}; "
+                           f"dropped: {dropped or 'none'}); check its answers with `tt data preview`")
+    write_rows(stage_dir / ROWS_FILE, done.rows)
     notes = [f"synthesis: {len(done.rows)} of {settings.rows} rows kept from teacher {model}; "
              f"{found['synthesize.requests']} requests sent ({found['synthesize.cached']} answered from the cache), "
              f"{found['synthesize.prompt_tokens'] + found['synthesize.completion_tokens']} tokens"]
     if done.dropped:
-        notes.append("synthesis dropped: " + ", ".join(f"{reason} {count}" for reason, count in sorted(done.dropped.items())))
+        notes.append(f"synthesis dropped: {dropped}")
     if done.short:
         notes.append(f"synthesis kept fewer rows than synthesis.rows: {done.short}; raise synthesis.max_requests, "
                      "loosen synthesis.checks or show the teacher other examples")
