@@ -1,4 +1,5 @@
-"""`tt models list|get|verify|export|activate|active|rollback|history|gc`: registered artifacts and which is live.
+"""`tt models list|get|verify|export|activate|active|rollback|history|gc|prefetch|verify-base`: registered
+artifacts, which is live, and hub base models in the cache.
 
 Logic lives in tt_host.models.registry (registry), tt_host.models.export and tt_host.models.activation.
 """
@@ -226,3 +227,54 @@ def gc(dry_run: bool = typer.Option(False, "--dry-run", help="List what would be
     if not removed:
         console.print("nothing to remove: every kept version is the latest of its model or on the activation "
                       "stack", markup=False)
+
+
+@app.command()
+def prefetch(repo: str = typer.Argument(..., help="Hub id (org/name) of a base model."),
+             revision: str = typer.Option("main", "--revision", help="Commit, branch or tag (default: main)."),
+             json_mode: bool = JsonOption) -> None:
+    """Download a hub base model into the Hugging Face cache (offline: find it there); print its commit and the
+    spec line that pins it."""
+    from tt_host.cli.common import load_plugins
+    from tt_host.models.basemodel import prefetch as fetch
+
+    data = fetch(load_plugins(), repo, revision)
+    if json_mode:
+        emit_json({"ok": not data["problems"], **data})
+    else:
+        console.print(f"{repo}@{revision} is commit {data['commit']} ({data['path']})", markup=False)
+        console.print(f"pin it in the spec with:  {data['pin']}", markup=False)
+        for problem in data["problems"]:
+            err.print(f"[red]{escape(problem)}[/]")
+    raise typer.Exit(1 if data["problems"] else 0)
+
+
+@app.command("verify-base")
+def verify_base(repo: Optional[str] = typer.Argument(None, help="Hub id (default: the base model of ./tunedtensor.json "
+                                                     "or --spec)."),
+                revision: Optional[str] = typer.Option(None, "--revision", help="Commit, branch or tag (default: "
+                                                       "the spec's base_model_revision, else main)."),
+                spec: Path = typer.Option(Path("tunedtensor.json"), "--spec", help="The spec whose base model to check."),
+                json_mode: bool = JsonOption) -> None:
+    """Check that the cached snapshot of a hub base model is complete (config, weights, every file present); exit 1
+    naming what is missing."""
+    from tt_host.cli.running import load_valid
+    from tt_host.models.basemodel import spec_base, verify_base as check
+
+    if repo is None:
+        _, loaded = load_valid(spec, json_mode)
+        found = spec_base(loaded)
+        if found is None:
+            fail(f"{spec}: the base model is not a hub id with a revision; give one: tt models verify-base ORG/NAME",
+                 json_mode=json_mode)
+        repo, revision = found[0], revision or found[1]
+    data = {"repo": repo, "revision": revision or "main", **check(repo, revision or "main")}
+    if json_mode:
+        emit_json({"ok": not data["problems"], **data})
+    elif data["problems"]:
+        for problem in data["problems"]:
+            err.print(f"[red]{escape(repo)}: {escape(problem)}[/]")
+    else:
+        console.print(f"[green]{escape(repo)}@{escape(data['commit'])}: complete[/] ({data['files']} files, "
+                      f"{escape(data['path'])})")
+    raise typer.Exit(1 if data["problems"] else 0)
