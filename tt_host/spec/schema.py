@@ -17,7 +17,7 @@ from typing import Annotated, Any, ClassVar, Optional, Union
 from pydantic import (Field, StrictBool, StrictFloat, StrictInt, StrictStr, StringConstraints,
                       ValidationInfo, field_validator, model_validator)
 
-from tt_host.spec.strict import StrictModel  # noqa: F401  (engines import it from here)
+from tt_host.spec.strict import Name, StrictModel, Text  # noqa: F401  (engines import them from here)
 from tt_host.spec.synthesis import Synthesis
 from tt_stagekit.launcher import endpoint_error, nodes_error
 
@@ -65,15 +65,15 @@ class DistributedSettings(StrictModel):
 
 
 class Example(StrictModel):
-    input: str = Field(min_length=1, description="The user's message.")
-    output: str = Field(min_length=1, description="The answer the model should give.")
+    input: Text = Field(min_length=1, description="The user's message.")
+    output: Text = Field(min_length=1, description="The answer the model should give.")
 
 
 class GeneralRegression(StrictModel):
     """Policy and data of the general-regression gate (docs/evaluation.md)."""
 
-    dataset: str = Field(min_length=1, description="Chat JSONL beside the spec.")
-    system_prompt: Optional[str] = Field(None, min_length=1, description="Used for rows without a system message; "
+    dataset: Text = Field(min_length=1, description="Chat JSONL beside the spec.")
+    system_prompt: Optional[Text] = Field(None, min_length=1, description="Used for rows without a system message; "
                                          "must equal any embedded one.")
     max_score_drop: float = Field(0.03, ge=0, le=1, description="Largest allowed drop of the mean token F1.")
     max_pass_rate_drop: float = Field(0.05, ge=0, le=1, description="Largest allowed drop of the exact-match rate.")
@@ -102,7 +102,7 @@ class GeneralRegression(StrictModel):
 
 class Evaluation(StrictModel):
     general_regression: Optional[GeneralRegression] = None
-    split_salt: Optional[str] = Field(None, min_length=1, max_length=200, description=(
+    split_salt: Optional[Text] = Field(None, min_length=1, max_length=200, description=(
         "Salt of the held-out split (tt_host.spec.split); defaults to the spec's name. Set it to the old name "
         "when renaming a spec to keep its held-out set."))
 
@@ -117,7 +117,7 @@ DEFAULT_ENGINE = "adapter"
 class BehaviorSpec(StrictModel):
     """The fields every engine understands."""
 
-    name: str = Field(min_length=1, max_length=200)
+    name: Name = Field(min_length=1, max_length=200)
     description: str = ""
     system_prompt: str = ""
     guidelines: list[str] = Field(default_factory=list)

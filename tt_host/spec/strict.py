@@ -1,8 +1,34 @@
-"""`StrictModel`, the base of every spec object (tt_host.spec.schema re-exports it)."""
+"""`StrictModel`, the base of every spec object (tt_host.spec.schema re-exports it); `Text`, a string that
+must carry content, and `Name`, one that is also printed to terminals (no control characters)."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+import unicodedata
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict
+
+
+def not_blank(value: str) -> str:
+    """Refuse a string that is empty or only whitespace after trimming (the error names the field)."""
+    if isinstance(value, str) and not value.strip():
+        raise ValueError("is blank (only spaces, tabs or newlines); write the text it must hold")
+    return value
+
+
+def no_control(value: str) -> str:
+    """Refuse control characters (escape sequences, newlines, DEL, C1): a name is printed to terminals."""
+    for index, char in enumerate(value):
+        if unicodedata.category(char) == "Cc":
+            raise ValueError(f"holds the control character {char!r} at position {index}; a name is printed "
+                             "on terminals, where escape sequences would act: remove it")
+    return value
+
+
+# A text field that must carry content: blank after trimming is refused, naming the field (issue 30, item 8).
+Text = Annotated[str, AfterValidator(not_blank)]
+# A name shown to people (the spec's name): content, and no control characters.
+Name = Annotated[str, AfterValidator(not_blank), AfterValidator(no_control)]
 
 
 class StrictModel(BaseModel):

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 
-from tt_host.spec.strict import StrictModel
+from tt_host.spec.strict import StrictModel, Text
 
 DEFAULT_TT_SERVE_URL = "http://127.0.0.1:8000/v1"  # `tt serve MODEL`'s default address
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -35,11 +35,11 @@ def _http_url(value: str) -> str:
 class Teacher(StrictModel):
     """Who answers: `model_id` (a registered tt model served by `tt serve`) or `base_url` + `model`."""
 
-    model_id: Optional[str] = Field(None, min_length=1, max_length=200,
+    model_id: Optional[Text] = Field(None, min_length=1, max_length=200,
                                     description="A model `tt models list` shows, served by `tt serve`.")
-    base_url: Optional[str] = Field(None, min_length=1, max_length=2000,
+    base_url: Optional[Text] = Field(None, min_length=1, max_length=2000,
                                     description="The OpenAI-compatible API root, e.g. http://127.0.0.1:8000/v1.")
-    model: Optional[str] = Field(None, min_length=1, max_length=200, description="The model name the endpoint knows.")
+    model: Optional[Text] = Field(None, min_length=1, max_length=200, description="The model name the endpoint knows.")
     api_key_env: Optional[str] = Field(None, description="The NAME of the environment variable holding the key "
                                        "(never the key itself).")
 

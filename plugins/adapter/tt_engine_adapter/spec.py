@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Literal, Optional, Union
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from tt_host.spec.compiler import compile_validated_so_far
-from tt_host.spec.schema import BehaviorSpec, DistributedSettings, StrictModel, resolve_path
+from tt_host.spec.schema import BehaviorSpec, DistributedSettings, StrictModel, Text, resolve_path
 
 from tt_engine_adapter import lengthcheck
 from tt_engine_adapter.formats import fingerprint, rows
@@ -124,10 +124,10 @@ def _local_source(value: str, info: ValidationInfo, where: str) -> str:
 class Source(StrictModel):
     """One dataset source: a local `path` or a `hub` dataset at a pinned `revision`, with a mixing `weight`."""
 
-    path: Optional[str] = Field(None, description="JSONL file, parquet file or datasets save_to_disk folder.")
-    hub: Optional[str] = Field(None, description="Hub dataset id org/name (fetched by the prepare stage).")
-    revision: Optional[str] = Field(None, description="Commit, branch or tag of the hub dataset (required with hub).")
-    split: str = Field("train", min_length=1, max_length=100, description="Hub dataset split whose files are read.")
+    path: Optional[Text] = Field(None, description="JSONL file, parquet file or datasets save_to_disk folder.")
+    hub: Optional[Text] = Field(None, description="Hub dataset id org/name (fetched by the prepare stage).")
+    revision: Optional[Text] = Field(None, description="Commit, branch or tag of the hub dataset (required with hub).")
+    split: Text = Field("train", min_length=1, max_length=100, description="Hub dataset split whose files are read.")
     weight: float = Field(1.0, gt=0, le=1000, description="Rows repeated (2: twice) or a seeded share kept (0.5).")
 
     @field_validator("path")
@@ -198,8 +198,8 @@ class AdapterSpec(BehaviorSpec):
     """A behavior spec for the adapter engine."""
 
     engine: Literal["adapter"] = "adapter"
-    base_model: str = Field(min_length=1, description="Local Hugging Face model folder (beside the spec) or hub id.")
-    base_model_revision: Optional[str] = Field(
+    base_model: Text = Field(min_length=1, description="Local Hugging Face model folder (beside the spec) or hub id.")
+    base_model_revision: Optional[Text] = Field(
         None, validate_default=True,
         description="Commit (40 hex), branch or tag of a hub id; required for a hub id. Prefetch resolves a "
                     "branch or tag to its commit and every later stage uses that commit.",

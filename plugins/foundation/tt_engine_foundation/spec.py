@@ -16,7 +16,7 @@ from typing import ClassVar, Literal, Optional
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from tt_host.spec.schema import BehaviorSpec, DistributedSettings, resolve_path, symlink_in
+from tt_host.spec.schema import BehaviorSpec, DistributedSettings, Text, resolve_path, symlink_in
 from tt_stagekit.chatrows import read_chat_file
 from tt_stagekit.promptfit import length_message, words
 from tt_stagekit.userinput import loads, os_reason, special_kind
@@ -133,7 +133,7 @@ class FoundationConfig(DistributedSettings):
     tokenizer_max_chars: int = Field(10_000_000, ge=1_000, le=100_000_000_000, description="Corpus characters the tokenizer trains on.")
     max_chars: int = Field(1_000_000_000, ge=1_000, le=10_000_000_000_000, description="Upper bound of corpus characters in the token cache (first over the sorted shards).")
     bpb_max_chars: int = Field(4_000_000, ge=1_000, le=10_000_000_000_000, description="Characters of held-out text the bpb stage measures (first over the sorted shards); a cut is reported.")
-    init_model: Optional[str] = Field(None, description="Start SFT (and RL) from this existing foundation model: a registered model id, a model folder, or a run directory (its pretrained base). No tokenizer, token cache, pretraining or BPB stage runs.")
+    init_model: Optional[Text] = Field(None, description="Start SFT (and RL) from this existing foundation model: a registered model id, a model folder, or a run directory (its pretrained base). No tokenizer, token cache, pretraining or BPB stage runs.")
     pretrain_steps: int = Field(1000, ge=1, le=100_000_000)
     sequence_length: int = Field(512, ge=16, le=32_768)
     batch_size: int = Field(8, ge=1, le=4_096, description="Sequences per micro-batch.")
