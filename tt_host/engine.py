@@ -66,6 +66,11 @@ class Stage:
                general-regression prompts as that side of the gate
                (docs/evaluation.md). Defaults to `evaluates` when that is
                "baseline" or "candidate".
+    benchmarks: the stage, as its gate side, also runs the spec's
+               `evaluation.benchmarks` (lm-evaluation-harness) on its model and
+               returns the scores as result.json `benchmarks`
+               (docs/evaluation.md). `tt validate` refuses the block for an
+               engine without such a stage on both sides.
     launch:    optional; returns the interpreter arguments that start the stage
                for this spec, instead of `-m <module>` (for example
                `-m torch.distributed.run --nproc_per_node 2 -m <module>`).
@@ -84,6 +89,7 @@ class Stage:
     gets_train_rows: bool = False
     gets_synthetic_rows: bool = False
     general: Optional[str] = None
+    benchmarks: bool = False
     launch: Optional[Callable[[BehaviorSpec], Sequence[str]]] = None
     description: str = ""
 
@@ -105,6 +111,11 @@ def gate_side(stage: Stage) -> Optional[str]:
 def evaluates_both_sides(stages: Iterable[Stage]) -> bool:
     """Whether an engine has a baseline and a candidate stage to answer the general set."""
     return set(GATE_SIDES) <= {gate_side(stage) for stage in stages}
+
+
+def benchmarks_both_sides(stages: Iterable[Stage]) -> bool:
+    """Whether an engine has a baseline and a candidate stage that run the spec's benchmarks."""
+    return set(GATE_SIDES) <= {gate_side(stage) for stage in stages if stage.benchmarks}
 
 
 def needs_error(stages: Sequence[Stage]) -> str | None:

@@ -27,7 +27,8 @@ the model rolled back from active (`base_of`).
 
 Activation refuses (exit 1) a model that fails verification (never
 overridable: a changed model is not the one that was evaluated), and a model
-whose run's general-regression gate failed or was not run, unless `force`.
+whose run's general-regression gate failed or was not run, unless `force`; the run's lm-eval benchmarks
+(report.json `benchmarks`, when the spec has them) are part of that gate.
 """
 
 from __future__ import annotations
@@ -170,9 +171,21 @@ def gate_of(entry: dict[str, Any]) -> dict[str, Any]:
         report = json.loads(report_path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
         report = {}
-    gate = report.get("general_regression") if isinstance(report, dict) else None
+    if not isinstance(report, dict):
+        report = {}
+    gate = report.get("general_regression")
     if not isinstance(gate, dict) or gate.get("status") not in ("passed", "failed"):
-        return {"status": "not run", "failures": []}
+        gate = {"status": "not run", "failures": []}
+    benchmarks = report.get("benchmarks")
+    if not isinstance(benchmarks, dict):  # no evaluation.benchmarks: the general-regression set alone decides
+        return gate
+    if "general_regression" not in report:  # benchmarks without a general set: they alone decide
+        gate = {"status": "passed", "failures": []}
+    if benchmarks.get("status") == "failed":  # lm-eval benchmarks are part of the gate (docs/evaluation.md)
+        failures = [f for f in gate.get("failures") or []] + ["benchmark " + f for f in benchmarks.get("failures") or []]
+        return {**gate, "status": "failed", "failures": failures or ["a benchmark dropped more than its max_drop"]}
+    if benchmarks.get("status") != "passed" and gate["status"] == "passed":
+        return {**gate, "status": "not run", "reason": f"benchmarks not run: {benchmarks.get('reason', '')}"}
     return gate
 
 

@@ -51,6 +51,17 @@ def general_inputs(spec: BehaviorSpec) -> Any:
     return policy.data_inputs() if policy else None
 
 
+BENCHMARKS_KEY = "_benchmarks"
+OUTSIDE_CHAIN_KEYS = (GENERAL_KEY, BENCHMARKS_KEY)  # inputs of the gate's stages that training never reads
+
+
+def benchmark_inputs(spec: BehaviorSpec) -> Any:
+    """What the lm-eval scores depend on (tasks and their files' digests, limit, few-shot count), or None when
+    not set. The per-task metric and max_drop are policy, not inputs: changing them only re-writes the report."""
+    benchmarks = spec.evaluation.benchmarks if spec.evaluation else None
+    return benchmarks.data_inputs() if benchmarks else None
+
+
 def needs(stages: Sequence[Stage], index: int) -> tuple[str, ...]:
     """Names of the stages whose outputs stage `index` reads."""
     stage = stages[index]
@@ -72,11 +83,14 @@ def chain(engine: Engine, spec: BehaviorSpec, compiled: CompiledSpec) -> list[Pl
     """The PlannedStage of every stage of the engine, in order.
 
     The stages answering the general-regression set (tt_host.engine.gate_side) also
-    hash its inputs, outside the chain: a new general set re-runs both evaluations and
-    nothing else (training does not depend on it)."""
+    hash its inputs and the benchmarks' (`OUTSIDE_CHAIN_KEYS`), outside the chain: a new
+    general set or benchmark re-runs both evaluations and nothing else (training does not
+    depend on them)."""
     prints: dict[str, str] = {}  # the chained part of each fingerprint, which later stages hash
     out = synthesis_plan(spec, compiled)  # the host's own stage first, when the spec has a synthesis block
     general = general_inputs(spec)
+    outside = {key: value for key, value in ((GENERAL_KEY, general), (BENCHMARKS_KEY, benchmark_inputs(spec)))
+               if value is not None}
     for index, stage in enumerate(engine.stages):
         inputs = stage_inputs(stage, spec, compiled)
         if out and stage.gets_synthetic_rows:
@@ -88,9 +102,9 @@ def chain(engine: Engine, spec: BehaviorSpec, compiled: CompiledSpec) -> list[Pl
         payload = canonical({"engine": engine.name, "stage": stage.name, "module": stage.module,
                              "inputs": inputs, "previous": previous})
         prints[stage.name] = fingerprint = hashlib.sha256(payload.encode()).hexdigest()
-        if general is not None and gate_side(stage) is not None:
-            inputs[GENERAL_KEY] = general
-            fingerprint = hashlib.sha256(canonical({"chain": fingerprint, GENERAL_KEY: general}).encode()).hexdigest()
+        if outside and gate_side(stage) is not None:
+            inputs.update(outside)
+            fingerprint = hashlib.sha256(canonical({"chain": fingerprint, **outside}).encode()).hexdigest()
         out.append(PlannedStage(stage, inputs, fingerprint))
     return out
 

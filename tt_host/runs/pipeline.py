@@ -30,7 +30,7 @@ from tt_host.engines.runner import grace_seconds, ignore_further_stops
 from tt_host.fsutil import DiskFull
 from tt_host.models.registry import VerifyError
 from tt_host.plugins import Plugins
-from tt_host.runs import gate, index, layout, state as states
+from tt_host.runs import benchmark_gate, gate, index, layout, state as states
 from tt_host.runs.diskfull import out_of_disk
 from tt_host.runs.fingerprint import PlannedStage, canonical, chain
 from tt_host.runs.host_stage import run_host_stage
@@ -320,6 +320,9 @@ def _finish(call: RunCall, state: RunState, tally: Tally, exit_code: int, error:
     if policy is not None:
         report["general_regression"] = gate.evaluate(policy, general, tally.general_answers)
         call.observers.event(str(run.path), "gate", {"type": "gate", **report["general_regression"]})
+    benchmarks = call.loaded.spec.evaluation.benchmarks if call.loaded.spec.evaluation else None
+    if benchmarks is not None:
+        report["benchmarks"] = benchmark_gate.evaluate(benchmarks, tally.benchmark_scores)
     if error:
         report["error"] = error
     if state.status == states.RUN_INTERRUPTED:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from tt_host.runs.fingerprint import GENERAL_KEY, PlannedStage, changed_keys, needs
+from tt_host.runs.fingerprint import OUTSIDE_CHAIN_KEYS, PlannedStage, changed_keys, needs
 from tt_host.runs.state import STARTED
 from tt_host.runs.store import RunDir
 
@@ -60,7 +60,7 @@ def _why(index: int, plan: list[PlannedStage], old: dict[str, Any], cache: dict[
 
 def _general_only(record: dict[str, Any], inputs: dict[str, Any]) -> bool:
     changed = changed_keys(record.get("inputs") or {}, inputs) if record.get("inputs") is not None else []
-    return bool(changed) and all(key.startswith(GENERAL_KEY.lstrip("_")) for key in changed)
+    return bool(changed) and all(key.startswith(tuple(k.lstrip("_") for k in OUTSIDE_CHAIN_KEYS)) for key in changed)
 
 
 def decide(plan: list[PlannedStage], state: Optional[dict[str, Any]], run: Optional[RunDir], spec,
@@ -98,8 +98,9 @@ def decide(plan: list[PlannedStage], state: Optional[dict[str, Any]], run: Optio
                 out.append(Decision(stage.name, "resume", "completed earlier, but its result.json changed", True))
         elif same:
             out.append(Decision(stage.name, "resume", f"{was} earlier with the same inputs; continues", True))
-        elif _general_only(record, inputs):  # only the general-regression set changed: answer it again
-            out.append(Decision(stage.name, "run", "the general-regression set changed; answers it again", True))
+        elif _general_only(record, inputs):  # only the general-regression set or benchmarks changed: again
+            out.append(Decision(stage.name, "run", "the general-regression set or benchmarks changed; answers them "
+                                "again", True))
         elif stage.replaceable:
             out.append(Decision(stage.name, "rerun", f"{was} earlier with other inputs (changed: {what}); "
                                 "runs again from scratch"))

@@ -103,6 +103,10 @@ def render_markdown(report: dict[str, Any], charts: list[tuple[str, str]]) -> st
         from tt_host.runs.gate import markdown
 
         lines += markdown(report["general_regression"])
+    if report.get("benchmarks"):
+        from tt_host.runs.benchmark_gate import markdown as benchmarks_markdown
+
+        lines += benchmarks_markdown(report["benchmarks"])
     if charts:
         lines += ["## Curves", ""]
         lines += [f"![{title}]({file})" for title, file in charts]

@@ -31,6 +31,7 @@ class Tally:
     actions: dict[str, str] = field(default_factory=dict)
     completed: dict[str, Any] = field(default_factory=dict)
     general_answers: dict[str, dict[str, str]] = field(default_factory=dict)
+    benchmark_scores: dict[str, dict[str, Any]] = field(default_factory=dict)  # side -> lm-eval scores
 
 
 def take_result(call: RunCall, state: RunState, stage: Stage, result: dict[str, Any], tally: Tally,
@@ -52,6 +53,8 @@ def take_result(call: RunCall, state: RunState, stage: Stage, result: dict[str, 
         answers = read_predictions(run.stage_dir(stage.name) / taken.general_predictions)
         tally.general_answers[side] = answers
         scored.update(score(answers, general.references(), f"{side}.general"))
+    if side and taken.benchmarks:
+        tally.benchmark_scores[side] = taken.benchmarks
     tally.metrics.update(scored)
     if scored:
         call.observers.event(str(run.path), stage.name, {"type": "scores", "stage": stage.name, "values": scored})

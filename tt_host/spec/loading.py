@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 from pydantic import ValidationError
 
-from tt_host.engine import Engine, evaluates_both_sides
+from tt_host.engine import Engine, benchmarks_both_sides, evaluates_both_sides
 from tt_host.plugins import Plugins, UnknownEngineError
 from tt_host.spec import runner_config
 from tt_host.spec.errors import SpecError
@@ -159,6 +159,11 @@ def load_spec(path: Path, plugins: Plugins, require_examples: bool = True, confi
         general = loaded.spec.evaluation.general_regression.load()
         if overlap := example_overlap(general, (e.input for e in loaded.spec.examples)):
             loaded.errors.append(SpecError("evaluation.general_regression.dataset", overlap))
+    if loaded.spec.evaluation and loaded.spec.evaluation.benchmarks:
+        if not benchmarks_both_sides(loaded.engine.stages):
+            loaded.errors.append(SpecError("evaluation.benchmarks", (
+                f"the {engine_name} engine has no baseline and candidate stages that run lm-eval benchmarks "
+                "(docs/evaluation.md); remove the block")))
     try:
         loaded.compiled = compile_spec(loaded.spec)
     except DuplicatePromptError as exc:

@@ -100,11 +100,56 @@ class GeneralRegression(StrictModel):
         return {"dataset_sha256": data.sha256, "system_prompt": self.system_prompt}
 
 
+class BenchmarkTask(StrictModel):
+    """One lm-evaluation-harness task of `evaluation.benchmarks` and its gate limit (docs/evaluation.md)."""
+
+    task: str = Field(min_length=1, max_length=4096, description="An lm-eval task name (needs the hub when its data "
+                      "is not cached), or a local task file (.yaml/.yml beside the spec, in a folder of its own).")
+    metric: Optional[str] = Field(None, min_length=1, max_length=200, description="The metric the gate compares "
+                                  "(default: the first the task reports, e.g. acc).")
+    max_drop: float = Field(0.02, ge=0, le=1, description="Largest allowed drop of the metric from baseline to "
+                            "candidate.")
+
+    @field_validator("task")
+    @classmethod
+    def _local_file(cls, value: str, info: ValidationInfo) -> str:
+        if not value.endswith((".yaml", ".yml")):
+            return value
+        from tt_host.spec.benchmarks import check_task_file
+
+        return str(check_task_file(resolve_path(value, info), _spec_dir(info)))
+
+
+class Benchmarks(StrictModel):
+    """lm-evaluation-harness tasks run on the baseline and the candidate (docs/evaluation.md)."""
+
+    tasks: list[BenchmarkTask] = Field(min_length=1, max_length=64)
+    limit: Optional[int] = Field(None, ge=1, le=1_000_000, description="At most this many documents per task.")
+    num_fewshot: int = Field(0, ge=0, le=64, description="Few-shot examples before each document.")
+
+    @field_validator("tasks")
+    @classmethod
+    def _distinct(cls, tasks: list[BenchmarkTask]) -> list[BenchmarkTask]:
+        seen = [t.task for t in tasks]
+        for index, name in enumerate(seen):
+            if name in seen[:index]:
+                raise ValueError(f"item {index}: task {name!r} is listed twice")
+        return tasks
+
+    def data_inputs(self) -> dict[str, Any]:
+        """What the benchmark scores depend on (not the policy: metric and max_drop only re-write the report)."""
+        from tt_host.spec.benchmarks import task_digest
+
+        return {"tasks": [{"task": t.task, "sha256": task_digest(t.task)} for t in self.tasks],
+                "limit": self.limit, "num_fewshot": self.num_fewshot}
+
+
 class Evaluation(StrictModel):
     general_regression: Optional[GeneralRegression] = None
     split_salt: Optional[Text] = Field(None, min_length=1, max_length=200, description=(
         "Salt of the held-out split (tt_host.spec.split); defaults to the spec's name. Set it to the old name "
         "when renaming a spec to keep its held-out set."))
+    benchmarks: Optional[Benchmarks] = None
 
 
 ObserverName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]{0,63}$")]

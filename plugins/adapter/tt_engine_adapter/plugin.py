@@ -77,11 +77,11 @@ STAGES = (
           description="check and write the training rows"),
     Stage("prefetch", "tt_engine_adapter.stages.prefetch", inputs=_prefetch_inputs,
           description="resolve the base model and check the chat template"),
-    Stage("baseline", "tt_engine_adapter.stages.evaluate", inputs=_eval_inputs, evaluates="baseline",
+    Stage("baseline", "tt_engine_adapter.stages.evaluate", inputs=_eval_inputs, evaluates="baseline", benchmarks=True,
           description="evaluate the base model on the held-out rows"),
     Stage("train", "tt_engine_adapter.stages.train", inputs=_train_inputs, launch=_train_launch,
           description="LoRA fine-tuning"),
-    Stage("candidate", "tt_engine_adapter.stages.evaluate", inputs=_eval_inputs, evaluates="candidate",
+    Stage("candidate", "tt_engine_adapter.stages.evaluate", inputs=_eval_inputs, evaluates="candidate", benchmarks=True,
           description="evaluate base + adapter on the same rows"),
 )
 

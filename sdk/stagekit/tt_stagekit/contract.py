@@ -163,11 +163,13 @@ class StageResult:
     notes: tuple[str, ...] = ()
     predictions: Optional[str] = None  # a file under stage_dir: {"id", "prediction"} rows
     general_predictions: Optional[str] = None  # the same, for the general prompts
+    # lm-eval scores of the spec's evaluation.benchmarks: {task: {metric: value}} (docs/evaluation.md)
+    benchmarks: Optional[dict[str, dict[str, float]]] = None
     error: Optional[str] = None
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     NAMED: ClassVar[tuple[str, ...]] = ("status", "metrics", "series", "outputs", "artifacts", "notes",
-                                        "predictions", "general_predictions", "error")
+                                        "predictions", "general_predictions", "benchmarks", "error")
 
     @property
     def completed(self) -> bool:
@@ -186,6 +188,7 @@ class StageResult:
             notes=tuple(n for n in data.get("notes") or [] if isinstance(n, str)),
             predictions=data.get("predictions") or None,
             general_predictions=data.get("general_predictions") or None,
+            benchmarks=data.get("benchmarks") if isinstance(data.get("benchmarks"), dict) else None,
             error=data.get("error"),
             extra={k: v for k, v in data.items() if k not in cls.NAMED},
         )
@@ -195,7 +198,7 @@ class StageResult:
         body: dict[str, Any] = {"status": self.status, "metrics": dict(self.metrics), "series": dict(self.series),
                                 "outputs": dict(self.outputs), "artifacts": [a.to_json() for a in self.artifacts],
                                 "notes": list(self.notes)}
-        for key in ("predictions", "general_predictions", "error"):
+        for key in ("predictions", "general_predictions", "benchmarks", "error"):
             if getattr(self, key) is not None:
                 body[key] = getattr(self, key)
         body.update(self.extra)

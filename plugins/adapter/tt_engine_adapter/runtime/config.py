@@ -90,6 +90,31 @@ class DatasetSplits:
 
 
 @dataclass(frozen=True)
+class BenchmarkTask:
+    extra_keys: ClassVar[str] = "ignore"  # metric and max_drop are the host's (the gate's policy)
+
+    task: str
+
+
+@dataclass(frozen=True)
+class Benchmarks:
+    """`evaluation.benchmarks`: what the baseline and candidate stages run with lm-eval (runtime.benchmarks)."""
+
+    extra_keys: ClassVar[str] = "ignore"
+
+    tasks: tuple[BenchmarkTask, ...]
+    limit: Optional[int] = None
+    num_fewshot: int = 0
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    extra_keys: ClassVar[str] = "ignore"  # general_regression reaches the stages as general_prompts
+
+    benchmarks: Optional[Benchmarks] = None
+
+
+@dataclass(frozen=True)
 class AdapterSpecFields:
     """The parts of the spec the adapter's stages read (the engine-neutral rest is the host's)."""
 
@@ -101,6 +126,7 @@ class AdapterSpecFields:
     datasets: Optional[DatasetSplits] = None
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     examples: tuple[Example, ...] = ()
+    evaluation: Optional[Evaluation] = None
 
     @property
     def is_local(self) -> bool:

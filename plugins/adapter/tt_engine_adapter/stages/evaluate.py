@@ -7,7 +7,10 @@ would). Both use identical generation settings and write `predictions.jsonl`
 also answered (`predictions-test.jsonl`) and scored here as `<prefix>.test.*`.
 The general-regression prompts (`general_prompts`, with their own system
 message, never the spec's) are answered into `predictions-general.jsonl`;
-the host scores them and applies the gate.
+the host scores them and applies the gate. With `evaluation.benchmarks` in
+the spec, the same model is then scored with lm-evaluation-harness
+(runtime.benchmarks) under the spec's system message; the scores go to the
+result as `benchmarks` and the host gates on them.
 """
 
 from __future__ import annotations
@@ -82,13 +85,25 @@ def main(request: AdapterRequest) -> dict:
         trimmed += stats["trimmed_prompts"]
         atomic_write_jsonl(stage_dir / "predictions-general.jsonl", answers)
         result["general_predictions"] = "predictions-general.jsonl"
+    benchmarks = request.spec.evaluation.benchmarks if request.spec.evaluation else None
+    if benchmarks is not None:
+        from tt_engine_adapter.runtime import benchmarks as lm_eval_run
+
+        def on_task(done: int, count: int, task: str) -> None:
+            progress(done, count, "benchmark task")
+
+        started = time.perf_counter()
+        result["benchmarks"] = lm_eval_run.run(model, tokenizer, benchmarks, system, hp.eval_batch_size,
+                                               hp.max_seq_length, on_task)
+        metrics[f"{prefix}.benchmark_seconds"] = round(time.perf_counter() - started, 3)
     metrics[f"{prefix}.trimmed_prompts"] = trimmed
     if trimmed:
         result["notes"] = [trimmed_note(trimmed, total, f"{prefix} evaluation prompts",
                                         "hyperparameters.max_seq_length", hp.max_seq_length)]
     log(f"{prefix}: {len(predictions)} held-out prompts answered" +
         (f", {len(test_rows)} prebuilt test prompts" if test_rows else "") +
-        (f", {len(general)} general-regression prompts" if general else ""))
+        (f", {len(general)} general-regression prompts" if general else "") +
+        (f", {len(benchmarks.tasks)} benchmark tasks" if benchmarks is not None else ""))
     return result
 
 
