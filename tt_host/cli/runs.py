@@ -8,7 +8,8 @@ from typing import Optional
 
 import typer
 
-from tt_host.cli.common import JsonOption, console, emit_json, fail, json_option, os_errors_refused, show_table
+from tt_host.cli.common import (JsonOption, console, emit_json, err, escape, fail, json_option, os_errors_refused,
+                               show_table)
 from tt_stagekit.contract import EXIT_INTERRUPTED
 
 app = typer.Typer(no_args_is_help=True, help="Runs and their reports.")
@@ -144,7 +145,9 @@ def events(run: str = typer.Argument(..., help="Run directory or run id."),
 def compare(first: str = typer.Argument(..., help="Run directory or id."),
             second: str = typer.Argument(..., help="Run directory or id."),
             json_mode: bool = JsonOption) -> None:
-    """Two runs' metrics side by side (with the difference second - first)."""
+    """Two runs' metrics side by side (with the difference second - first), then re-scored on the held-out and
+    general-regression prompts both evaluated, with a warning for each prompt one trained on and the other
+    evaluated."""
     from tt_host.runs.inspect import compare as side_by_side
 
     data = side_by_side([_run_path(first, json_mode), _run_path(second, json_mode)])
@@ -157,6 +160,22 @@ def compare(first: str = typer.Argument(..., help="Run directory or id."),
     for name, (a, b) in data["metrics"].items():
         numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))
         rows.append((name, _cell(a), _cell(b), _cell(b - a) if numeric else ""))
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    _columns(rows)
+    for key, title in (("held_out", "held-out prompts"), ("general", "general-regression prompts")):
+        if key not in data:
+            continue
+        part = data[key]
+        typer.echo(f"\n{title}: {part['shared']} shared, {part['only_first']} only in {left}, "
+                   f"{part['only_second']} only in {right}; on the shared prompts:")
+        _columns([("metric", left, right, "difference")] + [
+            (name, _cell(a), _cell(b), _cell(b - a) if all(isinstance(v, (int, float)) for v in (a, b)) else "")
+            for name, (a, b) in part["metrics"].items()])
+    for warning in data.get("warnings", []):
+        err.print(f"[yellow]warning:[/] {escape(warning['warning'])}")
+
+
+def _columns(rows: list[tuple[str, ...]]) -> None:
+    """Plain columns, never truncated (run ids are long and rich would fold them in a narrow terminal)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         typer.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())

@@ -152,11 +152,18 @@ def describe(event: dict[str, Any]) -> str:
 
 
 def compare(runs: list[Path]) -> dict[str, Any]:
-    """Every metric of the runs side by side: {"runs": [...], "metrics": {name: [value or None, ...]}}."""
+    """Every metric of the runs side by side: {"runs": [...], "metrics": {name: [value or None, ...]}}, and for
+    two runs what they share (tt_host.runs.compare): `held_out` and `general` (counts shared and not, metrics
+    re-scored on the shared prompts) and `warnings` (a prompt one trained on while the other evaluated it)."""
+    from tt_host.runs.compare import compare_prompts
+
     reports = [load_report(run) for run in runs]
     names = sorted({name for report in reports for name in report.get("metrics", {})})
-    return {
+    out = {
         "runs": [{"id": r.get("run_id") or run.name, "run_dir": str(run), "status": r.get("status")}
                  for run, r in zip(runs, reports)],
         "metrics": {name: [r.get("metrics", {}).get(name) for r in reports] for name in names},
     }
+    if len(runs) == 2:
+        out.update(compare_prompts(runs[0], runs[1], tuple(r["id"] for r in out["runs"])))
+    return out
