@@ -30,11 +30,11 @@ from tt_host.engines.runner import grace_seconds, ignore_further_stops
 from tt_host.fsutil import DiskFull
 from tt_host.models.registry import VerifyError
 from tt_host.plugins import Plugins
-from tt_host.runs import benchmark_gate, gate, index, layout, state as states
+from tt_host.runs import baseline_cache, benchmark_gate, gate, index, layout, state as states
 from tt_host.runs.diskfull import out_of_disk
 from tt_host.runs.fingerprint import PlannedStage, canonical, chain
 from tt_host.runs.host_stage import run_host_stage
-from tt_host.runs.invoke import RunCall, StageCall, run_stage_call
+from tt_host.runs.invoke import RunCall, StageCall, StageOutcome, run_stage_call
 from tt_host.runs.observers import Observers
 from tt_host.runs.opening import RunRefused, check_run_path, open_run, refuse_foreign
 from tt_host.runs.plan import Decision, decide, refusal
@@ -285,7 +285,8 @@ def _stages(call: RunCall, env: envs.EnvInfo, state: RunState, plan: list[Planne
             record.started(fingerprint, inputs, now())
             call.run.save(state)
             runner = run_host_stage if is_host_stage(stage) else run_stage_call
-            outcome = runner(StageCall(call, env, stage, fingerprint, decision.resume, dict(tally.completed), general))
+            stage_call = StageCall(call, env, stage, fingerprint, decision.resume, dict(tally.completed), general)
+            outcome = _cached_or_run(stage_call, runner, inputs, record, tally, state.id)
             result, code = outcome.result, outcome.exit_code
             record.ended(now(), code, round(outcome.seconds, 3))
             if code == EXIT_OK:
@@ -305,6 +306,26 @@ def _stages(call: RunCall, env: envs.EnvInfo, state: RunState, plan: list[Planne
             break
         call.run.save(state)
     return _finish(call, state, tally, exit_code, error, policy, general)
+
+
+def _cached_or_run(stage_call: StageCall, runner, inputs: dict[str, Any], record: StageRecord, tally: Tally,
+                   run_id: str) -> StageOutcome:
+    """The stage's outcome: taken from the cross-run baseline cache when it may be (tt_host.runs.baseline_cache,
+    no stage process started), else from running it (and then kept in the cache)."""
+    key = baseline_cache.cache_key(stage_call, inputs) if baseline_cache.applies(stage_call) else None
+    cached = baseline_cache.lookup(stage_call, key) if key else None
+    if cached is not None:
+        name = stage_call.stage.name
+        record.extra["reused_from"] = cached.from_run
+        tally.actions[name] = f"reused from run {cached.from_run}"
+        tally.notes.append(f"baseline reused from run {cached.from_run} ({name}: same base model, prompts, "
+                           "generation settings and engine environment)")
+        stage_call.run_call.reporter.message(f"{name}: baseline reused from run {cached.from_run}", "dim")
+        return StageOutcome(cached.result, EXIT_OK, None, 0.0)
+    outcome = runner(stage_call)
+    if key and outcome.exit_code == EXIT_OK:
+        baseline_cache.store(stage_call, key, run_id)
+    return outcome
 
 
 def _finish(call: RunCall, state: RunState, tally: Tally, exit_code: int, error: Optional[str], policy,

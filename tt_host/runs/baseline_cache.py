@@ -1,0 +1,119 @@
+"""The cross-run baseline cache: a baseline evaluation already made with the same inputs is reused, not re-run.
+
+A stage that evaluates the `baseline` side (the base model, before any training) gives the same answers
+whenever it is asked the same thing, so its outputs are kept under `$TT_HOME/baseline-cache/<key>/` and a
+later run with the same key copies them into its own stage folder instead of starting the stage process
+(the report says "baseline reused from run X"). The key is the sha256 of what decides the answers:
+
+- the engine, its version and its environment key (the exact packages);
+- the stage's name, module, arguments and declared inputs (for the adapter: the base model and its
+  revision, and the generation settings);
+- the stage's request as the host would write it, minus what names this run: the system message, the
+  held-out and general-regression prompts, the device, and the earlier stages' results the stage can read,
+  with every file they name replaced by its content's sha256 and folders inside the run dropped (so the
+  base model's resolved commit, which the adapter's `prefetch` stage returns, is in it).
+
+A stage told to resume (it started in this run folder) never uses the cache. An entry is written whole under
+a temporary name, then renamed; a corrupt or partial one is ignored. Entries are never changed; deleting the
+folder only costs re-evaluation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from tt_host.fsutil import make_private_dir, sha256_file, write_json_atomic
+from tt_host.models.registry import tt_home
+from tt_host.runs import layout
+from tt_host.runs.fingerprint import canonical
+from tt_host.runs.invoke import StageCall, stage_request
+
+FOLDER = "baseline-cache"
+ENTRY = "cache-entry.json"
+RUN_FIELDS = ("run_dir", "stage_dir", "result_path", "spec", "spec_dir", "resume", "fingerprint")
+
+
+@dataclass(frozen=True)
+class CachedBaseline:
+    result: dict[str, Any]
+    from_run: str
+
+
+def applies(call: StageCall) -> bool:
+    """Whether the stage may take its outputs from the cache (and give them to it)."""
+    return call.stage.evaluates == "baseline" and not call.resume and os.environ.get("TT_NO_BASELINE_CACHE") != "1"
+
+
+def _portable(value: Any, run_dir: Path) -> Any:
+    """An earlier result with files replaced by their content's sha256 and folders of this run dropped."""
+    if isinstance(value, dict):
+        return {key: _portable(item, run_dir) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_portable(item, run_dir) for item in value]
+    if isinstance(value, str) and value.startswith("/"):
+        path = Path(value)
+        if path.is_file():
+            return {"sha256": sha256_file(path)}
+        if path.is_relative_to(run_dir):
+            return None
+    return value
+
+
+def cache_key(call: StageCall, inputs: dict[str, Any]) -> str:
+    run_call, stage = call.run_call, call.stage
+    engine = run_call.loaded.engine
+    request = stage_request(call, run_call.run.stage_dir(stage.name), run_call.run.result_path(stage.name)).to_json()
+    body = {key: value for key, value in request.items() if key not in RUN_FIELDS}
+    body["stages"] = {name: _portable(earlier["result"], run_call.run.path) for name, earlier in body["stages"].items()}
+    payload = {"engine": engine.name, "engine_version": engine.distribution_version, "env_key": call.env.key,
+               "stage": stage.name, "module": stage.module, "arguments": list(stage.arguments(run_call.loaded.spec)),
+               "inputs": inputs, "request": body}
+    return hashlib.sha256(canonical(payload).encode()).hexdigest()
+
+
+def cache_dir(key: str) -> Path:
+    return tt_home() / FOLDER / key
+
+
+def lookup(call: StageCall, key: str) -> Optional[CachedBaseline]:
+    """Copy a cached baseline into the stage's folder (with this run's request.json); None on a miss."""
+    folder = cache_dir(key)
+    try:
+        entry = json.loads((folder / ENTRY).read_text(encoding="utf-8"))
+        result = json.loads((folder / "stage" / layout.RESULT).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(entry, dict) or not isinstance(result, dict) or result.get("status") != "completed":
+        return None
+    run = call.run_call.run
+    stage_dir = run.stage_dir(call.stage.name)
+    shutil.rmtree(stage_dir, ignore_errors=True)
+    shutil.copytree(folder / "stage", stage_dir)
+    write_json_atomic(stage_dir / layout.REQUEST, stage_request(call, stage_dir, run.result_path(call.stage.name))
+                      .to_json())
+    return CachedBaseline(result, str(entry.get("run_id")))
+
+
+def store(call: StageCall, key: str, run_id: str) -> None:
+    """Keep a completed baseline's stage folder (all but its request) under `key`; an existing entry stays."""
+    folder = cache_dir(key)
+    if folder.exists():
+        return
+    make_private_dir(folder.parent)
+    partial = folder.parent / f".{key}.partial-{os.getpid()}"
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        shutil.copytree(call.run_call.run.stage_dir(call.stage.name), partial / "stage",
+                        ignore=lambda where, names: [layout.REQUEST] if Path(where) ==
+                        call.run_call.run.stage_dir(call.stage.name) else [])
+        write_json_atomic(partial / ENTRY, {"run_id": run_id, "run_dir": str(call.run_call.run.path),
+                                            "stage": call.stage.name})
+        os.rename(partial, folder)
+    except OSError:  # the cache is an optimisation: a full disk or a race with another run only loses it
+        shutil.rmtree(partial, ignore_errors=True)
