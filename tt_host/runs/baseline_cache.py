@@ -10,8 +10,9 @@ later run with the same key copies them into its own stage folder instead of sta
   revision, and the generation settings);
 - the stage's request as the host would write it, minus what names this run: the system message, the
   held-out and general-regression prompts, the device, and the earlier stages' results the stage can read,
-  with every file they name replaced by its content's sha256 and folders inside the run dropped (so the
-  base model's resolved commit, which the adapter's `prefetch` stage returns, is in it).
+  with every file they name replaced by its content's sha256 and every folder inside the run by a digest of
+  its files (so the base model's resolved commit, which the adapter's `prefetch` stage returns, is in it,
+  and a model trained in the run is known by its bytes).
 
 A stage told to resume (it started in this run folder) never uses the cache. An entry is written whole under
 a temporary name, then renamed; a corrupt or partial one is ignored. Entries are never changed; deleting the
@@ -51,7 +52,9 @@ def applies(call: StageCall) -> bool:
 
 
 def _portable(value: Any, run_dir: Path) -> Any:
-    """An earlier result with files replaced by their content's sha256 and folders of this run dropped."""
+    """An earlier result with each file it names replaced by its content's sha256, and each folder of this run
+    by the sha256 of its files' names and contents (a folder outside the run, e.g. a hub snapshot named by its
+    commit, stays as named)."""
     if isinstance(value, dict):
         return {key: _portable(item, run_dir) for key, item in value.items()}
     if isinstance(value, list):
@@ -60,8 +63,10 @@ def _portable(value: Any, run_dir: Path) -> Any:
         path = Path(value)
         if path.is_file():
             return {"sha256": sha256_file(path)}
-        if path.is_relative_to(run_dir):
-            return None
+        if path.is_dir() and path.is_relative_to(run_dir):
+            files = sorted(p for p in path.rglob("*") if p.is_file())
+            tree = [[p.relative_to(path).as_posix(), sha256_file(p)] for p in files]
+            return {"tree_sha256": hashlib.sha256(canonical(tree).encode()).hexdigest()}
     return value
 
 
@@ -95,9 +100,22 @@ def lookup(call: StageCall, key: str) -> Optional[CachedBaseline]:
     stage_dir = run.stage_dir(call.stage.name)
     shutil.rmtree(stage_dir, ignore_errors=True)
     shutil.copytree(folder / "stage", stage_dir)
+    origin = str(Path(str(entry.get("run_dir"))) / str(entry.get("stage")))
+    result = _moved(result, origin, str(stage_dir))  # paths into the origin's stage folder name this run's copy
+    write_json_atomic(run.result_path(call.stage.name), result)
     write_json_atomic(stage_dir / layout.REQUEST, stage_request(call, stage_dir, run.result_path(call.stage.name))
                       .to_json())
     return CachedBaseline(result, str(entry.get("run_id")))
+
+
+def _moved(value: Any, origin: str, here: str) -> Any:
+    if isinstance(value, dict):
+        return {key: _moved(item, origin, here) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_moved(item, origin, here) for item in value]
+    if isinstance(value, str) and (value == origin or value.startswith(origin + "/")):
+        return here + value[len(origin):]
+    return value
 
 
 def store(call: StageCall, key: str, run_id: str) -> None:
