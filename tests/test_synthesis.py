@@ -38,6 +38,9 @@ def test_target_rows_kept_and_held_out_prompts_never_kept_even_when_echoed(tt, t
         code, out = tt.json("run", write_spec(tmp_path / "s", synth_spec(stub.url, rows=12)))
     assert code == 0, out
     files = run_files(Path(out["run_dir"]))
+    shown = [body["messages"][1]["content"] for body in stub.requests if "JSON array" in body["messages"][1]["content"]]
+    held_prompts = [p["messages"][1]["content"] for p in files["eval_request"]["eval_prompts"]]
+    assert shown and not [text for text in shown for prompt in held_prompts if f"Input: {prompt}\n" in text]
     rows = [json.loads(line) for line in files["rows"].decode().splitlines()]
     assert len(rows) == 12 and {row["source"] for row in rows} == {"synthetic"}
     held = {normalize_prompt(p["messages"][1]["content"]) for p in files["eval_request"]["eval_prompts"]}
@@ -247,3 +250,20 @@ def test_a_registered_model_served_by_tt_serve_is_a_teacher(tt, tmp_path):
     inputs = json.loads((Path(out["run_dir"]) / "run.json").read_text())["stages"]["synthesize"]["inputs"]
     registered = json.loads((Path(tt.env["TT_HOME"]) / "models" / f"{model['id']}.json").read_text())
     assert inputs["teacher"]["manifest_sha256"] == registered["manifest_sha256"]
+
+
+def test_preview_shows_the_requests_and_sample_rows_the_run_then_reuses(tt, tmp_path):
+    with StubTeacher() as stub:
+        path = write_spec(tmp_path / "s", synth_spec(stub.url, rows=6))
+        code, nothing = tt.json("data", "preview", path, "--sample", "0")
+        assert code == 0 and nothing["requests_sent"] == 0 and nothing["sample_rows"] == [] and stub.requests == []
+        assert "Answer with the capital city." in nothing["inputs_request"]["messages"][1]["content"]
+        assert nothing["answer_request"]["messages"][0]["content"] == "Answer with the capital city."
+        code, sampled = tt.json("data", "preview", path, "--sample", "2")
+        assert code == 0 and len(sampled["sample_rows"]) == 2 and sampled["requests_sent"] == len(stub.requests) > 0
+        assert stub.requests[0] == sampled["inputs_request"]  # what it showed is what it sends
+        code, out = tt.json("run", path)
+    assert code == 0, out
+    assert out["report"]["metrics"]["synthesize.cached"] == sampled["requests_sent"]
+    rows = [json.loads(line) for line in (Path(out["run_dir"]) / "synthesize" / "rows.jsonl").read_text().splitlines()]
+    assert rows[:2] == sampled["sample_rows"]
