@@ -62,7 +62,7 @@ def test_api_key_from_a_file_or_the_environment_not_the_command_line(tt, tmp_pat
     (visible in `ps`) is warned about; a missing or empty key file is exit 2 naming the file."""
     tt.env.pop("TT_API_KEY", None)
     key = tmp_path / "key"
-    key.write_text("s3cret\n")
+    key.write_text("s3cret-key-0123456789\n")
     code, out = tt.json("serve", "no-such-model", "--host", "0.0.0.0", "--api-key-file", str(key))
     assert code == 2 and "no registered model" in out["error"]  # past the key check: the key was read
     for bad, why in ((tmp_path / "missing", "cannot read"), (tmp_path / "empty", "key alone")):
@@ -72,9 +72,9 @@ def test_api_key_from_a_file_or_the_environment_not_the_command_line(tt, tmp_pat
         assert code == 2 and str(bad) in out["error"] and why in out["error"], out
     code, out = tt.json("serve", "no-such-model", "--api-key", "k", "--api-key-file", str(key))
     assert code == 2 and "not both" in out["error"]
-    proc = tt("serve", "no-such-model", "--host", "0.0.0.0", "--api-key", "typed")
+    proc = tt("serve", "no-such-model", "--host", "0.0.0.0", "--api-key", "typed-key-0123456789")
     assert proc.returncode == 2 and "visible" in proc.stderr and "no registered model" in proc.stderr
-    tt.env["TT_API_KEY"] = "from-env"
+    tt.env["TT_API_KEY"] = "from-env-key-0123456789"
     proc = tt("serve", "no-such-model", "--host", "0.0.0.0")
     assert proc.returncode == 2 and "visible" not in proc.stderr and "no registered model" in proc.stderr
 

@@ -9,8 +9,22 @@ from typing import Any, Optional
 
 import typer
 
-from tt_host.cli.common import JsonOption, console, err, escape, fail, os_errors_refused
+from tt_host.cli.common import JsonOption, console, err, os_errors_refused
 from tt_stagekit.contract import EXIT_INTERRUPTED
+
+
+def show_event(event: dict[str, Any]) -> None:
+    """A server event for a person: what the server writes is shown as text, never read as rich markup (a
+    log line holding `[/x]` would otherwise replace the real message with a MarkupError)."""
+    from rich.text import Text
+
+    if event.get("type") == "ready":
+        console.print(Text.assemble(("serving", "green"), f" {event.get('model')} at {event.get('url')}/v1 "
+                                    f"(context {event.get('context_length')} tokens, {event.get('device')}); "
+                                    "Ctrl-C stops"), highlight=False)
+    elif event.get("type") == "log":
+        style = {"error": "red", "warning": "yellow"}.get(str(event.get("level")), "")
+        err.print(Text(str(event.get("message", "")), style=style), highlight=False)
 
 
 def emit_line(event: dict[str, Any]) -> None:
@@ -77,15 +91,7 @@ def serve(
                            allowed_hosts=tuple(allowed_host), default_max_tokens=default_max_tokens)
 
     def on_event(event: dict[str, Any]) -> None:
-        if json_mode:
-            emit_line(event)
-        elif event.get("type") == "ready":
-            console.print(f"[green]serving[/] {escape(str(event['model']))} at {event['url']}/v1 "
-                          f"(context {event.get('context_length')} tokens, {event.get('device')}); Ctrl-C stops")
-        elif event.get("type") == "log":
-            style = {"error": "red", "warning": "yellow"}.get(str(event.get("level")), "")
-            message = str(event.get("message", ""))
-            err.print(f"[{style}]{message}[/]" if style else message, markup=bool(style), highlight=False)
+        emit_line(event) if json_mode else show_event(event)
 
     try:
         with os_errors_refused(json_mode):  # a path the OS refuses (a name too long): exit 2 naming it

@@ -19,7 +19,7 @@ from tt_stagekit.manifest import MANIFEST, verify  # noqa: F401 (MANIFEST: the h
 from tt_host import ids
 from tt_host.errors import CorruptRecord
 from tt_host.models import versions
-from tt_host.fsutil import make_private_dir, sha256_file, write_json_atomic
+from tt_host.fsutil import FileLock, make_private_dir, sha256_file, write_json_atomic
 
 
 def tt_home() -> Path:
@@ -62,8 +62,19 @@ def model_id_for(spec_name: str, run_id: str, kind: str) -> str:
     return f"{slug(spec_name)}-{ids.part(run_id, 80) or 'run'}-{slug(kind)}"
 
 
-def register(path: Path, *, run_id: str, run_dir: Path, spec_name: str, engine: str, kind: str,
-             spec_id: Optional[str] = None, system_message: Optional[str] = None) -> dict[str, Any]:
+REGISTER_LOCK = ".register.lock"  # in the registry folder: one registration at a time
+
+
+def register(path: Path, **fields: Any) -> dict[str, Any]:
+    """`_register` under the registry's lock, so concurrent registrations of one id (two runs, two processes)
+    each get their own id and entry: the id is picked and its entry written by one process at a time."""
+    make_private_dir(registry_dir())
+    with FileLock(registry_dir() / REGISTER_LOCK, holder=f"pid {os.getpid()} registering {path}"):
+        return _register(path, **fields)
+
+
+def _register(path: Path, *, run_id: str, run_dir: Path, spec_name: str, engine: str, kind: str,
+              spec_id: Optional[str] = None, system_message: Optional[str] = None) -> dict[str, Any]:
     """Register the artifact in `path` under its id: a new version (tt_host.models.versions) when its manifest
     differs from the latest version's, whose files are copied so they never change under it."""
     manifest, problems = verify_artifact(path)

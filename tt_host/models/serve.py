@@ -65,10 +65,16 @@ class ServeOptions:
     default_max_tokens: Optional[int] = None
 
 
+MIN_API_KEY_CHARS = 16  # a shorter key is guessed (the engine's server refuses one too)
+
+
 def check_options(options: ServeOptions) -> None:
     """Refusals that need nothing but the options (exit 2, nothing started)."""
     if not options.host:
         raise ServeError("--host must not be empty")
+    if options.api_key is not None and len(options.api_key) < MIN_API_KEY_CHARS:
+        raise ServeError(f"the API key is {len(options.api_key)} characters long; use at least {MIN_API_KEY_CHARS} "
+                         "(e.g. `python -c 'import secrets; print(secrets.token_urlsafe(24))'`)")
     if not is_loopback(options.host) and not options.api_key:
         raise ServeError(f"refusing to listen on {options.host} without an API key: any address other than "
                          "loopback needs --api-key KEY (or the TT_API_KEY environment variable), and every "

@@ -79,6 +79,20 @@ def refuse_foreign(run: RunDir) -> None:
         raise RunRefused(f"{run.path} exists and is not a tt run directory; pass an empty or new folder")
 
 
+def claim_new_run_dir(path: Path) -> Path:
+    """Make the default run folder `path` (`<time>-<spec hash>`) exclusively: when a `tt run SPEC` started in the
+    same second made it first, `path-2`, `path-3`, ... so two runs never share a folder (or an id)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for number in range(1, 10_000):
+        candidate = path if number == 1 else path.with_name(f"{path.name}-{number}")
+        try:
+            candidate.mkdir(mode=0o700)
+            return candidate
+        except FileExistsError:
+            continue
+    raise RunRefused(f"{path.parent} holds 10,000 runs of this spec started in the same second; pass --resume DIR")
+
+
 def remove_unstarted(path: Path) -> None:
     """Remove a folder this opening made in which no run was created: only creation leftovers, then the
     folder itself (anything else found there is left alone, and so is the folder)."""
@@ -93,11 +107,12 @@ def remove_unstarted(path: Path) -> None:
 
 
 @contextmanager
-def open_run(run: RunDir, wait_seconds: float = 0.0, on_wait: Optional[Callable[[str], None]] = None) -> Iterator[bool]:
+def open_run(run: RunDir, wait_seconds: float = 0.0, on_wait: Optional[Callable[[str], None]] = None,
+             made: bool = False) -> Iterator[bool]:
     """Lock the run folder for the block (refused at once when another process holds it); yields whether
     the run existed. A folder made here in which no run was created is removed afterwards."""
     refuse_foreign(run)
-    made = not run.path.exists()
+    made = made or not run.path.exists()  # made: the folder was claimed for this run (claim_new_run_dir)
     run.lock(wait_seconds, on_wait)  # waits only for the stages of a dead tt (RunDir.lock)
     try:
         existed = run.exists()

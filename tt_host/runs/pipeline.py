@@ -36,7 +36,7 @@ from tt_host.runs.fingerprint import PlannedStage, canonical, chain
 from tt_host.runs.host_stage import run_host_stage
 from tt_host.runs.invoke import RunCall, StageCall, StageOutcome, run_stage_call
 from tt_host.runs.observers import Observers
-from tt_host.runs.opening import RunRefused, check_run_path, open_run, refuse_foreign
+from tt_host.runs.opening import RunRefused, check_run_path, claim_new_run_dir, open_run, refuse_foreign
 from tt_host.runs.plan import Decision, decide, refusal
 from tt_host.runs.progress import QuietReporter
 from tt_host.runs.report import build_report, write_report
@@ -131,8 +131,8 @@ def execute(
     if run_dir is not None:
         check_run_path(run_dir)
     digest = spec_digest(loaded)
-    run = RunDir(run_dir if run_dir is not None else default_run_dir(loaded.path, new_run_id(digest)))
-    with open_run(run, grace_seconds() if wait else 0.0, _observer_problems(reporter)) as existed:
+    run = RunDir(run_dir if run_dir is not None else claim_new_run_dir(default_run_dir(loaded.path, new_run_id(digest))))
+    with open_run(run, grace_seconds() if wait else 0.0, _observer_problems(reporter), made=run_dir is None) as existed:
         state = run.load() if existed else None
         if state is not None:
             _same_engine(state, loaded)

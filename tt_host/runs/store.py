@@ -80,6 +80,8 @@ class RunDir:
                                 remedy) from None
         except RecursionError:
             raise CorruptRecord(self.run_json, "JSON nested too deeply to read", remedy) from None
+        except ValueError as exc:  # an integer thousands of digits long
+            raise CorruptRecord(self.run_json, f"not a run's JSON ({exc})", remedy) from None
         if not isinstance(data, dict):
             raise CorruptRecord(self.run_json, f"a JSON {type(data).__name__}, not an object", remedy)
         stages = data.get("stages", {})

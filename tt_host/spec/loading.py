@@ -26,7 +26,7 @@ from tt_host.spec.general import example_overlap
 from tt_host.spec.compiler import CompiledSpec, DuplicatePromptError, compile_spec
 from tt_host.spec.placeholders import find_placeholders, node_locs, node_placeholders
 from tt_host.spec.schema import DEFAULT_ENGINE, BehaviorSpec
-from tt_stagekit.userinput import InputFileError, JSONInputError, loads, os_reason, read_regular
+from tt_stagekit.userinput import MAX_SPEC_BYTES, InputFileError, JSONInputError, loads, os_reason, read_regular
 
 
 @dataclass
@@ -56,7 +56,7 @@ def read_json(path: Path) -> tuple[Optional[dict[str, Any]], list[SpecError]]:
     folder, FIFO or device (never opened, so never a hang), text that is not UTF-8, invalid JSON, a
     duplicated key, an integer thousands of digits long, nesting deeper than userinput.MAX_DEPTH."""
     try:
-        raw = read_regular(path)
+        raw = read_regular(path, MAX_SPEC_BYTES)
     except InputFileError as exc:
         hint = "; create one with `tt init DIR`" if exc.missing else ""
         return None, [SpecError("(file)", f"{exc}{hint}")]

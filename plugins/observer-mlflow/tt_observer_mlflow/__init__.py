@@ -5,7 +5,11 @@ Active for a run when the spec's `observers` block has an `mlflow` entry or
 
 - `tracking_uri` / `MLFLOW_TRACKING_URI`: default `./mlruns` in the current
   folder (a local file store, which MLflow 3 only opens with
-  `MLFLOW_ALLOW_FILE_STORE=true`: this observer sets it for `file:` stores);
+  `MLFLOW_ALLOW_FILE_STORE=true`: this observer sets it for `file:` stores).
+  A spec is often someone else's: its `tracking_uri` is used only when it is
+  local, or when the user agrees to the remote one (`MLFLOW_TRACKING_URI` set
+  to the same URI, or `TT_MLFLOW_SPEC_TRACKING_URI=1`); otherwise the observer
+  refuses (reported once, the run goes on) and nothing is sent;
 - `experiment` / `MLFLOW_EXPERIMENT_NAME`: default the spec's name.
 
 Logged: params `spec_name`, `engine`, `system_message_sha256`, `tt_run_id`,
@@ -43,8 +47,24 @@ def _numbers(values: Any) -> dict[str, float]:
     return {str(k): float(v) for k, v in values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
+CONSENT = "TT_MLFLOW_SPEC_TRACKING_URI"  # the user's consent to a spec's own remote tracking URI
+
+
+def is_local(uri: str) -> bool:
+    return uri.startswith("file:") or "://" not in uri
+
+
 def tracking_uri(settings: Mapping[str, Any]) -> str:
-    uri = str(settings.get("tracking_uri") or os.environ.get("MLFLOW_TRACKING_URI") or "")
+    """Where the run is logged. A spec is often shared: its `tracking_uri` may name a local store only, unless
+    the user agrees to the remote one it names (MLFLOW_TRACKING_URI set to the same URI, or
+    TT_MLFLOW_SPEC_TRACKING_URI=1); else ValueError, so no metric, parameter or path leaves the machine."""
+    from_spec = str(settings.get("tracking_uri") or "")
+    if from_spec and not is_local(from_spec) and from_spec != os.environ.get("MLFLOW_TRACKING_URI") and \
+            os.environ.get(CONSENT, "") != "1":
+        raise ValueError(f"observers.mlflow.tracking_uri {from_spec!r} in the spec sends this run's parameters, "
+                         "metrics and paths to a remote server; nothing was sent. If you trust it, set "
+                         f"MLFLOW_TRACKING_URI={from_spec} (or {CONSENT}=1) and resume; or remove it from the spec")
+    uri = from_spec or os.environ.get("MLFLOW_TRACKING_URI") or ""
     return uri or Path("mlruns").resolve().as_uri()
 
 
@@ -74,7 +94,7 @@ def tt_run_start(run) -> None:
     if settings is None:
         return
     uri = tracking_uri(settings)
-    if uri.startswith("file:") or "://" not in uri:
+    if is_local(uri):
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
     from mlflow.tracking import MlflowClient
 

@@ -28,6 +28,9 @@ from typing import Any, BinaryIO, Optional
 
 MAX_DEPTH = 64
 MAX_INT_DIGITS = 4300  # Python's default int_max_str_digits: int() of a longer string raises ValueError
+# Read whole, so capped: a larger (or sparse) file is refused naming its size instead of raising MemoryError.
+MAX_DATASET_BYTES = 2 << 30  # a JSONL dataset read into memory (general-regression set, prebuilt rows, SFT rows)
+MAX_SPEC_BYTES = 64 << 20  # a spec file
 
 
 class InputFileError(ValueError):
@@ -91,9 +94,16 @@ def open_regular(path: Any) -> BinaryIO:
     raise InputFileError(f"{path} is {kind}, not a regular file; give the path of a file")
 
 
-def read_regular(path: Any) -> bytes:
+def read_regular(path: Any, limit: int = MAX_DATASET_BYTES) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes (InputFileError naming the size otherwise; the
+    file is never read past the limit, whatever its size says)."""
     with open_regular(path) as handle:
-        return handle.read()
+        size = os.fstat(handle.fileno()).st_size
+        data = handle.read(limit + 1) if size <= limit else b""
+    if size > limit or len(data) > limit:
+        raise InputFileError(f"{path} is {max(size, len(data)):,} bytes, over the {limit:,}-byte limit tt reads "
+                             "into memory; split it into smaller files or point at the right file")
+    return data
 
 
 class _Duplicated(dict):
