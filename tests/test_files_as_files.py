@@ -120,3 +120,9 @@ def test_links_torn_lines_and_corrupt_records_through_tt(tt, tmp_path):
         _no_traceback(proc)
         error = json.loads(proc.stdout).get("error", "")
         assert proc.returncode == 1 and str(run / "run.json") in error and "move" in error, (command, proc.stdout)
+
+    # a corrupt run index record: named by runs list too
+    index_record = home / "runs" / "broken-000000000000.json"
+    index_record.write_text("{not json")
+    code, out = tt.json("runs", "list")
+    assert code == 0 and any(str(index_record) in p for p in out["problems"]), out

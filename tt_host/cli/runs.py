@@ -31,8 +31,9 @@ def list_runs(
 
     with os_errors_refused(json_mode):
         found = [path.absolute() for path in find_runs(root or Path("."))]
-        recorded = [] if (here or root is not None) else index.entries()
-    rows, seen, problems = [], set(), []
+        problems: list[str] = []  # corrupt run.json files and index records: named, never skipped silently
+        recorded = [] if (here or root is not None) else index.entries(problems)
+    rows, seen = [], set()
     for path in found + [Path(e["run_dir"]) for e in recorded if not e["missing"]]:
         if path in seen:
             continue

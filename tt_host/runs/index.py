@@ -36,8 +36,9 @@ def record(run_dir: Path, run_id: str, spec_path: str, engine: str, created_at: 
                                               "engine": engine, "created_at": created_at, "indexed_at": now()})
 
 
-def entries() -> list[dict[str, Any]]:
-    """Every readable record, with `missing` true when its folder is no longer a run directory."""
+def entries(problems: Optional[list[str]] = None) -> list[dict[str, Any]]:
+    """Every readable record, with `missing` true when its folder is no longer a run directory. A record that
+    is not one is named in `problems` when a list is given (never skipped silently by `tt runs list`)."""
     folder = index_dir()
     if not folder.is_dir():
         return []
@@ -46,10 +47,13 @@ def entries() -> list[dict[str, Any]]:
         try:
             entry = json.loads(file.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, ValueError, RecursionError):
-            continue
+            entry = None
         if isinstance(entry, dict) and isinstance(entry.get("id"), str) and isinstance(entry.get("run_dir"), str):
             entry["missing"] = not is_run_dir(Path(entry["run_dir"]))
             out.append(entry)
+        elif problems is not None:
+            problems.append(f"{file}: not a run index record; delete it (the index is rebuilt as runs start or "
+                            "resume: `tt run SPEC --resume RUN` records that run again)")
     return out
 
 
