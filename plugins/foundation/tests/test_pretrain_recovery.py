@@ -35,7 +35,7 @@ def _fresh(tmp_path, reference):
     for part in ("tokenizer", "token_cache"):
         shutil.copytree(ref / part, run / part)
     (run / "pretrain/recovery").mkdir(parents=True)
-    for name in ("pretrain-tokens.bin", "pretrain-tokens.manifest.json"):
+    for name in ("pretrain-tokens.bin", "pretrain-tokens.packing.bin", "pretrain-tokens.manifest.json"):
         shutil.copy(ref / "pretrain/recovery" / name, run / "pretrain/recovery" / name)
     return cfg, run
 

@@ -101,7 +101,8 @@ def tokenizer_inputs(spec: FoundationSpec) -> Mapping[str, Any]:
 
 
 def token_cache_inputs(spec: FoundationSpec) -> Mapping[str, Any]:
-    return _pick(spec, "max_chars", corpus_path=corpus_digest(spec.foundation.corpus_path))
+    # packing and sequence_length: the BOS-aligned plan the stage writes beside the cache depends on them
+    return _pick(spec, "max_chars", "packing", "sequence_length", corpus_path=corpus_digest(spec.foundation.corpus_path))
 
 
 def pretrain_inputs(spec: FoundationSpec) -> Mapping[str, Any]:

@@ -6,6 +6,11 @@ tokens count as zero bytes; byte lengths come from each token's raw bytes.
 The text is cut into non-overlapping windows of sequence_length + 1 tokens
 (each window predicts sequence_length targets); a tail shorter than a window
 is evaluated as a shorter window.
+
+`evaluate_bpb_document_starts` is the other protocol (nanochat's, whose rows
+all begin at a document's BOS): one row per document, its first
+sequence_length + 1 tokens from its BOS, the rest of a long document unscored.
+Both count the same way, so the two figures differ only in which targets they score.
 """
 
 from __future__ import annotations
@@ -29,24 +34,40 @@ def evaluate_bpb(
     device,
     autocast_dtype: Optional[torch.dtype] = None,
 ) -> dict:
+    starts = list(range(0, max(len(tokens) - 1, 0), sequence_length))
+    windows = [(s, min(sequence_length + 1, len(tokens) - s)) for s in starts]
+    return _score(model, tokens, windows, batch_size, token_bytes, device, autocast_dtype)
+
+
+@torch.no_grad()
+def evaluate_bpb_document_starts(model, tokens: np.ndarray, bos_id: int, sequence_length: int, batch_size: int,
+                                 token_bytes: torch.Tensor, device, autocast_dtype: Optional[torch.dtype] = None) -> dict:
+    """Bits per byte over each document's first sequence_length + 1 tokens, from its BOS."""
+    starts = np.flatnonzero(np.asarray(tokens) == bos_id).tolist()
+    ends = starts[1:] + [len(tokens)]
+    windows = [(s, min(sequence_length + 1, e - s)) for s, e in zip(starts, ends)]
+    return _score(model, tokens, windows, batch_size, token_bytes, device, autocast_dtype)
+
+
+def _score(model, tokens, windows, batch_size, token_bytes, device, autocast_dtype) -> dict:
+    """Score (start, length) windows: rows of one length batched together, each predicting length - 1 targets."""
     model.eval()
     token_bytes = token_bytes.to(device)
     total_nats = torch.zeros((), dtype=torch.float64, device=device)
     total_bytes = torch.zeros((), dtype=torch.int64, device=device)
-    starts = list(range(0, max(len(tokens) - 1, 0), sequence_length))
     ctx = (
         torch.autocast(device_type="cuda", dtype=autocast_dtype)
         if autocast_dtype is not None and device.type == "cuda"
         else contextlib.nullcontext()
     )
     targets_seen = 0
-    full = [s for s in starts if s + sequence_length + 1 <= len(tokens)]
-    tail = [s for s in starts if s + sequence_length + 1 > len(tokens)]
-    groups = [full[i : i + batch_size] for i in range(0, len(full), batch_size)] + [[s] for s in tail]
-    for group in groups:
-        length = min(sequence_length + 1, len(tokens) - group[0])
-        if length < 2:
-            continue
+    by_length: dict[int, list[int]] = {}
+    for start, length in windows:
+        if length >= 2:
+            by_length.setdefault(length, []).append(start)
+    groups = [(length, group[i:i + batch_size]) for length, group in sorted(by_length.items(), reverse=True)
+              for i in range(0, len(group), batch_size)]
+    for length, group in groups:
         rows = np.stack([np.asarray(tokens[s : s + length], dtype=np.int64) for s in group])
         rows_t = torch.from_numpy(rows).to(device)
         with ctx:

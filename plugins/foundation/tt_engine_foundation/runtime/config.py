@@ -45,6 +45,7 @@ class FoundationSettings(DistributedSettings):
     optimizer: Literal["muon", "adamw"] = "muon"
     lr_schedule: Literal["warmdown", "cosine"] = "warmdown"
     warmdown_fraction: float = 0.5
+    packing: Literal["bos_aligned", "stream"] = "bos_aligned"
     gradient_clip: float = 1.0
     bf16: bool = True
     checkpoint_interval_steps: int = 100
@@ -123,6 +124,10 @@ class Layout:
     @property
     def tokens_bin(self) -> Path:
         return self.recovery / "pretrain-tokens.bin"
+
+    @property
+    def tokens_packing(self) -> Path:
+        return self.recovery / "pretrain-tokens.packing.bin"
 
     @property
     def tokens_manifest(self) -> Path:

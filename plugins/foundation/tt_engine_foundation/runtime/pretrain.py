@@ -35,6 +35,7 @@ from tt_engine_foundation.runtime.model import GPT, ModelConfig
 from tt_engine_foundation.runtime import schedule
 from tt_engine_foundation.runtime.hyperparams import muon_rates
 from tt_engine_foundation.runtime.optim import build_adamw, build_muon_adamw
+from tt_engine_foundation.runtime.packing import PAD_TARGET, PackedRows, inputs_and_targets
 from tt_engine_foundation.runtime.sharding import shard_plan
 from tt_engine_foundation.runtime.token_cache import Windows
 
@@ -79,6 +80,7 @@ def run_pretraining(
     checkpoint_dir: Path,
     backup_dir: Optional[Path],
     heartbeat_path: Path,
+    packing_table: Optional[np.ndarray] = None,
 ) -> tuple[GPT, checkpoint.TrainerState, dict[str, Any]]:
     """Train (or continue) to cfg.pretrain_steps; returns model, final state and run figures.
 
@@ -107,7 +109,10 @@ def run_pretraining(
     total = cfg.pretrain_steps
     batch, accum, seq = cfg.batch_size, cfg.gradient_accumulation_steps, cfg.sequence_length
     plan = shard_plan(batch, accum, ctx.world_size, ctx.rank)
-    windows = Windows(tokens, seq, seed)
+    if packing_table is not None:  # BOS-aligned rows, padding as PAD_TARGET (runtime/packing.py)
+        windows = PackedRows(tokens, packing_table, seq + 1, model_cfg.bos_token_id, model_cfg.pad_token_id, seed)
+    else:
+        windows = Windows(tokens, seq, seed)
     tokens_per_step = batch * accum * seq  # the global batch, whatever the world size
     use_bf16 = cfg.bf16 and device.type == "cuda"
     autocast = (
@@ -151,9 +156,10 @@ def run_pretraining(
                 start = plan.start(step_start, micro)
                 rows = torch.from_numpy(windows.batch(start, plan.micro_batch)).to(device, non_blocking=True)
                 with distributed.no_sync(ddp, micro < plan.micro_steps - 1), distributed.collective("gradient all-reduce"):
+                    inputs, targets = inputs_and_targets(rows, model_cfg.pad_token_id)
                     with autocast:
-                        logits = step_fn(rows[:, :-1])
-                    loss = cross_entropy(logits.reshape(-1, logits.size(-1)).float(), rows[:, 1:].reshape(-1))
+                        logits = step_fn(inputs)
+                    loss = cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1), PAD_TARGET)
                     (loss / plan.micro_steps).backward()
                 loss_sum += loss.detach()
             state.samples_consumed = step_start + batch * accum

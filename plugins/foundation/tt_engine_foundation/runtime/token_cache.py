@@ -86,6 +86,7 @@ def write_manifest(path: Path, inputs: Mapping[str, Any], built: Mapping[str, An
             "documents": built["documents"],
             "chars": built["chars"],
             "cut_at": built.get("cut_at"),  # file:line of the first text max_chars left out (None: nothing)
+            "packing": built.get("packing"),  # the BOS-aligned plan's summary and file hash (None: stream windows)
         },
     )
 
@@ -107,6 +108,15 @@ def verify(bin_path: Path, manifest: Mapping[str, Any]) -> None:
         raise StageError(f"{bin_path}: token cache is {size} bytes, its manifest says {expected}")
     if file_sha256(bin_path) != manifest["file"]["sha256"]:
         raise StageError(f"{bin_path}: token cache does not match the sha256 in its manifest")
+
+
+def verify_packing(path: Path, manifest: Mapping[str, Any]) -> None:
+    """Raise StageError unless the packing plan matches the manifest's record."""
+    record = manifest.get("packing")
+    if not record:
+        raise StageError(f"{path}: the token cache was built without BOS-aligned packing; rerun the token_cache stage")
+    if not path.is_file() or path.stat().st_size != record["file"]["size"] or file_sha256(path) != record["file"]["sha256"]:
+        raise StageError(f"{path}: the packing plan is missing or does not match its manifest; rerun the token_cache stage")
 
 
 def open_tokens(bin_path: Path, manifest: Mapping[str, Any]) -> np.ndarray:

@@ -1,4 +1,9 @@
-"""Stage `bpb`: bits per byte of the pretrained model on `validation_path` (held out) or the smoke corpus."""
+"""Stage `bpb`: bits per byte of the pretrained model on `validation_path` (held out) or the smoke corpus.
+
+Two figures (runtime/bpb.py): `bpb.value` over the whole text in consecutive windows, and
+`bpb.document_starts` over each document's first sequence_length + 1 tokens from its BOS (the protocol
+of trainers whose rows all start at a document, nanochat's), so either can be compared.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ def main(request: FoundationRequest) -> dict[str, Any]:
     import torch
 
     from tt_engine_foundation.runtime import tokenizer
-    from tt_engine_foundation.runtime.bpb import evaluate_bpb
+    from tt_engine_foundation.runtime.bpb import evaluate_bpb, evaluate_bpb_document_starts
     from tt_engine_foundation.formats.shards import list_shards
     from tt_engine_foundation.runtime.corpus import iter_documents, smoke_documents, truncate
     from tt_engine_foundation.runtime.model_io import load_model_dir
@@ -52,12 +57,16 @@ def main(request: FoundationRequest) -> dict[str, Any]:
     table = torch.tensor(tokenizer.token_bytes(tok) + [0] * max(0, model.cfg.vocab_size - tok.get_vocab_size()), dtype=torch.int64)
     out = evaluate_bpb(model, np.asarray(ids, dtype=np.int64), cfg.sequence_length, cfg.batch_size,
                        table, device, autocast_dtype(cfg, device))
-    protocol.log(f"bits per byte on the {source} text: {out['bpb']:.4f} over {out['bytes']} bytes")
+    starts = evaluate_bpb_document_starts(model, np.asarray(ids, dtype=np.int64), bos, cfg.sequence_length,
+                                          cfg.batch_size, table, device, autocast_dtype(cfg, device))
+    protocol.log(f"bits per byte on the {source} text: {out['bpb']:.4f} over {out['bytes']} bytes; "
+                 f"{starts['bpb']:.4f} over document starts ({starts['bytes']} bytes)")
     notes = list(cut)
     if source == "smoke":
         notes.append("BPB measured on the smoke corpus (training text, not held out): it proves the wiring, not capability")
     return {
-        "metrics": {"bpb.value": out["bpb"], "bpb.source": source, "bpb.bytes": out["bytes"], "bpb.targets": out["targets"]},
+        "metrics": {"bpb.value": out["bpb"], "bpb.source": source, "bpb.bytes": out["bytes"], "bpb.targets": out["targets"],
+                    "bpb.document_starts": starts["bpb"], "bpb.document_starts_bytes": starts["bytes"]},
         "outputs": {"source": source, "path": str(validation) if validation is not None else None},
         "notes": notes,
     }

@@ -38,6 +38,15 @@ def main(request: FoundationRequest) -> dict[str, Any]:
         raise protocol.StageError(f"{lay.tokens_manifest}: token cache manifest is missing; run the token_cache stage")
     token_cache.verify(lay.tokens_bin, manifest)
     tokens = token_cache.open_tokens(lay.tokens_bin, manifest)
+    packing_table = None
+    if cfg.packing == "bos_aligned":
+        from tt_engine_foundation.runtime import packing
+
+        token_cache.verify_packing(lay.tokens_packing, manifest)
+        if manifest["packing"]["row_tokens"] != cfg.sequence_length + 1:
+            raise protocol.StageError(f"{lay.tokens_packing}: packed for rows of {manifest['packing']['row_tokens']} "
+                                      "tokens, not sequence_length + 1; rerun the token_cache stage")
+        packing_table = packing.read_table(lay.tokens_packing, manifest["packing"]["chunks"])
     model_cfg = config_for_depth(cfg.depth, cfg.vocab_size, cfg.sequence_length, **tokenizer.special_ids(tok))
     peak_lr = cfg.pretrain_learning_rate()
     data = {"token_cache_sha256": manifest["file"]["sha256"], "tokenizer_sha256": file_sha256(lay.tokenizer_json)}
@@ -54,6 +63,7 @@ def main(request: FoundationRequest) -> dict[str, Any]:
     model, state, figures = run_pretraining(
         cfg=cfg, model_cfg=model_cfg, tokens=tokens, device=device, peak_lr=peak_lr, config=config,
         fingerprint=fingerprint, checkpoint_dir=lay.checkpoints, backup_dir=backup_dir, heartbeat_path=lay.heartbeats,
+        packing_table=packing_table,
     )
     model_dir = lay.model_dir("pretrain")
     if protocol.speaks():
