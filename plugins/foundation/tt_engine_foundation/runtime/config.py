@@ -44,8 +44,8 @@ class FoundationSettings(DistributedSettings):
     min_lr_ratio: float = 0.1
     optimizer: Literal["muon", "adamw"] = "muon"
     lr_schedule: Literal["warmdown", "cosine"] = "warmdown"
-    warmdown_fraction: float = 0.5
     packing: Literal["bos_aligned", "stream"] = "bos_aligned"
+    warmdown_fraction: float = 0.5
     gradient_clip: float = 1.0
     bf16: bool = True
     checkpoint_interval_steps: int = 100
