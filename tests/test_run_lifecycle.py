@@ -85,7 +85,8 @@ def test_completed_stages_are_skipped_and_changed_finished_work_refused(tt, tmp_
     assert again.returncode == 0 and "train: completed earlier with the same inputs, verified, reused" in again.stderr
     assert (run / "logs" / "train.log").stat().st_size == log_size  # the stage did not run again
     state = json.loads((run / "run.json").read_text())
-    assert all(s["state"] == "completed" for s in state["stages"].values())
+    assert {name: s["state"] for name, s in state["stages"].items()} == {
+        "prepare": "completed", "train": "completed", "evaluate": "completed", "baseline": "skipped"}  # echo.baseline off
     spec = echo_spec(steps=3)
     refused = tt("run", write_spec(tmp_path / "s", spec, "more.json"), "--resume", run)
     assert refused.returncode == 2 and "steps" in refused.stderr
