@@ -53,10 +53,10 @@ def test_rows_start_at_bos_cross_no_boundary_without_one_and_lose_nothing(row_to
 
 
 def test_best_fit_fills_rows_and_the_plan_is_deterministic():
-    tokens, _ = _stream([5, 3, 4, 4, 2, 6, 2, 6] * 10)
+    tokens, _ = _stream([5, 3, 4, 4, 2, 6, 2, 6, 7, 1] * 10)
     table = packing.plan(tokens, BOS, 8)
     assert np.array_equal(table, packing.plan(tokens, BOS, 8))
-    assert packing.summary(table, 8)["fill"] == 1.0  # 5+3, 4+4, 6+2 fill every row exactly
+    assert packing.summary(table, 8)["fill"] == 1.0  # 5+3, 4+4, 6+2, 7+1 fill every row exactly
     rows = packing.PackedRows(tokens, table, 8, BOS, PAD, seed=5)
     assert np.array_equal(rows.batch(7, 4), rows.batch(7, 4))
     first_epoch = {tuple(r) for r in rows.batch(0, rows.count)}
