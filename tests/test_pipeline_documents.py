@@ -140,6 +140,9 @@ def test_partial_and_repeated_pipelines_reuse_what_is_finished(tt, tmp_path):
 
 def test_default_foundation_validates_and_plans(tt, tmp_path):
     shutil.copytree(REPO / "examples" / "foundation", tmp_path / "f", ignore=shutil.ignore_patterns(".tuned-tensor"))
+    spec = json.loads((tmp_path / "f" / "tunedtensor.json").read_text())
+    spec["foundation"]["rl_steps"] = 0  # default-foundation has no rl step
+    (tmp_path / "f" / "tunedtensor.json").write_text(json.dumps(spec))
     tt.json("pipeline", "init", tmp_path / "f", "--foundation")
     proc = tt("pipeline", "plan", "-f", tmp_path / "f" / "tunedtensor.pipeline.json", "--spec",
               tmp_path / "f" / "tunedtensor.json", "--json")
@@ -153,4 +156,11 @@ def test_default_foundation_validates_and_plans(tt, tmp_path):
     echo_spec_doc.write_text(json.dumps(doc(TRAIN)))
     code, out = tt.json("pipeline", "plan", "-f", echo_spec_doc, "--spec", tmp_path / "f" / "tunedtensor.json")
     assert code == 2 and "behavior" in out["error"], out
+    spec["foundation"]["rl_steps"] = 2  # chat_eval then reads rl, which default-foundation has no step for
+    (tmp_path / "f" / "tunedtensor.json").write_text(json.dumps(spec))
+    code, out = tt.json("pipeline", "plan", "-f", tmp_path / "f" / "tunedtensor.pipeline.json", "--spec",
+                        tmp_path / "f" / "tunedtensor.json")
+    assert code == 2 and not out["ok"], out
+    (refused,) = [s for s in out["stages"] if s["action"] == "refuse"]
+    assert refused["stage"] == "chat_eval" and "'rl'" in refused["reason"]
     assert not (tmp_path / "f" / ".tuned-tensor").exists()

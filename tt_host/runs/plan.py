@@ -110,6 +110,22 @@ def decide(plan: list[PlannedStage], state: Optional[dict[str, Any]], run: Optio
             out.append(Decision(stage.name, "refuse", f"{was} with different inputs (changed: {what}); resuming "
                                 "would invalidate finished work. Use a new run directory (drop --resume, or pass a "
                                 "new DIR)."))
+    return unmet_needs(plan, out, only)
+
+
+def unmet_needs(plan: list[PlannedStage], decisions: list[Decision], only: Optional[frozenset[str]]) -> list[Decision]:
+    """A stage a pipeline document runs that reads (declared `needs`) a stage it leaves undone is refused."""
+    if only is None:
+        return decisions
+    by_name = {d.stage: d for d in decisions}
+    out = []
+    for planned, decision in zip(plan, decisions):
+        left = [n for n in planned.stage.needs or () if n in by_name and by_name[n].action == "leave"]
+        if planned.stage.name in only and decision.action not in ("skip", "refuse") and left:
+            decision = Decision(decision.stage, "refuse", f"run by this pipeline, but it reads stage {left[0]!r}, "
+                                "which no step runs and which has not finished in this run directory; add the step "
+                                "that runs it, or turn it off in the spec")
+        out.append(decision)
     return out
 
 
