@@ -2,8 +2,8 @@
 errors, preview (`--dry-run`) or execute it, print the outcome.
 
 `only` (a pipeline document's stages, tt_host.runs.pipeline_steps) limits a run to some stages; `after` is told the
-finished outcome before it is printed (the pipeline writes each step's evaluation file there) and returns extra
-fields for the `--json` object.
+finished outcome while the run is still locked (the pipeline writes each step's evaluation file there) and returns
+extra fields for the `--json` object.
 """
 
 from __future__ import annotations
@@ -87,12 +87,13 @@ def run_spec(spec: Path, resume: Optional[Path], device: Optional[str], json_mod
     plugins, loaded = prepared or load_valid(spec, json_mode, config)
     if dry:
         dry_run(loaded, resume, json_mode, only)
+    extra: dict[str, Any] = {}
     try:
         outcome = execute(loaded, plugins, run_dir=resume.absolute() if resume else None, device=device,
-                          reporter=reporter(json_mode), only=only, wait=wait)
+                          reporter=reporter(json_mode), only=only, wait=wait,
+                          on_finish=(lambda done: extra.update(after(done))) if after is not None else None)
     except KeyboardInterrupt:
         fail("interrupted", code=EXIT_INTERRUPTED, json_mode=json_mode)
-    extra = after(outcome) if after is not None else {}
     if json_mode:
         emit_json({"status": outcome.status, "exit_code": outcome.exit_code, "run_dir": str(outcome.run_dir),
                    "error": outcome.error, "report": outcome.report, **extra})

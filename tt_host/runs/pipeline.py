@@ -22,7 +22,7 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from tt_host import __version__
 from tt_host.engines import envs
@@ -123,8 +123,10 @@ def execute(
     reporter: QuietReporter = QuietReporter(),
     only: Optional[frozenset[str]] = None,
     wait: bool = True,
+    on_finish: Optional[Callable[[RunOutcome], None]] = None,
 ) -> RunOutcome:
     """Run (or resume) a validated spec; `only`: the stages a pipeline document runs (tt_host.runs.plan);
+    `on_finish`: told the outcome while the run is still locked (a pipeline's evaluation files);
     `wait`: a resume waits (up to the stage grace period) for the stages of a `tt` that died to exit.
     Raises RunRefused (exit 2) before changing anything."""
     assert loaded.valid and loaded.engine and loaded.spec and loaded.compiled
@@ -141,7 +143,10 @@ def execute(
         decisions = decide(plan, state, run if existed else None, loaded.spec, only)
         if message := refusal(decisions) or teacher_problem(loaded.spec, decisions):
             raise RunRefused(message)
-        return _drive(RunCall(loaded, plugins, run, device, reporter, digest, existed), plan, decisions)
+        outcome = _drive(RunCall(loaded, plugins, run, device, reporter, digest, existed), plan, decisions)
+        if on_finish is not None:
+            on_finish(outcome)
+        return outcome
 
 
 class _TermAsInterrupt:
