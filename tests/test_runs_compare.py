@@ -56,3 +56,49 @@ def test_compare_reports_shared_prompts_their_metrics_and_a_leak_warning(tt, tmp
     human = tt("runs", "compare", first, third)
     assert human.returncode == 0 and all(repr(p) in human.stderr for p in leaked), human.stderr
     assert "held-out prompts:" in human.stdout and "shared" in human.stdout
+
+
+def _constructed_run(folder: Path, general_rows: list[tuple[str, str]], answers: dict[str, str],
+                     trained: list[str]) -> Path:
+    """A finished run as the host leaves it on disk: run.json, spec.json with a general set, a training request
+    and an evaluating stage that answered the general prompts."""
+    folder.mkdir(parents=True)
+    (folder / "general.jsonl").write_text("".join(json.dumps({"messages": [
+        {"role": "user", "content": q}, {"role": "assistant", "content": a}]}) + "\n" for q, a in general_rows))
+    (folder / "spec.json").write_text(json.dumps({"name": "g", "examples": [], "evaluation": {
+        "general_regression": {"dataset": str(folder / "general.jsonl")}}}))
+    (folder / "run.json").write_text(json.dumps({"format": 1, "id": folder.name, "engine": "not-installed",
+                                                 "status": "completed", "stages": {
+                                                     "train": {"state": "completed"},
+                                                     "candidate": {"state": "completed"}}}))
+    for stage in ("train", "candidate"):
+        (folder / stage).mkdir()
+    (folder / "train" / "request.json").write_text(json.dumps({"train_rows": [
+        {"id": f"t{i}", "messages": [{"role": "user", "content": q}, {"role": "assistant", "content": "x"}]}
+        for i, q in enumerate(trained)]}))
+    ids = {q: f"general-{i:06d}" for i, (q, _) in enumerate(general_rows)}
+    (folder / "candidate" / "request.json").write_text(json.dumps({"general_prompts": [
+        {"id": ids[q], "messages": [{"role": "user", "content": q}]} for q, _ in general_rows]}))
+    (folder / "candidate" / "general.jsonl").write_text("".join(
+        json.dumps({"id": ids[q], "prediction": p}) + "\n" for q, p in answers.items()))
+    (folder / "candidate" / "result.json").write_text(json.dumps({"status": "completed",
+                                                                 "general_predictions": "general.jsonl"}))
+    return folder
+
+
+def test_the_general_set_gets_the_same_treatment(tmp_path):
+    from tt_host.runs.compare import compare_prompts
+
+    rows = [("What is 2+2?", "4"), ("Capital of France?", "Paris"), ("Colour of the sky?", "blue")]
+    a = _constructed_run(tmp_path / "a", rows, {"What is 2+2?": "4", "Capital of France?": "Lyon",
+                                                "Colour of the sky?": "blue"}, trained=["Say hi"])
+    b = _constructed_run(tmp_path / "b", rows[:2] + [("Largest ocean?", "Pacific")],
+                         {"What is 2+2?": "4", "Capital of France?": "Paris", "Largest ocean?": "Pacific"},
+                         trained=["  what is 2+2? "])
+    data = compare_prompts(a, b, ("a", "b"))
+    part = data["general"]
+    assert (part["shared"], part["only_first"], part["only_second"]) == (2, 1, 1)
+    assert part["metrics"]["candidate.general.count"] == [2, 2]
+    assert part["metrics"]["candidate.general.exact_match"] == [0.5, 1.0]  # on the two shared prompts only
+    assert [(w["prompt"], w["as"], w["evaluated_in"], w["trained_in"]) for w in data["warnings"]] == [
+        ("What is 2+2?", "general-regression", "a", "b")]
