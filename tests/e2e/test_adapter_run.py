@@ -107,10 +107,11 @@ def test_models_verify_names_the_changed_file(finished, home):
     assert proc.returncode == 0, proc.stderr
     listed = json.loads(proc.stdout)
     models = listed["models"] if isinstance(listed, dict) else listed
-    model_id = next(m["id"] for m in models if str(finished) in json.dumps(m))
+    registered = next(m for m in models if str(finished) in json.dumps(m))
+    model_id = registered["id"]
     ok = tt(home, "models", "verify", model_id)
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    target = finished / "train" / "adapter" / "adapter_model.safetensors"
+    target = Path(registered["path"]) / "adapter_model.safetensors"  # the registered version's own copy
     original = target.read_bytes()
     data = bytearray(original)
     data[len(data) // 2] ^= 0x01
@@ -155,3 +156,18 @@ def test_interrupted_training_resumes_to_the_same_adapter(finished, home, model,
     compared = json.loads(out.stdout.strip().splitlines()[-1])
     assert compared["same_keys"] and compared["count"] > 0
     assert compared["max_diff"] <= 1e-6
+
+
+def test_a_second_run_of_the_unchanged_spec_reuses_the_baseline(finished, home):
+    """The cross-run baseline cache: the same spec (written elsewhere) starts no baseline stage process."""
+    proc = tt(home, "run", write_spec(home / "again", HUB_ID, base_model_revision="main"))
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    again = only_run_dir(home / "again")
+    report, first = (json.loads((run / "report.json").read_text()) for run in (again, finished))
+    assert report["stages"]["baseline"]["this_run"] == f"reused from run {finished.name}"
+    assert any(f"baseline reused from run {finished.name}" in note for note in report["notes"])
+    assert not (again / "logs" / "baseline.log").exists()  # no stage process was started
+    assert {k: v for k, v in report["metrics"].items() if k.startswith("baseline.")} == \
+        {k: v for k, v in first["metrics"].items() if k.startswith("baseline.")}
+    assert str(finished) not in (again / "baseline" / "result.json").read_text()
+    assert report["stages"]["candidate"]["this_run"] == "ran"
