@@ -1,7 +1,7 @@
 """The cross-run baseline cache (tt_host.runs.baseline_cache): a second run of an unchanged spec starts no
 baseline stage process and its report says whose baseline it reused; a changed instruction evaluates again.
 
-Host only: the echo test engine re-declared with a `baseline` evaluation stage (the cache is host logic; the
+Host only: the echo test engine with its opt-in `baseline` stage (`echo.baseline`; the cache is host logic, the
 engine's stage is only ever started or not)."""
 
 from __future__ import annotations
@@ -9,30 +9,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import TT, base_env, echo_spec, write_spec
-from plugin_site import ECHO_SOURCE, add_distribution
-
-ECHO_WITH_BASELINE = '''
-from dataclasses import replace
-
-from tt_engine_echo import plugin
-from tt_host.engine import Stage
-from tt_host.hookspecs import hookimpl
+from conftest import echo_spec, write_spec
 
 
-@hookimpl
-def tt_engines():
-    for engine in plugin.tt_engines():
-        baseline = Stage("baseline", "tt_engine_echo.stages.evaluate", inputs=lambda s: {}, evaluates="baseline")
-        yield replace(engine, stages=engine.stages + (baseline,))
-'''
-
-
-def test_a_second_unchanged_run_reuses_the_baseline_without_starting_it(tmp_path):
-    site = add_distribution(tmp_path / "site", "tt-engine-echo", "0.1.0", {"echo": "echo_baseline"},
-                            {"echo_baseline": ECHO_WITH_BASELINE})
-    tt = TT(base_env(tmp_path, [str(site), str(ECHO_SOURCE)]), tmp_path)
-    path = write_spec(tmp_path / "s", echo_spec())
+def test_a_second_unchanged_run_reuses_the_baseline_without_starting_it(tt, tmp_path):
+    path = write_spec(tmp_path / "s", echo_spec(baseline=True))
     runs = []
     for _ in range(2):
         code, out = tt.json("run", path)
@@ -48,7 +29,7 @@ def test_a_second_unchanged_run_reuses_the_baseline_without_starting_it(tmp_path
     assert first["metrics"]["baseline.count"] > 0
     assert second["stages"]["train"]["this_run"] == "ran"  # only the baseline comes from the cache
 
-    spec = echo_spec()
+    spec = echo_spec(baseline=True)
     spec["system_prompt"] = "Answer with the capital city only."  # other prompts: evaluated again
     code, out = tt.json("run", write_spec(tmp_path / "s", spec))
     assert code == 0, out

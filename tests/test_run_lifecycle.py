@@ -30,7 +30,7 @@ def test_layout_permissions_and_report(tt, tmp_path):
     assert (run.stat().st_mode & 0o777) == 0o700 and ((run / "run.json").stat().st_mode & 0o777) == 0o600
     report = json.loads((run / "report.json").read_text())
     assert {"engine", "status", "stages", "metrics"} <= set(report)
-    assert report["status"] == "completed" and report["metrics"]["candidate.count"] == 2
+    assert report["status"] == "completed" and report["metrics"]["candidate.count"] == 3  # held out: 0, 1, 9
     assert "report-train-loss.svg" in (run / "report.md").read_text()
     code, models = tt.json("models", "list")
     assert len(models["models"]) == 1
