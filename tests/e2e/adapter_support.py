@@ -40,6 +40,18 @@ def tt(home: Path, *args: Any, timeout: float = 900) -> subprocess.CompletedProc
                           timeout=timeout)
 
 
+def stage_starts(run: Path) -> dict[str, str]:
+    """Each stage's `started_at` in run.json (unchanged when a resume ran nothing again)."""
+    return {name: s.get("started_at") for name, s in json.loads((run / "run.json").read_text())["stages"].items()}
+
+
+def run_resumed(home: Path, spec: Path, run: Path) -> dict:
+    """`tt run SPEC --resume RUN --json`, which must exit 0; its report."""
+    proc = tt(home, "run", spec, "--resume", run, "--json")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(proc.stdout)["report"]
+
+
 def engine_python(home: Path) -> str:
     proc = tt(home, "engines", "prepare", "adapter", "--json", timeout=1800)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from adapter_support import TT_BIN, build_tiny_model, engine_python, engine_run, tt, tt_env, write_spec
+from adapter_support import (TT_BIN, build_tiny_model, engine_python, engine_run, run_resumed, stage_starts, tt,
+                             tt_env, write_spec)
 
 REPO = Path(__file__).resolve().parents[2]
 GENERAL_SYSTEM = "You are a helpful assistant."
@@ -45,16 +46,6 @@ def _general_rows(answers: dict[str, str]) -> str:
 
 def _jsonl(path: Path) -> dict[str, str]:
     return {r["id"]: r["prediction"] for r in map(json.loads, path.read_text().splitlines())}
-
-
-def _started(run: Path) -> dict[str, str]:
-    return {name: s.get("started_at") for name, s in json.loads((run / "run.json").read_text())["stages"].items()}
-
-
-def _run(home: Path, spec: Path, run: Path) -> dict:
-    proc = tt(home, "run", spec, "--resume", run, "--json")
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(proc.stdout)["report"]
 
 
 @pytest.fixture(scope="module")
@@ -77,15 +68,15 @@ def gated(home, python) -> dict:
     spec = write_spec(folder, str(model), hyperparameters={"n_epochs": 3, "max_eval_examples": 6}, evaluation=gate)
     run = home / "run"
     started = time.monotonic()
-    first = _run(home, spec, run)
+    first = run_resumed(home, spec, run)
     base_answers = {k: v for k, v in _jsonl(run / "baseline" / "predictions-general.jsonl").items() if v.strip()}
     assert len(base_answers) >= 4, base_answers
     (folder / "general.jsonl").write_text(_general_rows(base_answers))
-    before = _started(run)
-    second = _run(home, spec, run)
+    before = stage_starts(run)
+    second = run_resumed(home, spec, run)
     print(f"gate fixture: {time.monotonic() - started:.0f}s")
     return {"home": home, "spec": spec, "run": run, "model": model, "first": first, "second": second,
-            "before": before, "after": _started(run), "python": python}
+            "before": before, "after": stage_starts(run), "python": python}
 
 
 def test_gate_fails_on_worse_general_answers_activation_refuses_policy_reruns_report(gated):
@@ -120,9 +111,9 @@ def test_gate_fails_on_worse_general_answers_activation_refuses_policy_reruns_re
     relaxed = json.loads(spec.read_text())
     relaxed["evaluation"]["general_regression"].update(max_score_drop=1.0, max_pass_rate_drop=1.0)
     spec.write_text(json.dumps(relaxed))
-    before = _started(run)
-    report = _run(home, spec, run)
-    assert _started(run) == before
+    before = stage_starts(run)
+    report = run_resumed(home, spec, run)
+    assert stage_starts(run) == before
     assert report["general_regression"]["status"] == "passed"
     assert report["general_regression"]["policy"] == {"max_score_drop": 1.0, "max_pass_rate_drop": 1.0}
     got = json.loads(tt(home, "models", "get", model_id, "--json").stdout)

@@ -6,13 +6,18 @@ both sides are scored on exactly the model the other evaluations use. Every
 prompt goes through the model's chat template with the spec's compiled
 system message as the system turn (`apply_chat_template`, `system_instruction`),
 which is how the tuned model is served; few-shot examples are turns of the
-conversation (`fewshot_as_multiturn`) when there are any.
+conversation (`fewshot_as_multiturn`) when there are any. An answer is scored
+as tt trains and serves it: the rendered prompt's tokens, then the answer's
+(lm-eval's default re-tokenizes the prompt's trailing whitespace with the
+answer, which after a generation prompt ending in a newline is a sequence
+the model never sees).
 
 Each task runs on its own, from the folder of its task file for a local task
 (so relative `data_files` in the YAML are read beside it), with a fixed seed.
 lm-eval's console output goes to stderr: stdout carries the stage's events.
 The result is `{task: {metric: value}}` with lm-eval's filter suffix
-(`acc,none` → `acc`) removed and standard errors left out.
+(`acc,none` → `acc`) removed; standard errors and the table's other entries
+(`alias`, `sample_len`) are left out.
 """
 
 from __future__ import annotations
@@ -31,11 +36,26 @@ SEED = 1234
 def _scores(table: dict[str, Any]) -> dict[str, float]:
     out: dict[str, float] = {}
     for key, value in table.items():
-        metric, _, _ = key.partition(",")
-        if metric.endswith("_stderr") or isinstance(value, bool) or not isinstance(value, (int, float)):
+        metric, comma, _ = key.partition(",")  # "acc,none"; no filter ("alias", "sample_len"): not a score
+        if not comma or metric.endswith("_stderr") or isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
         out.setdefault(metric, float(value))
     return out
+
+
+def _served_lm(model, tokenizer, batch_size: int, max_length: Optional[int]):
+    """lm-eval's HFLM, scoring an answer after the prompt the way tt trains and serves it."""
+    from lm_eval.models.huggingface import HFLM
+
+    class ServedLM(HFLM):
+        def _encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
+            # lm-eval moves the context's trailing whitespace into the continuation and re-tokenizes; after a chat
+            # template's generation prompt ("...assistant<|end_header_id|>\n\n") that scores a token sequence the
+            # model never sees (a tokenizer that merges "\n\n" splits it once "positive" follows). tt renders the
+            # prompt, then appends the answer's tokens: score exactly that.
+            return self.tok_encode(context), self.tok_encode(continuation, add_special_tokens=False)
+
+    return ServedLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, max_length=max_length)
 
 
 def run(model, tokenizer, benchmarks: Benchmarks, system_message: str, batch_size: int,
@@ -43,11 +63,10 @@ def run(model, tokenizer, benchmarks: Benchmarks, system_message: str, batch_siz
         ) -> dict[str, dict[str, float]]:
     """Score `model` on each task of the spec's `evaluation.benchmarks`: {task: {metric: value}}."""
     from lm_eval import simple_evaluate
-    from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
 
     with contextlib.redirect_stdout(sys.stderr):
-        lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, max_length=max_length)
+        lm = _served_lm(model, tokenizer, batch_size, max_length)
     tasks = [t.task for t in benchmarks.tasks]
     named = [name for name in tasks if not name.endswith((".yaml", ".yml"))]
     manager = TaskManager(include_defaults=bool(named))
