@@ -57,6 +57,15 @@ def test_export_never_overwrites_and_tampering_is_caught(tt, tmp_path):
     assert code == 1 and "config.json" in out["error"]
 
 
+def test_formats_and_quants_are_the_model_kinds_declarations(tt, tmp_path):
+    model = fake_model(tmp_path / "model")  # foundation-hf: declares no format besides hf
+    code, out = tt.json("models", "export", str(model), str(tmp_path / "new"), "--format", "gguf")
+    assert code == 2 and "kind 'foundation-hf' exports as hf" in out["error"] and not (tmp_path / "new").exists()
+    code, out = tt.json("models", "export", str(model), str(tmp_path / "new"), "--quant", "q8_0")
+    assert code == 2 and "--quant applies to formats that quantize" in out["error"]
+    assert not (tmp_path / "new").exists() and not list(tmp_path.glob(".new*"))
+
+
 def test_api_key_from_a_file_or_the_environment_not_the_command_line(tt, tmp_path):
     """`--api-key-file` (or TT_API_KEY) satisfies the public-bind check; a key typed on the command line
     (visible in `ps`) is warned about; a missing or empty key file is exit 2 naming the file."""

@@ -5,7 +5,8 @@ host needs to validate a spec, build the engine's environment, run its stages
 and check its prerequisites is described here; the host imports nothing else
 from a plugin. Host API 1.1 added what `tt models`, `tt models export`,
 `tt serve` and `tt init` need (`ModelKind`, `Export`, `Serve`, `Engine.starter`,
-`Engine.spec_device`), so no host module knows an engine by name.
+`Engine.spec_device`), so no host module knows an engine by name; 1.2 added export
+formats besides Hugging Face (`ModelKind.formats`, `Export.quants`).
 """
 
 from __future__ import annotations
@@ -177,10 +178,13 @@ class Export:
               `tt-export.json` recording `source.manifest_sha256` and `system_message`.
               None: the model folder is already in the target format and is copied verbatim.
     produces: the manifest kind of the written folder (declare it as a `ModelKind` too, so it is served).
+    quants:   the `--quant` values it accepts, the default first (host API 1.2); the request then also holds
+              `format` (the `--format` name) and `quant`. Empty: `--quant` is refused for it.
     """
 
     module: Optional[str]
     produces: str
+    quants: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -197,6 +201,8 @@ class ModelKind:
                weights); None: `--merged` is refused for it.
     base:      this kind is a run's base model: what `tt serve base` serves under a tuned model of the
                same run that has no base recorded of its own.
+    formats:   other formats `tt models export MODEL --format NAME` writes it in, by name (host API 1.2;
+               e.g. {"gguf": Export(...)}); `hf` is always `export`/`export_merged`.
     """
 
     kind: str
@@ -206,6 +212,7 @@ class ModelKind:
     export: Optional[Export] = None
     export_merged: Optional[Export] = None
     base: bool = False
+    formats: Mapping[str, Export] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

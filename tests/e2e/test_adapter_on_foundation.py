@@ -79,8 +79,16 @@ def test_foundation_run_export_and_adapter_run(pipeline):
     code, out = tt.json("models", "export", "runs/foundation", "--format", "hf", "base-model")
     assert code == 2 and "already exists" in out["error"]
     assert sorted(p.name for p in exported.iterdir()) == before
-    code, out = tt.json("models", "export", "runs/foundation", "--format", "gguf", "other")
-    assert code == 2 and not (work / "other").exists()
+    code, out = tt.json("models", "export", "runs/foundation", "--format", "onnx", "other")
+    assert code == 2 and "exports as hf, gguf, ollama" in out["error"] and not (work / "other").exists()
+    code, out = tt.json("models", "export", "runs/foundation", "--format", "gguf", "--quant", "q5_k", "other")
+    assert code == 2 and "--quant 'q5_k'" in out["error"] and not (work / "other").exists()
+
+    # the engines' declared formats (ModelKind.formats): Ollama for the foundation model, GGUF for the adapter
+    code, out = tt.json("models", "export", "runs/foundation", "--format", "ollama", "--quant", "q8_0", "ollama")
+    assert code == 0 and out["kind"] == "foundation-ollama" and out["quant"] == "q8_0", out
+    assert {"model.gguf", "Modelfile", "tt-export.json", "artifact-manifest.json"} <= set(out["files"])
+    assert out["ollama_create"].endswith(f"-f {work / 'ollama' / 'Modelfile'}")
 
     # the adapter merged into full-precision weights, by registered id
     code, listing = tt.json("models", "list")
@@ -90,6 +98,8 @@ def test_foundation_run_export_and_adapter_run(pipeline):
     assert (work / "merged" / "model.safetensors").is_file() and not (work / "merged" / "adapter_config.json").exists()
     code, out = tt.json("models", "verify", adapter_id)
     assert code == 0 and out["ok"]
+    code, out = tt.json("models", "export", adapter_id, "--format", "gguf", "merged-gguf")
+    assert code == 0 and out["kind"] == "merged-gguf" and out["quant"] == "f16" and "model.gguf" in out["files"], out
 
 
 def _start(tt: TT, *args: str) -> tuple[subprocess.Popen, dict]:

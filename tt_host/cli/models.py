@@ -76,7 +76,10 @@ def verify(model: str = typer.Argument(..., help="Model id (or its unique prefix
 def export(
     model: str = typer.Argument(..., help="Registered model id, run directory or model folder."),
     out: Path = typer.Argument(..., help="New folder to write (must not exist)."),
-    fmt: str = typer.Option("hf", "--format", help="Output format: hf (Hugging Face folder)."),
+    fmt: str = typer.Option("hf", "--format", help="Output format: hf (Hugging Face folder), or one the model's "
+                            "engine declares (the shipped engines: gguf for llama.cpp, ollama = GGUF + Modelfile)."),
+    quant: Optional[str] = typer.Option(None, "--quant", help="Weight type for gguf/ollama: f16 (default), bf16, "
+                                        "q8_0, q4_0 or f32."),
     merged: bool = typer.Option(False, "--merged", help="Models trained on a base (LoRA): merge them into full-precision base weights."),
     offline: bool = typer.Option(False, "--offline", help="Build engine environments from uv's cache only."),
     json_mode: bool = JsonOption,
@@ -87,12 +90,15 @@ def export(
 
     log = (lambda line: None) if json_mode else (lambda line: err.print(line, markup=False))
     with os_errors_refused(json_mode):
-        summary = export_model(resolve(model), out, fmt=fmt, merged=merged, offline=offline or None, log=log)
+        summary = export_model(resolve(model), out, fmt=fmt, merged=merged, offline=offline or None, log=log,
+                               quant=quant)
     if json_mode:
         emit_json(summary)
     else:
         console.print(f"[green]exported[/] {escape(str(summary['model']))} ({summary['kind']}) to "
                       f"{escape(str(summary['path']))}")
+        if summary.get("ollama_create"):
+            console.print(f"load it into Ollama with: {summary['ollama_create']}", markup=False, soft_wrap=True)
 
 
 @app.command()

@@ -1,7 +1,8 @@
 """`tt models export`: write a model as a folder other tools load (host side; never imports torch).
 
 How a model is exported is its engine's declaration (`ModelKind.export`, and
-`ModelKind.export_merged` for `--merged`, see tt_host.engine): either a
+`ModelKind.export_merged` for `--merged`; `ModelKind.formats[NAME]` for `--format NAME`
+other than hf, e.g. gguf or ollama, see tt_host.engine): either a
 module run as `python -m MODULE REQUEST.json` in the engine's environment,
 or a verbatim copy of a folder already in the target format.
 
@@ -31,7 +32,7 @@ from tt_host.models.references import ModelRefError, ResolvedModel
 from tt_stagekit.contract import EXIT_INTERRUPTED
 from tt_stagekit.files import REFUSE, publish_folder
 
-FORMATS = ("hf",)
+HF = "hf"  # always there: ModelKind.export / export_merged; other formats are declared per kind (ModelKind.formats)
 
 
 class ExportError(TTError):
@@ -90,10 +91,24 @@ def _finish(staging: Path, out: Path) -> None:
 
 
 def _engine_export(model: ResolvedModel, how: Export, staging: Path, offline: Optional[bool],
-                   log: Callable[[str], None]) -> None:
+                   log: Callable[[str], None], options: dict[str, Any]) -> None:
     request = {"source": str(model.path), "out": str(staging), "model_id": model.model_id,
-               "system_message": model.system_message, "system_message_sha256": model.system_message_sha256}
+               "system_message": model.system_message, "system_message_sha256": model.system_message_sha256,
+               **options}
     run_engine_module(str(model.engine), str(how.module), request, offline, log)
+
+
+def format_plan(model: ResolvedModel, fmt: str, quant: Optional[str]) -> tuple[Export, dict[str, Any]]:
+    """The engine's declared way to write `model` in the format `fmt` (not hf) and the request's format fields."""
+    formats = dict(model.model_kind.formats) if model.model_kind else {}
+    if fmt not in formats:
+        offered = ", ".join([HF, *sorted(formats)])
+        raise ExportError(f"--format {fmt!r}: a model of kind {model.kind!r} exports as {offered}", exit_code=2)
+    how = formats[fmt]
+    if quant is not None and quant not in how.quants:
+        allowed = f"one of {', '.join(how.quants)}" if how.quants else "not accepted"
+        raise ExportError(f"--quant {quant!r} for --format {fmt}: {allowed}", exit_code=2)
+    return how, {"format": fmt, "quant": quant if quant is not None else (how.quants[0] if how.quants else None)}
 
 
 def export_plan(model: ResolvedModel, merged: bool) -> Export:
@@ -111,15 +126,22 @@ def export_plan(model: ResolvedModel, merged: bool) -> Export:
                       "export for them", exit_code=2)
 
 
-def export_model(model: ResolvedModel, out: Path, fmt: str = "hf", merged: bool = False,
-                 offline: Optional[bool] = None, log: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
-    """Write `model` to the new folder `out`; returns a summary for --json."""
-    if fmt not in FORMATS:
-        raise ExportError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}", exit_code=2)
+def export_model(model: ResolvedModel, out: Path, fmt: str = HF, merged: bool = False,
+                 offline: Optional[bool] = None, log: Callable[[str], None] = lambda line: None,
+                 quant: Optional[str] = None) -> dict[str, Any]:
+    """Write `model` to the new folder `out`; returns a summary for --json.
+
+    A format other than hf writes what the model kind's `formats` entry declares; a model on a base (LoRA)
+    is merged into it for those, so `--merged` adds nothing there."""
     out = out.expanduser().absolute()
     if out.exists() or out.is_symlink():
         raise ExportError(f"{out} already exists; tt never overwrites it (choose a new folder)", exit_code=2)
-    how = export_plan(model, merged)
+    if fmt == HF:
+        if quant is not None:
+            raise ExportError("--quant applies to formats that quantize (gguf, ollama), not to hf", exit_code=2)
+        how, options = export_plan(model, merged), {}
+    else:
+        how, options = format_plan(model, fmt, quant)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = _staging(out)
     shutil.rmtree(staging, ignore_errors=True)
@@ -127,13 +149,26 @@ def export_model(model: ResolvedModel, out: Path, fmt: str = "hf", merged: bool 
         if how.module is None:
             shutil.copytree(model.path, staging)
         else:
-            _engine_export(model, how, staging, offline, log)
+            _engine_export(model, how, staging, offline, log, options)
         _finish(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return {"ok": True, "model": model.model_id, "kind": how.produces, "source": str(model.path), "path": str(out),
-            "files": sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())}
+    summary = {"ok": True, "model": model.model_id, "kind": how.produces, "source": str(model.path), "path": str(out),
+               "format": fmt, **({"quant": options["quant"]} if options.get("quant") else {}),
+               "files": sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())}
+    if (out / "Modelfile").is_file():
+        summary["ollama_create"] = f"ollama create {_ollama_name(out, model.model_id)} -f {out / 'Modelfile'}"
+    return summary
+
+
+def _ollama_name(out: Path, model_id: str) -> str:
+    """The model name the export chose for Ollama (tt-export.json gguf.ollama_name), else the folder's name."""
+    try:
+        info = json.loads((out / "tt-export.json").read_text(encoding="utf-8"))
+        return str((info.get("gguf") or {}).get("ollama_name") or out.name)
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return out.name
 
 
 def _export_is_current(folder: Path, model: ResolvedModel) -> bool:

@@ -199,10 +199,15 @@ def doctor(spec: Optional[BehaviorSpec], device: str) -> Iterable[Check]:
 
 
 # The trained LoRA weights are served on their base model; `tt models export` copies them as they are (the
-# PEFT format), `--merged` merges them into the base (tt_engine_adapter.stages.export, kind EXPORT_KIND).
+# PEFT format), `--merged` merges them into the base (tt_engine_adapter.stages.export, kind EXPORT_KIND);
+# `--format gguf|ollama` merges them and writes GGUF (tt_engine_adapter.stages.export_gguf; not served by tt).
+QUANTS = ("f16", "bf16", "q8_0", "q4_0", "f32")
+FORMATS = {"gguf": Export("tt_engine_adapter.stages.export_gguf", "merged-gguf", QUANTS),
+           "ollama": Export("tt_engine_adapter.stages.export_gguf", "merged-ollama", QUANTS)}
 MODEL_KINDS = (
     ModelKind("adapter", "train/adapter", serve=SERVE_ON_BASE, info_file="tt-adapter.json",
-              export=Export(None, "adapter"), export_merged=Export("tt_engine_adapter.stages.export", "merged")),
+              export=Export(None, "adapter"), export_merged=Export("tt_engine_adapter.stages.export", "merged"),
+              formats=FORMATS),
     ModelKind("merged", serve=SERVE_HF, info_file="tt-export.json"),
 )
 
@@ -225,7 +230,7 @@ ENGINE = Engine(
     # The OpenAI-compatible server loads any Hugging Face folder, with LoRA weights on it (tt serve).
     serve=Serve("tt_engine_adapter.serve", hf_folders=True),
     starter=STARTER,
-    host_api="1.1",
+    host_api="1.2",
 )
 
 

@@ -17,6 +17,7 @@ from tt_host.hookspecs import hookimpl
 from tt_stagekit.files import file_sha256
 from tt_stagekit.launcher import stage_arguments
 from tt_engine_foundation.doctor import disk_needs, doctor_checks
+from tt_engine_foundation.formats import pretokenizer
 from tt_engine_foundation.formats.shards import list_shards
 from tt_engine_foundation.formats.weights import PRETRAIN_FIELDS, SFT_FIELDS
 from tt_engine_foundation.spec import FoundationSpec
@@ -97,7 +98,7 @@ def tokenizer_inputs(spec: FoundationSpec) -> Mapping[str, Any]:
     # fixed after the tokenizer finished lets the run resume (the tokenizer is lossless on any text).
     # init_model is here so that a run directory that pretrained refuses to switch to another model.
     return _pick(spec, "vocab_size", "tokenizer_max_chars", "init_model",
-                 corpus_path=corpus_names(spec.foundation.corpus_path))
+                 corpus_path=corpus_names(spec.foundation.corpus_path), pre_tokenizer=pretokenizer.PRE_TOKENIZER)
 
 
 def token_cache_inputs(spec: FoundationSpec) -> Mapping[str, Any]:
@@ -174,12 +175,17 @@ STAGES = (
 # The Hugging Face folder tt_engine_foundation.stages.export writes (its EXPORT_KIND); tt serve loads it through an
 # engine whose server reads Hugging Face folders.
 HF_EXPORT = Export("tt_engine_foundation.stages.export", "foundation-hf")
+# GGUF for llama.cpp, and GGUF + Modelfile for Ollama (tt_engine_foundation.stages.export_gguf); not served by tt
+QUANTS = ("f16", "bf16", "q8_0", "q4_0", "f32")
+FORMATS = {"gguf": Export("tt_engine_foundation.stages.export_gguf", "foundation-gguf", QUANTS),
+           "ollama": Export("tt_engine_foundation.stages.export_gguf", "foundation-ollama", QUANTS)}
 
 # Best first: a run's final model is its RL model, else its SFT model, else its pretrained base.
 MODEL_KINDS = (
-    ModelKind("foundation-rl", "rl/model", serve=SERVE_EXPORT, export=HF_EXPORT),
-    ModelKind("foundation-sft", "sft/model", serve=SERVE_EXPORT, export=HF_EXPORT),
-    ModelKind("foundation-base", "pretrain/model", serve=SERVE_EXPORT, export=HF_EXPORT, base=True),
+    ModelKind("foundation-rl", "rl/model", serve=SERVE_EXPORT, export=HF_EXPORT, formats=FORMATS),
+    ModelKind("foundation-sft", "sft/model", serve=SERVE_EXPORT, export=HF_EXPORT, formats=FORMATS),
+    ModelKind("foundation-base", "pretrain/model", serve=SERVE_EXPORT, export=HF_EXPORT, base=True,
+              formats=FORMATS),
     ModelKind("foundation-hf", serve=SERVE_HF, info_file="tt-export.json"),
 )
 
@@ -211,7 +217,7 @@ ENGINE = Engine(
     model_kinds=MODEL_KINDS,
     starter=STARTER,
     spec_device=spec_device,
-    host_api="1.1",
+    host_api="1.2",
 )
 
 

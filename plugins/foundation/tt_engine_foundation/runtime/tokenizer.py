@@ -1,6 +1,6 @@
 """Byte-level BPE tokenizer (HF `tokenizers`) with the chat special tokens.
 
-Lossless on any UTF-8 text: text is split with the GPT-4 style pattern, mapped
+Lossless on any UTF-8 text: text is split with llama.cpp's qwen2 pattern, mapped
 to the 256-symbol byte alphabet, and merged; decoding maps symbols back to
 bytes. Special tokens are never produced from user text (a literal
 "<|bos|>" in the corpus encodes as ordinary bytes); chat sequences insert
@@ -15,6 +15,8 @@ from typing import Iterable
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from tt_engine_foundation.formats import pretokenizer
+
 BOS = "<|bos|>"
 PAD = "<|pad|>"
 SYSTEM_START = "<|system_start|>"
@@ -26,10 +28,9 @@ ASSISTANT_END = "<|assistant_end|>"
 SPECIAL_TOKENS = [BOS, PAD, SYSTEM_START, SYSTEM_END, USER_START, USER_END, ASSISTANT_START, ASSISTANT_END]
 MIN_VOCAB = 256 + len(SPECIAL_TOKENS)
 
-# GPT-4 style split (as nanochat uses), numbers grouped by at most two digits.
-SPLIT_PATTERN = (
-    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,2}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+"""
-)
+# llama.cpp's qwen2 split (GPT-4 style, numbers one digit at a time), so a GGUF export tokenizes the same
+# in llama.cpp and Ollama (formats/pretokenizer.py; docs/foundation.md says why this one).
+SPLIT_PATTERN = pretokenizer.SPLIT_PATTERN
 
 
 def new_tokenizer() -> Tokenizer:
