@@ -129,6 +129,7 @@ SERVE_CASES = [
     (dict(queue_timeout=0), "--queue-timeout must be a number of seconds between 0 and 86400"),
     (dict(max_batch_tokens=0), "--max-batch-tokens must be at least 1"),
     (dict(default_max_tokens=0), "--default-max-tokens must be at least 1"),
+    (dict(max_connections=0), "--max-connections must be between 1 and 1000000"),
 ]
 
 

@@ -53,6 +53,9 @@ def serve(
     max_batch_tokens: Optional[int] = typer.Option(None, "--max-batch-tokens",
                                                    help="Bound on the batch's KV cache: requests x longest (prompt + "
                                                         "max_tokens) (default: max-concurrency x context)."),
+    max_connections: int = typer.Option(1000, "--max-connections",
+                                        help="Open connections allowed; one more closes the longest-idle one "
+                                             "(503 when none is idle)."),
     allowed_host: list[str] = typer.Option([], "--allowed-host",
                                            help="Another name clients use for this server (Host header); "
                                                 "repeatable. The bound address is always allowed."),
@@ -88,7 +91,8 @@ def serve(
     options = ServeOptions(host=host, port=port, api_key=api_key or None, max_concurrency=max_concurrency,
                            max_queue=max_queue, queue_timeout=queue_timeout, max_batch_tokens=max_batch_tokens,
                            spec_prompt=not no_spec_prompt, device=device, offline=offline or None,
-                           allowed_hosts=tuple(allowed_host), default_max_tokens=default_max_tokens)
+                           allowed_hosts=tuple(allowed_host), default_max_tokens=default_max_tokens,
+                           max_connections=max_connections)
 
     def on_event(event: dict[str, Any]) -> None:
         emit_line(event) if json_mode else show_event(event)

@@ -18,12 +18,13 @@ The host:
    reader that survives its own errors, tt_host.engines.runner.OutputReader) and
    stderr (uvicorn's log) passed through; Ctrl-C / SIGTERM are forwarded
    (the first asks for a graceful shutdown, a second Ctrl-C stops at once, and
-   after the grace period the process group is killed).
+   after the grace period, 30 s or `TT_SERVE_KILL_SECONDS`, the process group is killed).
 """
 
 from __future__ import annotations
 
 import ipaddress
+import os
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ from tt_host.engines.runner import OutputReader, SignalForwarder, parse_event
 from tt_stagekit.addresses import is_loopback
 from tt_stagekit.contract import EXIT_INTERRUPTED, InvalidInput, ServeRequest
 
-KILL_AFTER_SECONDS = 30.0
+KILL_AFTER_SECONDS = 30.0  # TT_SERVE_KILL_SECONDS overrides it (tests: a short grace instead of waiting 30 s)
 
 
 class ServeError(TTError):
@@ -63,6 +64,7 @@ class ServeOptions:
     offline: Optional[bool] = None
     allowed_hosts: tuple[str, ...] = ()
     default_max_tokens: Optional[int] = None
+    max_connections: int = ServeRequest.max_connections
 
 
 MIN_API_KEY_CHARS = 16  # a shorter key is guessed (the engine's server refuses one too)
@@ -81,7 +83,8 @@ def check_options(options: ServeOptions) -> None:
                          "request must then send 'Authorization: Bearer KEY'")
     bounds = ServeRequest(host=options.host, port=options.port, max_concurrency=options.max_concurrency,
                           device=options.device, max_queue=options.max_queue, queue_timeout=options.queue_timeout,
-                          max_batch_tokens=options.max_batch_tokens, default_max_tokens=options.default_max_tokens)
+                          max_batch_tokens=options.max_batch_tokens, default_max_tokens=options.default_max_tokens,
+                          max_connections=options.max_connections)
     try:
         bounds.check_bounds()  # the same check the engine's server makes on the request
     except InvalidInput as exc:
@@ -133,7 +136,7 @@ def build_request(model: ResolvedModel, options: ServeOptions, log: Callable[[st
         "device": options.device, "ready_file": str(ready_file) if ready_file else None,
         "allowed_hosts": list(options.allowed_hosts), "default_max_tokens": options.default_max_tokens,
         "max_queue": options.max_queue, "queue_timeout": options.queue_timeout,
-        "max_batch_tokens": options.max_batch_tokens,
+        "max_batch_tokens": options.max_batch_tokens, "max_connections": options.max_connections,
     }
 
 
@@ -179,7 +182,8 @@ def run_server(model: ResolvedModel, options: ServeOptions, on_event: Callable[[
                                    stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True,
                                    text=True, bufsize=1, errors="replace")
         # Forward the signal received (a second SIGINT makes uvicorn stop at once); kill after the grace.
-        with SignalForwarder(process, KILL_AFTER_SECONDS, forward_as=None, second_kills=False) as forwarder:
+        kill_after = float(os.environ.get("TT_SERVE_KILL_SECONDS") or KILL_AFTER_SECONDS)
+        with SignalForwarder(process, kill_after, forward_as=None, second_kills=False) as forwarder:
             reader = OutputReader(process.stdout, lambda line: on_event(parse_event(line)), "server").start()
             code = forwarder.wait(reader.thread)
             reader.thread.join(timeout=5)

@@ -16,6 +16,7 @@ from tt_engine_adapter.testing import serving
 
 SYSTEM = "Classify the sentiment of the movie review."
 PROMPT = [{"role": "user", "content": "the film was great"}]
+KEY = "s3cret-key-for-tests"  # the server refuses keys under 16 characters
 
 
 @pytest.fixture
@@ -183,10 +184,10 @@ def test_unknown_route_method_and_oversized_body(server):
 def test_api_key_concurrency_limit_and_clean_shutdown(tiny, tmp_path):
     """One slot, no queue, a key. The scheduler is held at the stream's first token (the test gate), so "a
     generation is running" is certain: the next request gets 429; the client leaving stops the generation."""
-    srv = serving.start(tmp_path, tiny, model_name="tiny-model", api_key="s3cret", max_concurrency=1,
+    srv = serving.start(tmp_path, tiny, model_name="tiny-model", api_key=KEY, max_concurrency=1,
                         max_queue=0, gate=True)
     try:
-        good = {"Authorization": "Bearer s3cret"}
+        good = {"Authorization": f"Bearer {KEY}"}
         assert httpx.get(f"{srv.url}/v1/models").status_code == 401
         assert httpx.get(f"{srv.url}/v1/models", headers={"Authorization": "Bearer nope"}).status_code == 401
         denied = chat(srv.url, {"model": "tiny-model", "messages": PROMPT})
@@ -195,7 +196,7 @@ def test_api_key_concurrency_limit_and_clean_shutdown(tiny, tmp_path):
 
         from openai import OpenAI
 
-        client = OpenAI(base_url=f"{srv.url}/v1", api_key="s3cret", max_retries=0)
+        client = OpenAI(base_url=f"{srv.url}/v1", api_key=KEY, max_retries=0)
         assert client.chat.completions.create(model="tiny-model", messages=PROMPT, max_tokens=3).choices
         # no spec prompt on this server (--no-spec-prompt): the client's own system message and turns are used
         own = [{"role": "system", "content": "Be rude."}, {"role": "user", "content": "hi"},

@@ -233,6 +233,9 @@ class ServeRequest:
     max_queue: int = 64
     queue_timeout: float = 60.0
     max_batch_tokens: Optional[int] = None
+    max_connections: int = 1000
+    send_timeout: float = 30.0
+    body_timeout: float = 30.0
 
     def check_bounds(self) -> None:
         """InvalidInput (exit 2) naming the first limit out of its range."""
@@ -252,3 +255,8 @@ class ServeRequest:
             raise InvalidInput("--default-max-tokens must be at least 1")
         if not 0 < self.header_timeout <= 3600:  # no option: a server run by hand sets it in the request
             raise InvalidInput("serve request: 'header_timeout' must be a number of seconds between 0 and 3600")
+        if not 1 <= self.max_connections <= 1000000:
+            raise InvalidInput("--max-connections must be between 1 and 1000000")
+        for name in ("send_timeout", "body_timeout"):  # no option, as header_timeout
+            if not 0 < getattr(self, name) <= 3600:
+                raise InvalidInput(f"serve request: {name!r} must be a number of seconds between 0 and 3600")

@@ -7,7 +7,8 @@ REQUEST (written by `tt serve`, see docs/serving.md):
      "host": "127.0.0.1", "port": 8000, "max_concurrency": 8, "device": "auto",
      "ready_file": "<path>" | null, "allowed_hosts": ["name", ...],
      "default_max_tokens": N | null, "header_timeout": 10.0, "max_queue": 64,
-     "queue_timeout": 60.0, "max_batch_tokens": N | null}
+     "queue_timeout": 60.0, "max_batch_tokens": N | null, "max_connections": 1000,
+     "send_timeout": 30.0, "body_timeout": 30.0}
 
 The request is tt_stagekit.contract.ServeRequest (its defaults are the ones
 above, `tt serve`'s), parsed with tt_stagekit.stageconfig and checked with the
@@ -16,8 +17,10 @@ and exit codes are tt_stagekit's. `max_concurrency` sequences are decoded togeth
 `batching`); `max_queue` more requests wait for a place; more get 429.
 
 The API key comes from the environment (`TT_SERVE_API_KEY`), never from the
-request file. A non-loopback host without a key is refused (exit 2) before
-the model loads. The model loads before the port is bound, so `/health`
+request file; a key shorter than 16 characters, or a non-loopback host without
+a key, is refused (exit 2) before the model loads. At most `max_connections`
+connections are open (`protocol`: the longest-idle one is closed for a new one),
+with the open-file limit raised to fit them (`fdlimit`). The model loads before the port is bound, so `/health`
 answers only when the server is ready; then one JSON line
 `{"type": "ready", "url": ...}` is printed (and written to `ready_file`).
 SIGINT/SIGTERM shut down gracefully (in-flight requests get up to
@@ -29,6 +32,7 @@ could not load or the port could not be bound.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import socket
@@ -44,6 +48,10 @@ from tt_stagekit.stageconfig import parse
 
 class Refused(InvalidInput):
     """Invalid request or unsafe settings: nothing was started (exit 2)."""
+
+
+MIN_API_KEY_CHARS = 16
+BACKLOG = 2048
 
 
 class BindFailed(StageError):
@@ -70,7 +78,11 @@ def check(raw: Any) -> ServeRequest:
         raise Refused(f"{request.adapter_path}: not a PEFT adapter folder (no adapter_config.json)")
     if not all(h.strip() for h in request.allowed_hosts or ()):
         raise Refused("serve request: 'allowed_hosts' must be a list of host names")
-    if not is_loopback(request.host) and not os.environ.get("TT_SERVE_API_KEY"):
+    key = os.environ.get("TT_SERVE_API_KEY")
+    if key and len(key) < MIN_API_KEY_CHARS:
+        raise Refused(f"the API key has {len(key)} characters; a key needs at least {MIN_API_KEY_CHARS} (make one "
+                      "with `python -c \"import secrets; print(secrets.token_urlsafe(32))\"`)")
+    if not is_loopback(request.host) and not key:
         raise Refused(f"refusing to listen on {request.host} without an API key: any address other than "
                       "loopback needs --api-key (or TT_API_KEY)")
     return request
@@ -85,7 +97,7 @@ def bind(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         raise BindFailed(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    sock.listen(2048)
+    sock.listen(BACKLOG)
     sock.set_inheritable(True)
     return sock
 
@@ -95,11 +107,13 @@ def serve(request: ServeRequest) -> int:
 
     from tt_engine_adapter.serve.app import create_app
     from tt_engine_adapter.serve.generation import BadSetting, ChatModel, set_threads
-    from tt_engine_adapter.serve.protocol import protocol_with_header_timeout
+    from tt_engine_adapter.serve.fdlimit import fitted_cap, raise_soft_limit
+    from tt_engine_adapter.serve.protocol import AcceptErrorFilter, hardened_protocol
 
     for sig in (signal.SIGINT, signal.SIGTERM):  # while loading, a signal stops at once
         signal.signal(sig, _interrupt)
     set_threads()
+    max_connections = fitted_cap(request.max_connections, BACKLOG, raise_soft_limit(), log)
     log(f"loading {request.model_path}" + (f" with adapter {request.adapter_path}" if request.adapter_path else ""))
     try:
         model = ChatModel(request.model_path, request.adapter_path, request.device or "auto",
@@ -113,15 +127,16 @@ def serve(request: ServeRequest) -> int:
                      api_key=os.environ.get("TT_SERVE_API_KEY") or None,
                      max_concurrency=request.max_concurrency, max_queue=request.max_queue,
                      queue_timeout=request.queue_timeout, max_batch_tokens=request.max_batch_tokens,
-                     bound_host=request.host,
+                     bound_host=request.host, body_timeout=request.body_timeout,
                      allowed_hosts=list(request.allowed_hosts or ()))
     sock = bind(request.host, request.port)
     host, port = sock.getsockname()[:2]
     url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
     grace = float(os.environ.get("TT_SERVE_GRACE_SECONDS", "10"))
     config = uvicorn.Config(app, log_level=os.environ.get("TT_SERVE_LOG_LEVEL", "info"), lifespan="off",
-                            timeout_graceful_shutdown=grace, server_header=False,
-                            http=protocol_with_header_timeout(request.header_timeout))
+                            timeout_graceful_shutdown=grace, server_header=False, backlog=BACKLOG,
+                            http=hardened_protocol(request.header_timeout, request.send_timeout, max_connections))
+    logging.getLogger("asyncio").addFilter(AcceptErrorFilter())
     server = uvicorn.Server(config)
     ready = {"type": "ready", "url": url, "model": request.model_name, "pid": os.getpid(),
              "context_length": model.context_length, "device": model.device}

@@ -6,9 +6,10 @@ events with `stream: true`).
 
 - Browser safety (`guard`): the `Host` header must name this server, chat
   bodies must be `application/json` (415), and no CORS header is ever sent.
-- Auth: with an API key, every `/v1/*` request and `/metrics` need
-  `Authorization: Bearer <key>` (compared in constant time) or get 401.
-  `/health` answers without it and reveals nothing but readiness.
+- Auth (`guard`, as soon as the headers arrive, before routing or any body
+  is read): with an API key, every request but `/health` needs
+  `Authorization: Bearer <key>` (compared in constant time) or gets 401 and
+  the connection is closed. `/health` reveals nothing but readiness.
 - Concurrency: at most `max_concurrency` chat requests are accepted at once;
   one more gets 429 with `Retry-After: 1` at once, before its body is read.
   Everything an accepted request costs (reading the body, parsing, the chat
@@ -39,7 +40,7 @@ from starlette.routing import Route
 
 from tt_engine_adapter.serve.batching import DONE, Job, Scheduler, Started
 from tt_engine_adapter.serve.generation import ChatModel, Delta, Finish
-from tt_engine_adapter.serve.guard import HostCheck, HostPolicy, is_json, key_matches, not_json
+from tt_engine_adapter.serve.guard import HostCheck, HostPolicy, is_json, not_json
 from tt_engine_adapter.serve.request import ApiError, apply_system_message, parse_chat
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -113,10 +114,20 @@ class LoopPost:
 
 
 def _submit(scheduler: Scheduler, params: Any, prompt: list[int], max_new: int, cancel: threading.Event,
-            queue_timeout: float) -> asyncio.Queue:
-    """Hand a request to the scheduler; its items arrive on the returned queue (delivered on this loop)."""
+            queue_timeout: float, lease: Lease) -> asyncio.Queue:
+    """Hand a request to the scheduler; its items arrive on the returned queue (delivered on this loop).
+
+    The slot goes back as soon as the scheduler is done with the job (its DONE is delivered), whether or not
+    the client has read the answer yet: a client that stops reading holds its connection (until the send
+    timeout drops it), never a slot."""
     queue: asyncio.Queue = asyncio.Queue()
-    scheduler.submit(Job(params, prompt, max_new, queue.put_nowait, cancel, time.monotonic() + queue_timeout,
+
+    def emit(item: Any) -> None:
+        if item is DONE:
+            lease.release()
+        queue.put_nowait(item)
+
+    scheduler.submit(Job(params, prompt, max_new, emit, cancel, time.monotonic() + queue_timeout,
                          LoopPost(asyncio.get_running_loop())))
     return queue
 
@@ -165,13 +176,6 @@ def create_app(model: ChatModel, *, model_name: str, system_message: Optional[st
     scheduler.start()
     created = int(time.time())
 
-    def authorized(request: Request) -> bool:
-        return not api_key or key_matches(request.headers.get("authorization", ""), api_key)
-
-    def unauthorized() -> JSONResponse:
-        return error_response(ApiError(401, "a valid API key is required: send 'Authorization: Bearer <key>'",
-                                       None, "invalid_api_key"), headers={"WWW-Authenticate": "Bearer"})
-
     def model_card() -> dict[str, Any]:
         return {"id": model_name, "object": "model", "created": created, "owned_by": "tt"}
 
@@ -179,8 +183,6 @@ def create_app(model: ChatModel, *, model_name: str, system_message: Optional[st
         return JSONResponse({"status": "ok"})
 
     async def show_metrics(request: Request) -> Response:
-        if not authorized(request):
-            return unauthorized()
         metrics.set("tt_serve_requests_accepted", slots.used)
         running = scheduler.running
         metrics.set("tt_serve_requests_running", running)
@@ -188,13 +190,9 @@ def create_app(model: ChatModel, *, model_name: str, system_message: Optional[st
         return PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4")
 
     async def list_models(request: Request) -> Response:
-        if not authorized(request):
-            return unauthorized()
         return JSONResponse({"object": "list", "data": [model_card()]})
 
     async def get_model(request: Request) -> Response:
-        if not authorized(request):
-            return unauthorized()
         if request.path_params["model_id"] != model_name:
             return error_response(ApiError(404, f"the model {request.path_params['model_id']!r} does not exist",
                                            "model", "model_not_found"))
@@ -220,8 +218,6 @@ def create_app(model: ChatModel, *, model_name: str, system_message: Optional[st
         return params, prompt, max_new
 
     async def chat_completions(request: Request) -> Response:
-        if not authorized(request):
-            return unauthorized()
         if not is_json(request.headers.get("content-type")):
             return error_response(not_json())
         lease = slots.try_take()
@@ -247,7 +243,7 @@ def create_app(model: ChatModel, *, model_name: str, system_message: Optional[st
         watcher = asyncio.create_task(_watch_disconnect(request, cancel))
         streaming = False
         try:
-            queue = _submit(scheduler, params, prompt, max_new, cancel, queue_timeout)
+            queue = _submit(scheduler, params, prompt, max_new, cancel, queue_timeout, lease)
             items = _batches(queue, cancel)
             first = await queue.get()  # Started, or an error / DONE while waiting (timeout, client gone)
             if first is not DONE and not isinstance(first, Started):
@@ -301,7 +297,7 @@ def create_app(model: ChatModel, *, model_name: str, system_message: Optional[st
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
     ]
     app = Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: server_error})
-    return HostCheck(app, HostPolicy(bound_host, allowed_hosts))
+    return HostCheck(app, HostPolicy(bound_host, allowed_hosts), api_key)
 
 
 def _usage(finish: Finish) -> dict[str, int]:

@@ -1,4 +1,4 @@
-"""Checks every request passes before a route runs: the Host header (DNS rebinding), JSON bodies, the API key.
+"""Checks every request passes before a route runs: the Host header (DNS rebinding), the API key, JSON bodies.
 
 A keyless server on loopback is reachable by any web page the user opens:
 
@@ -71,19 +71,31 @@ class HostPolicy:
         return name in self.names or (self.any_ip and _is_ip(name))
 
 
-class HostCheck:
-    """ASGI middleware: a request whose `Host` this server does not answer to gets 400 `invalid_host`."""
+OPEN_PATHS = frozenset({"/health"})
 
-    def __init__(self, app: Any, policy: HostPolicy):
-        self.app, self.policy = app, policy
+
+class HostCheck:
+    """ASGI middleware, run as soon as a request's headers have arrived: a `Host` this server does not answer to
+    gets 400 `invalid_host`; with an API key, a request to anything but `/health` without it gets 401
+    `invalid_api_key` and the connection is closed (no body is read, nothing is kept alive for it)."""
+
+    def __init__(self, app: Any, policy: HostPolicy, api_key: Optional[str] = None):
+        self.app, self.policy, self.api_key = app, policy, api_key
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http":
-            header = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), None)
-            if not self.policy.allows(header):
+            headers = {k: v.decode("latin-1") for k, v in scope["headers"] if k in (b"host", b"authorization")}
+            if not self.policy.allows(headers.get(b"host")):
                 error = ApiError(400, "the Host header does not name this server; start it with --allowed-host NAME "
                                       "to answer to another name", None, "invalid_host")
                 await JSONResponse(error.body(), status_code=400)(scope, receive, send)
+                return
+            if (self.api_key and scope["path"] not in OPEN_PATHS
+                    and not key_matches(headers.get(b"authorization", ""), self.api_key)):
+                error = ApiError(401, "a valid API key is required: send 'Authorization: Bearer <key>'", None,
+                                 "invalid_api_key")
+                await JSONResponse(error.body(), status_code=401,
+                                   headers={"WWW-Authenticate": "Bearer", "Connection": "close"})(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 

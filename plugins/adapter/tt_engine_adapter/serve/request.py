@@ -17,6 +17,7 @@ from tt_stagekit.userinput import JSONInputError, loads
 
 ROLES = ("system", "developer", "user", "assistant")
 MAX_STOP = 4
+MAX_STOP_CHARS = 64  # each token's check of a held-back tail costs the square of a stop sequence's length
 IGNORED = {"user", "metadata", "store", "service_tier", "parallel_tool_calls"}
 KNOWN = {
     "model", "messages", "stream", "stream_options", "max_tokens", "max_completion_tokens", "temperature",
@@ -115,6 +116,8 @@ def _stop(value: Any) -> list[str]:
         raise _bad(f"'stop' takes at most {MAX_STOP} sequences", "stop")
     if any(v == "" for v in values):
         raise _bad("'stop' sequences must not be empty", "stop")
+    if any(len(v) > MAX_STOP_CHARS for v in values):
+        raise _bad(f"'stop' sequences may have at most {MAX_STOP_CHARS} characters", "stop")
     return list(values)
 
 
