@@ -130,7 +130,16 @@ def _good_row(i: int) -> bytes:
                                     {"role": "assistant", "content": f"a{i}"}]}).encode()
 
 
-bad_line = st.one_of(st.binary(min_size=1, max_size=60),
+def _one_line_not_blank(raw: bytes) -> bool:
+    """`raw` is one line (no line break of any reader's splitting) that a reader cannot skip as blank."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return b"\n" not in raw and b"\r" not in raw
+    return len(text.splitlines()) == 1 and text.strip() != ""
+
+
+bad_line = st.one_of(st.binary(min_size=1, max_size=60).filter(_one_line_not_blank),
                      json_value.map(lambda v: json.dumps(v).encode()),
                      st.builds(lambda n: b'{"id": ' + b"1" * n + b"}", st.integers(4301, 5000)),
                      st.builds(lambda n: b"[" * n + b"]" * n, st.integers(65, 3000)),
@@ -146,8 +155,8 @@ def test_dataset_rows_are_refused_naming_file_and_line(scratch, lines, position)
     content[position:position] = lines
     path.write_bytes(b"\n".join(content) + b"\n")
     count = len(b"\n".join(content).splitlines())
-    for read, error in ((lambda: rows.read_chat_jsonl(path, "train"), rows.RowError),
-                        (lambda: read_general_set(path, None), GeneralSetError)):
+    for name, read, error in (("read_chat_jsonl", lambda: rows.read_chat_jsonl(path, "train"), rows.RowError),
+                              ("read_general_set", lambda: read_general_set(path, None), GeneralSetError)):
         try:
             read()
         except error as exc:
@@ -155,6 +164,8 @@ def test_dataset_rows_are_refused_naming_file_and_line(scratch, lines, position)
             assert message.startswith(f"{path}:"), message
             line = message[len(str(path)) + 1:].split(":", 1)[0]
             assert line.isdigit() and 1 <= int(line) <= count, message
+        else:  # every inserted line is bad and none is blank: accepting the file breaks the promise
+            pytest.fail(f"{name} accepted a file with a bad line: {lines!r}")
     assert sorted(os.listdir(folder)) == ["rows.jsonl"]
 
 

@@ -38,14 +38,31 @@ def finish(proc, run):
     return code, state, (run / "logs" / "train.log").read_text()
 
 
+def _end(proc, stage: int) -> None:
+    """Whatever a failed test left running: tt and the stage's group."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(stage, signal.SIGKILL)
+
+
 def test_copies_of_one_request_stop_the_stage_once_at_its_step_boundary(tt, tmp_path):
     """Three signals, each sent once tt has taken the one before, all within the window (60 s here: what is
-    checked is what a copy changes, not how fast signals travel). They are sent just after the first step
-    boundary of 2 s steps, so a host that took a copy for a second request would kill the stage mid-step."""
-    proc, run = start(tt, tmp_path, window=60, step_seconds=2.0)
-    for sig in (signal.SIGTERM, signal.SIGTERM, signal.SIGINT):  # a supervisor's copy, a terminal's, one more
-        send_and_wait_taken(proc.pid, sig)
-    code, state, log = finish(proc, run)
+    checked is what a copy changes, not how fast signals travel), all while the stage is held still (SIGSTOP)
+    mid-step: it cannot reach a step boundary before every copy has been taken, so a host that took a copy for a
+    second request kills it where it stands. Released, it finishes its step and stops there."""
+    proc, run = start(tt, tmp_path, window=60, step_seconds=0.5)
+    (stage,) = wait_until(lambda: stage_pids(run), "the train stage")
+    try:
+        with held(stage):
+            for sig in (signal.SIGTERM, signal.SIGTERM, signal.SIGINT):  # a supervisor's, a terminal's, one more
+                send_and_wait_taken(proc.pid, sig)
+            wait_until(lambda: signal_pending(stage, signal.SIGTERM), "tt to forward the stop to the held stage")
+            assert alive(stage)
+        code, state, log = finish(proc, run)
+    finally:
+        _end(proc, stage)
     assert code == 130
     assert state["status"] == "interrupted" and state["stages"]["train"]["state"] == "interrupted"
     assert "stopped at step" in log  # the stage finished its step: the host did not kill it
@@ -73,8 +90,4 @@ def test_a_second_request_after_the_window_kills_the_stage_at_once(tt, tmp_path)
             assert not alive(stage), "the stage outlived the second request"
         assert "stopped at step" not in log  # killed where it stood, without waiting for the boundary
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(stage, signal.SIGKILL)
+        _end(proc, stage)

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -151,23 +152,28 @@ def test_a_stage_that_ignores_sigterm_is_killed_after_the_grace_period(tt, tmp_p
 
 
 HEAVY = ("torch", "transformers", "tokenizers", "numpy", "safetensors", "peft")
-AUDIT = """import atexit, json, os, sys
+AUDIT = """import atexit, json, os, site, sys
+site.addsitedir(os.environ["TT_TEST_HOST_SITE"])  # its .pth files: the editable plugins and observers
 def _report():
     if "tt_host" in sys.modules:  # the host process only (stages run without PYTHONPATH)
         import importlib.util
         heavy = sorted(m for m in sys.modules if m.split(".")[0] in {heavy!r})
         installed = sorted(m for m in {heavy!r} if importlib.util.find_spec(m) is not None)
+        plugins = sorted(m for m in sys.modules if m.startswith(("tt_engine_", "tt_observer_")) and "." not in m)
         path = os.path.join(os.environ["TT_TEST_IMPORT_AUDIT"], f"{{os.getpid()}}.json")
         with open(path, "w") as out:
-            json.dump({{"argv": sys.argv, "imported": heavy, "installed": installed}}, out)
+            json.dump({{"argv": sys.argv, "imported": heavy, "installed": installed, "plugins": plugins}}, out)
 atexit.register(_report)
 """
+SHIPPED = {"tt_engine_adapter", "tt_engine_foundation", "tt_observer_mlflow", "tt_observer_tensorboard",
+           "tt_observer_wandb"}
 
 
 def test_host_never_imports_torch_even_where_torch_is_installed(tt, tmp_path):
-    """`tt run`, `tt models export` and `tt serve` of the echo engine, run by the adapter environment's Python
-    (torch, transformers, numpy installed) with the host's packages first on its path: no heavy module is
-    ever in the host's sys.modules (recorded at exit by a sitecustomize)."""
+    """`tt doctor` of a foundation spec, `tt run`, `tt models export` and `tt serve` of the echo engine, run by
+    the adapter environment's Python (torch, transformers, numpy installed) with the host's packages first on
+    its path and every shipped plugin and observer importable (the host venv's .pth files): no heavy module is
+    ever in the host's sys.modules (recorded at exit by a sitecustomize), and the shipped plugins were loaded."""
     import sysconfig
 
     code, prepared = tt.json("engines", "prepare", "adapter")
@@ -177,7 +183,7 @@ def test_host_never_imports_torch_even_where_torch_is_installed(tt, tmp_path):
     (audit / "sitecustomize.py").write_text(AUDIT.format(heavy=HEAVY))
     host_site = sysconfig.get_paths()["purelib"]
     repo = Path(__file__).resolve().parents[1]
-    env = dict(tt.env, TT_TEST_IMPORT_AUDIT=str(audit),
+    env = dict(tt.env, TT_TEST_IMPORT_AUDIT=str(audit), TT_TEST_HOST_SITE=host_site,
                PYTHONPATH=os.pathsep.join([str(audit), tt.env["PYTHONPATH"], host_site, str(repo)]))
     host = [prepared["python"], "-c", "import sys; from tt_host.cli.main import main; sys.argv[0] = 'tt'; main()"]
 
@@ -187,6 +193,10 @@ def test_host_never_imports_torch_even_where_torch_is_installed(tt, tmp_path):
         assert "Traceback" not in proc.stderr, proc.stderr
         return proc.returncode, json.loads(proc.stdout)
 
+    foundation = tmp_path / "foundation-spec"
+    shutil.copytree(repo / "examples" / "foundation", foundation)
+    code, out = host_tt("doctor", foundation / "tunedtensor.json")
+    assert {"ok", "checks"} <= set(out), out
     code, out = host_tt("run", write_spec(tmp_path / "s", echo_spec(steps=2)), "--resume", tmp_path / "run")
     assert code == 0, out
     code, out = host_tt("models", "export", tmp_path / "run", tmp_path / "exported")
@@ -200,9 +210,11 @@ def test_host_never_imports_torch_even_where_torch_is_installed(tt, tmp_path):
         server.send_signal(signal.SIGINT)
         assert server.wait(timeout=60) == 130
     reports = [json.loads(p.read_text()) for p in sorted(audit.glob("*.json"))]
-    assert len(reports) == 3, reports
+    assert len(reports) == 4, reports
+    assert any("doctor" in report["argv"] for report in reports), reports
     for report in reports:
         assert {"torch", "numpy", "transformers"} <= set(report["installed"]), report  # they could be imported
+        assert SHIPPED <= set(report["plugins"]), report  # and every shipped plugin's host side was loaded
         assert report["imported"] == [], report
 
 

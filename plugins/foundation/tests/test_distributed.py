@@ -1,8 +1,9 @@
-"""Distributed building blocks without processes: the shard plan and the torchrun arguments.
+"""Distributed building blocks: the shard plan, the torchrun arguments and the exit codes through torchrun.
 
 The spec's bounds are checked through `tt validate` (tests/e2e/test_foundation_inputs.py).
 
-The real 2-process gloo runs are end-to-end tests (tests/e2e/test_distributed_foundation.py).
+The real 2-process gloo runs are end-to-end tests (tests/e2e/test_distributed_foundation.py); here two
+ranks that only exit show how the launcher maps their exit codes.
 """
 
 from __future__ import annotations
@@ -43,3 +44,19 @@ def test_launch_arguments():
     assert multi[:10] == ["--nnodes", "2", "--node_rank", "1", "--master_addr", "node0", "--master_port", "29501",
                           "--nproc_per_node", "4"]
     assert "--standalone" not in multi
+
+
+@pytest.mark.parametrize("rank_exit, stage_exit", [(2, 2), (3, 1)])
+def test_a_refusal_by_every_rank_exits_2_through_torchrun(tmp_path, rank_exit, stage_exit):
+    """Two real ranks under the torchrun launcher, each exiting `rank_exit`: invalid input (2) is still exit 2
+    (torchrun alone turns every failure into 1); any other failure is 1."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "refusing_stage.py").write_text(f"import sys\nsys.exit({rank_exit})\n")
+    args = stage_arguments({"nproc_per_node": 2}, "refusing_stage")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TT_")}
+    done = subprocess.run([sys.executable, *args], cwd=tmp_path, env=dict(env, PYTHONPATH=str(tmp_path)),
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == stage_exit, done.stdout[-2000:] + done.stderr[-2000:]

@@ -72,7 +72,17 @@ class Handler(BaseHTTPRequestHandler):
 server = ThreadingHTTPServer((request["host"], request["port"]), Handler)
 
 
+stops = []
+# TT_ECHO_SERVE_STOP (tests of `tt serve`'s shutdown): "ignore" never stops on a signal (only a kill ends it);
+# "second" stays up on the first signal, as a server finishing a request in flight, and stops on the second.
+stop_mode = os.environ.get("TT_ECHO_SERVE_STOP", "")
+
+
 def _stop(signum, frame) -> None:
+    stops.append(signum)
+    if stop_mode == "ignore" or (stop_mode == "second" and len(stops) < 2):
+        emit("log", level="info", message=f"stop request {len(stops)} received; still serving")
+        return
     threading.Thread(target=server.shutdown, daemon=True).start()
 
 
