@@ -8,7 +8,7 @@ scripts/llama-cpp-env) answers the same chat prompts greedily, and each quantiza
 token by token with the engine's own greedy generate. Prints one JSON object: the agreement rate and the
 share of prompts answered identically per quant, the export and llama.cpp times, and the environment's
 warm check time. --cold builds the environment into a fresh folder first and reports that build's time
-(about COLD minutes on 2 shared cores; docs/testing.md).
+(docs/testing.md has the figures).
 """
 
 from __future__ import annotations
