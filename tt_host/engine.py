@@ -234,6 +234,24 @@ class Serve:
 
 
 @dataclass(frozen=True)
+class PipelineVocabulary:
+    """The pipeline document steps (Pipeline v1's from-scratch vocabulary) this engine runs.
+
+    runtime:  the documents' `runtime.engine` value this engine answers to.
+    steps:    a step's kind (its `uses`, or an evaluate step's `evaluator`) -> the stages it runs, in any order
+              (the engine's order decides); a kind the engine has no stage for is refused naming the step.
+    settings: a step's kind -> {its `with` key: the field of the spec's `block` that decides it}; a document
+              value that differs from the spec is a warning (the spec decides, a pipeline only selects stages).
+    block:    the spec attribute holding those fields (e.g. the engine's own block).
+    """
+
+    runtime: str
+    steps: Mapping[str, tuple[str, ...]]
+    settings: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    block: str = ""
+
+
+@dataclass(frozen=True)
 class Engine:
     """An engine as its plugin describes it.
 
@@ -260,6 +278,9 @@ class Engine:
                      with "TODO: " is a placeholder `tt validate`/`tt run` refuse until replaced.
     spec_device:     the device a validated spec asks for ("auto", "cpu", ...) or None; the default reads
                      a top-level `device` field.
+    pipeline_vocabulary: optional; the pipeline documents' from-scratch step vocabulary this engine runs
+                     (`PipelineVocabulary`); every engine runs the behavior vocabulary (train, evaluate,
+                     compare) from its stages' declarations.
     host_api:        the HOST_API_VERSION this plugin was written for.
     """
 
@@ -277,6 +298,7 @@ class Engine:
     serve: Optional[Serve] = None
     starter: Mapping[str, Any] = field(default_factory=dict)
     spec_device: Callable[[BehaviorSpec], Optional[str]] = _top_level_device
+    pipeline_vocabulary: Optional[PipelineVocabulary] = None
     host_api: str = "1.0"
     # Filled in by the loader, not by plugins.
     distribution: str = field(default="", compare=False)

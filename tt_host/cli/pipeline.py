@@ -15,6 +15,7 @@ import typer
 
 from tt_host.cli.common import JsonOption, console, emit_json, err, escape, fail, os_errors_refused, show_table
 from tt_host.cli.running import SPEC_DEFAULT, ConfigOption, dry_run, load_valid, run_spec
+from tt_host.runs.pipeline_doc import CONTRACT_RUNTIME
 
 app = typer.Typer(no_args_is_help=True, help="Pipeline documents (tunedtensor.pipeline.json): init, validate, plan, run.")
 
@@ -56,16 +57,16 @@ def _document(file: Optional[Path], json_mode: bool) -> Optional[dict[str, Any]]
 @app.command()
 def init(
     directory: Path = typer.Argument(Path("."), help="Folder to write tunedtensor.pipeline.json in."),
-    foundation: bool = typer.Option(False, "--foundation", help="The foundation recipe (default-foundation) "
-                                    "instead of default-local."),
+    from_scratch: bool = typer.Option(False, f"--{CONTRACT_RUNTIME}", help=f"The contract's from-scratch recipe "
+                                      f"(default-{CONTRACT_RUNTIME}) instead of default-local."),
     json_mode: bool = JsonOption,
 ) -> None:
-    """Write the canonical pipeline document: default-local (baseline, train, candidate, compare) or
-    default-foundation. Never overwrites."""
+    """Write the canonical pipeline document: default-local (baseline, train, candidate, compare) or the
+    from-scratch recipe. Never overwrites."""
     from tt_host.fsutil import write_text_atomic
-    from tt_host.runs.pipeline_doc import canonical_foundation, canonical_local
+    from tt_host.runs.pipeline_doc import canonical_local, canonical_runtime
 
-    document = canonical_foundation() if foundation else canonical_local()
+    document = canonical_runtime() if from_scratch else canonical_local()
     target = directory / DOCUMENT.name
     with os_errors_refused(json_mode):
         if target.exists() or target.is_symlink():

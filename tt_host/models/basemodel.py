@@ -1,8 +1,8 @@
 """Hub base models outside a run: `tt models prefetch` (download into the Hugging Face cache, print the commit and
 the spec line that pins it) and `tt models verify-base` (the cached snapshot of a commit is complete).
 
-Prefetch runs `huggingface_hub.snapshot_download` in an engine environment that has it (the adapter's: the host
-never imports it), so HF_HUB_OFFLINE=1 and HF_HUB_CACHE / HF_HOME mean what they mean to a run's prefetch stage.
+Prefetch runs `huggingface_hub.snapshot_download` in an engine environment that has it (the default engine's,
+whose base model is a hub id, unless told another: the host never imports it), so HF_HUB_OFFLINE=1 and HF_HUB_CACHE / HF_HOME mean what they mean to a run's prefetch stage.
 Verify-base reads the cache only (tt_host.spec.hub_cache): the snapshot folder of the commit, a config.json, at
 least one weights file, and every file present (the cache's symlinks point at blobs that exist).
 """
@@ -18,6 +18,7 @@ from typing import Any, Optional
 from tt_host.engines import envs
 from tt_host.errors import TTError
 from tt_host.plugins import Plugins
+from tt_host.spec.schema import DEFAULT_ENGINE
 from tt_host.spec import hub_cache
 
 FETCH = ("import json, sys\n"
@@ -43,7 +44,7 @@ def pin_line(commit: str) -> str:
     return f'"base_model_revision": "{commit}",'
 
 
-def prefetch(plugins: Plugins, repo: str, revision: str = "main", engine: str = "adapter") -> dict[str, Any]:
+def prefetch(plugins: Plugins, repo: str, revision: str = "main", engine: str = DEFAULT_ENGINE) -> dict[str, Any]:
     """Download `repo` at `revision` into the cache (or find it there offline); its commit and the pin line."""
     _check_id(repo, revision)
     env = envs.ensure_env(plugins.engine(engine))

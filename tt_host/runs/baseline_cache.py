@@ -6,12 +6,12 @@ later run with the same key copies them into its own stage folder instead of sta
 (the report says "baseline reused from run X"). The key is the sha256 of what decides the answers:
 
 - the engine, its version and its environment key (the exact packages);
-- the stage's name, module, arguments and declared inputs (for the adapter: the base model and its
-  revision, and the generation settings);
+- the stage's name, module, arguments and declared inputs (for an engine on a hub base model: the model
+  and its revision, and the generation settings);
 - the stage's request as the host would write it, minus what names this run: the system message, the
   held-out and general-regression prompts, the device, and the earlier stages' results the stage can read,
   with every file they name replaced by its content's sha256 and every folder inside the run by a digest of
-  its files (so the base model's resolved commit, which the adapter's `prefetch` stage returns, is in it,
+  its files (so the base model's resolved commit, which a `prefetch` stage returns, is in it,
   and a model trained in the run is known by its bytes).
 
 A stage told to resume (it started in this run folder) never uses the cache. An entry is written whole under

@@ -2,7 +2,7 @@
 
 A document is `{version: 1, name?, target?, runtime?, steps: 1..16}`. Steps: `train` (-> model), `evaluate {model:
 "base" | {from: "<step>.model"}, evaluator}` (-> report), `compare {before, after}` (-> comparison), and the
-foundation vocabulary (`runtime.engine: "foundation"`): `tokenize` (-> tokenizer), `pretrain`, `finetune`, `rl`
+from-scratch vocabulary (`runtime.engine` = CONTRACT_RUNTIME): `tokenize` (-> tokenizer), `pretrain`, `finetune`, `rl`
 (-> model) with the evaluators `bpb`, `chat`, `inference`. The rules are the contract's (its `src/index.ts`): a
 reference points at an earlier step's output of the right kind, at most one `train`, ids unique and
 `^[a-z][a-z0-9_-]*$`, every step has a target. tt runs local steps only, so a step whose target is not `local` is
@@ -23,10 +23,13 @@ from tt_host.errors import TTError
 VERSION = 1
 MAX_STEPS = 16
 TARGETS = ("local", "cloud")
+# The contract's one runtime keyword: a document with `runtime.engine` set to it uses the from-scratch vocabulary
+# below. Which engine runs that vocabulary, and with which stages, its Engine record says (`pipeline_vocabulary`).
+CONTRACT_RUNTIME = "foundation"
 USES = ("train", "evaluate", "compare", "tokenize", "pretrain", "finetune", "rl")
-FOUNDATION_USES = ("tokenize", "pretrain", "finetune", "rl")
+RUNTIME_USES = ("tokenize", "pretrain", "finetune", "rl")
 EVALUATORS = ("behavior", "bpb", "chat", "inference")
-FOUNDATION_EVALUATORS = ("bpb", "chat", "inference")
+RUNTIME_EVALUATORS = ("bpb", "chat", "inference")
 OUTPUTS = {"train": "model", "evaluate": "report", "compare": "comparison", "tokenize": "tokenizer",
            "pretrain": "model", "finetune": "model", "rl": "model"}
 STEP_ID = re.compile(r"^[a-z][a-z0-9_-]*$")
@@ -56,9 +59,10 @@ class DocumentError(TTError, ValueError):
         super().__init__("invalid pipeline: " + "; ".join(problems))
 
 
-def is_foundation(document: dict[str, Any]) -> bool:
-    return (document.get("runtime") or {}).get("engine") == "foundation" or any(
-        step.get("uses") in FOUNDATION_USES for step in document.get("steps", []))
+def uses_runtime_vocabulary(document: dict[str, Any]) -> bool:
+    """Whether the document is a from-scratch recipe (its runtime keyword, or any of that vocabulary's steps)."""
+    return (document.get("runtime") or {}).get("engine") == CONTRACT_RUNTIME or any(
+        step.get("uses") in RUNTIME_USES for step in document.get("steps", []))
 
 
 def _structure(doc: Any) -> list[str]:
@@ -74,8 +78,8 @@ def _structure(doc: Any) -> list[str]:
         problems.append("name: must be a string of 1 to 120 characters")
     if "target" in doc and doc["target"] not in TARGETS:
         problems.append("target: must be 'local' or 'cloud'")
-    if "runtime" in doc and doc["runtime"] != {"engine": "foundation"}:
-        problems.append("runtime: must be {\"engine\": \"foundation\"}")
+    if "runtime" in doc and doc["runtime"] != {"engine": CONTRACT_RUNTIME}:
+        problems.append(f"runtime: must be {{\"engine\": \"{CONTRACT_RUNTIME}\"}}")
     steps = doc.get("steps")
     if not isinstance(steps, list) or not 1 <= len(steps) <= MAX_STEPS:
         return problems + [f"steps: must be a list of 1 to {MAX_STEPS} steps"]
@@ -137,10 +141,10 @@ def _producer(consumer: str, reference: dict[str, str], kind: str, seen: dict[st
 
 def _semantics(doc: dict[str, Any]) -> list[dict[str, Any]]:
     """The contract's rules over a structurally valid document, in its order; the normalized steps."""
-    foundation_declared = (doc.get("runtime") or {}).get("engine") == "foundation"
-    foundation = is_foundation(doc)
-    if foundation and not foundation_declared:
-        raise DocumentError(["foundation steps require runtime.engine to be 'foundation'"])
+    runtime_declared = (doc.get("runtime") or {}).get("engine") == CONTRACT_RUNTIME
+    from_scratch = uses_runtime_vocabulary(doc)
+    if from_scratch and not runtime_declared:
+        raise DocumentError([f"{CONTRACT_RUNTIME} steps require runtime.engine to be '{CONTRACT_RUNTIME}'"])
     seen: dict[str, dict[str, Any]] = {}
     steps, trains = [], 0
     for raw in doc["steps"]:
@@ -154,15 +158,16 @@ def _semantics(doc: dict[str, Any]) -> list[dict[str, Any]]:
         if sid in seen:
             raise DocumentError([f"step IDs must be unique; '{sid}' is duplicated"])
         evaluator = step["with"]["evaluator"] if uses == "evaluate" else None
-        if foundation:
+        if from_scratch:
             if target != "local":
-                raise DocumentError([f"foundation step '{sid}' must target local execution"])
+                raise DocumentError([f"{CONTRACT_RUNTIME} step '{sid}' must target local execution"])
             if uses == "train":
-                raise DocumentError(["foundation pipelines cannot include a train step; use pretrain, finetune, or rl"])
+                raise DocumentError([f"{CONTRACT_RUNTIME} pipelines cannot include a train step; use pretrain, "
+                                     "finetune, or rl"])
             if evaluator == "behavior":
-                raise DocumentError([f"foundation evaluate step '{sid}' cannot use the behavior evaluator"])
-        elif uses in FOUNDATION_USES or (evaluator not in (None, "behavior")):
-            raise DocumentError([f"step '{sid}' requires runtime.engine 'foundation' for {evaluator or uses}"])
+                raise DocumentError([f"{CONTRACT_RUNTIME} evaluate step '{sid}' cannot use the behavior evaluator"])
+        elif uses in RUNTIME_USES or (evaluator not in (None, "behavior")):
+            raise DocumentError([f"step '{sid}' requires runtime.engine '{CONTRACT_RUNTIME}' for {evaluator or uses}"])
         if uses == "train":
             trains += 1
             if trains > 1:
@@ -170,7 +175,7 @@ def _semantics(doc: dict[str, Any]) -> list[dict[str, Any]]:
                                      "artifacts are run-scoped"])
         elif uses == "evaluate":
             model = step["with"]["model"]
-            if evaluator in FOUNDATION_EVALUATORS:
+            if evaluator in RUNTIME_EVALUATORS:
                 if model == "base":
                     raise DocumentError([f"evaluate step '{sid}' with evaluator '{evaluator}' requires a prior "
                                          "model reference"])
@@ -256,13 +261,14 @@ def canonical_local() -> dict[str, Any]:
     ]}
 
 
-def canonical_foundation() -> dict[str, Any]:
-    """`default-foundation`: the contract's smoke recipe for the from-scratch engine."""
+def canonical_runtime() -> dict[str, Any]:
+    """The contract's smoke recipe for its from-scratch vocabulary (`default-` + CONTRACT_RUNTIME)."""
     def evaluate(sid: str, source: str, evaluator: str) -> dict[str, Any]:
         return {"id": sid, "uses": "evaluate", "target": "local",
                 "with": {"model": {"from": f"{source}.model"}, "evaluator": evaluator}}
 
-    return {"version": VERSION, "name": "default-foundation", "runtime": {"engine": "foundation"}, "steps": [
+    return {"version": VERSION, "name": f"default-{CONTRACT_RUNTIME}", "runtime": {"engine": CONTRACT_RUNTIME},
+            "steps": [
         {"id": "tokenize", "uses": "tokenize", "target": "local"},
         {"id": "pretrain", "uses": "pretrain", "target": "local", "with": {
             "tokenizer": {"from": "tokenize.tokenizer"}, "depth": 2, "steps": 2, "batchSize": 2, "sequenceLength": 64}},

@@ -1,11 +1,11 @@
 """A pipeline document's steps onto an engine's stages, and what each step leaves in the run folder.
 
 The behavior vocabulary (`train`, `evaluate`, `compare`) is read from the stages' own declarations, so it fits
-any engine: `train` is every stage that evaluates nothing (for the adapter: prepare, prefetch, train);
+any engine: `train` is every stage that evaluates nothing (e.g. prepare, prefetch, train);
 `evaluate {model: "base"}` is the stages that evaluate the base model (`Stage.evaluates == "baseline"`) with the
 model stages before them; `evaluate {model: {from: train.model}}` the other evaluating stages with theirs;
-`compare` runs nothing (it reads two evaluations). The foundation vocabulary names the foundation engine's stages
-(`FOUNDATION`). The run itself is `tt run`'s (tt_host.runs.pipeline) limited to these stages: a stage of the
+`compare` runs nothing (it reads two evaluations). The from-scratch vocabulary's steps map onto the stages the
+engine's record names (`Engine.pipeline_vocabulary`). The run itself is `tt run`'s (tt_host.runs.pipeline) limited to these stages: a stage of the
 engine outside them is reused when it finished earlier with the same inputs and left as it is otherwise, so a
 partial or repeated pipeline reuses what is finished.
 
@@ -20,16 +20,8 @@ from typing import Any, Optional
 
 from tt_host.engine import Engine, Stage
 from tt_host.fsutil import make_private_dir, write_json_atomic
-from tt_host.runs.pipeline_doc import DocumentError, is_foundation
+from tt_host.runs.pipeline_doc import CONTRACT_RUNTIME, DocumentError, uses_runtime_vocabulary
 
-FOUNDATION = {"tokenize": ("tokenizer", "token_cache"), "pretrain": ("pretrain",), "finetune": ("sft",),
-              "rl": ("rl",), "bpb": ("bpb",), "chat": ("chat_eval", "general_baseline"), "inference": ("chat_eval",)}
-# A foundation step's `with` setting and the spec field that decides it (the spec wins; a difference is a warning).
-FOUNDATION_SETTINGS = {"tokenize": {"vocabSize": "vocab_size", "maxChars": "tokenizer_max_chars"},
-                       "pretrain": {"depth": "depth", "steps": "pretrain_steps", "batchSize": "batch_size",
-                                    "sequenceLength": "sequence_length", "nprocPerNode": "nproc_per_node"},
-                       "finetune": {"steps": "finetune_steps", "batchSize": "batch_size"},
-                       "rl": {"steps": "rl_steps"}}
 EVALUATIONS = "evaluations"
 
 
@@ -69,17 +61,18 @@ def _behavior_stages(engine: Engine, step: dict[str, Any]) -> tuple[list[str], l
 def stages_for(engine: Engine, spec: Any, steps: list[dict[str, Any]], document: dict[str, Any]) -> dict[str, list[str]]:
     """Each selected step's own stages (in the engine's order). Refuses a vocabulary that is not the engine's, a
     step the engine has no stage for, and a step whose every stage this spec turns off."""
-    foundation_doc, foundation_engine = is_foundation(document), engine.name == "foundation"
-    if foundation_doc != foundation_engine:
-        kind = "a foundation" if foundation_doc else "a behavior (train/evaluate/compare)"
+    vocabulary = engine.pipeline_vocabulary
+    from_scratch = uses_runtime_vocabulary(document)
+    if from_scratch != (vocabulary is not None and vocabulary.runtime == CONTRACT_RUNTIME):
+        kind = f"a {CONTRACT_RUNTIME}" if from_scratch else "a behavior (train/evaluate/compare)"
         raise DocumentError([f"the pipeline is {kind} recipe, but the spec is for the {engine.name} engine; use a "
                              "matching recipe (`tt pipeline init`) or leave out -f"])
     names = [s.name for s in engine.stages]
     out: dict[str, list[str]] = {}
     for step in steps:
-        if foundation_doc:
+        if from_scratch:
             key = step["with"]["evaluator"] if step["uses"] == "evaluate" else step["uses"]
-            own = [name for name in FOUNDATION.get(key, ()) if name in names]
+            own = [name for name in vocabulary.steps.get(key, ()) if name in names]
             if step["uses"] != "compare" and not own:
                 raise DocumentError([f"step '{step['id']}': the {engine.name} engine has no stage for {key}"])
             deps: list[str] = []
@@ -94,15 +87,19 @@ def stages_for(engine: Engine, spec: Any, steps: list[dict[str, Any]], document:
 
 
 def setting_warnings(engine: Engine, spec: Any, steps: list[dict[str, Any]]) -> list[str]:
-    """A foundation step's `with` setting that differs from the spec: the spec decides (one warning each)."""
-    block = getattr(spec, "foundation", None)
+    """A from-scratch step's `with` setting that differs from the spec: the spec decides (one warning each)."""
+    vocabulary = engine.pipeline_vocabulary
+    if vocabulary is None:
+        return []
+    block = getattr(spec, vocabulary.block, None)
     warnings = []
     for step in steps:
-        for key, field in FOUNDATION_SETTINGS.get(step["uses"], {}).items():
+        for key, field in vocabulary.settings.get(step["uses"], {}).items():
             given = (step.get("with") or {}).get(key)
             value = getattr(block, field, None)
             if given is not None and block is not None and given != value:
-                warnings.append(f"step {step['id']}.{key} is {given}, the spec's foundation.{field} is {value}: the "
+                warnings.append(f"step {step['id']}.{key} is {given}, the spec's {vocabulary.block}.{field} is "
+                                f"{value}: the "
                                 "spec decides (a pipeline selects stages, it never changes training settings)")
     return warnings
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from tt_host.engine import SERVE_EXPORT, SERVE_HF, Engine, Export, ModelKind, Stage
+from tt_host.engine import SERVE_EXPORT, SERVE_HF, Engine, Export, ModelKind, PipelineVocabulary, Stage
 from tt_host.hookspecs import hookimpl
 
 from tt_stagekit.files import file_sha256
@@ -201,6 +201,20 @@ def doctor(spec: Optional[FoundationSpec], device: str):
     return doctor_checks(ENGINE, spec, device)
 
 
+# Pipeline v1's from-scratch vocabulary (`runtime.engine: "foundation"` documents): each step's stages, and the
+# spec field that decides each `with` setting a document may carry (the spec wins; a difference is a warning).
+PIPELINE_VOCABULARY = PipelineVocabulary(
+    runtime="foundation",
+    steps={"tokenize": ("tokenizer", "token_cache"), "pretrain": ("pretrain",), "finetune": ("sft",),
+           "rl": ("rl",), "bpb": ("bpb",), "chat": ("chat_eval", "general_baseline"), "inference": ("chat_eval",)},
+    settings={"tokenize": {"vocabSize": "vocab_size", "maxChars": "tokenizer_max_chars"},
+              "pretrain": {"depth": "depth", "steps": "pretrain_steps", "batchSize": "batch_size",
+                           "sequenceLength": "sequence_length", "nprocPerNode": "nproc_per_node"},
+              "finetune": {"steps": "finetune_steps", "batchSize": "batch_size"},
+              "rl": {"steps": "rl_steps"}},
+    block="foundation",
+)
+
 ENGINE = Engine(
     name="foundation",
     spec_model=FoundationSpec,
@@ -217,6 +231,7 @@ ENGINE = Engine(
     model_kinds=MODEL_KINDS,
     starter=STARTER,
     spec_device=spec_device,
+    pipeline_vocabulary=PIPELINE_VOCABULARY,
     host_api="1.2",
 )
 
