@@ -151,16 +151,19 @@ def load_spec(path: Path, plugins: Plugins, require_examples: bool = True, confi
                 f"a run needs at least {loaded.engine.min_examples} examples, found {len(loaded.spec.examples)}",
             )
         )
+    # the stages this spec runs: an engine's opt-in baseline stage that the spec leaves off answers nothing
+    running = [stage for stage in loaded.engine.stages if stage.enabled(loaded.spec)]
     if loaded.spec.evaluation and loaded.spec.evaluation.general_regression:
-        if not evaluates_both_sides(loaded.engine.stages):
+        if not evaluates_both_sides(running):
             loaded.errors.append(SpecError("evaluation.general_regression", (
-                f"the {engine_name} engine has no baseline and candidate evaluation stages to answer a "
-                "general-regression set (docs/evaluation.md); remove the block")))
+                f"the {engine_name} engine runs no baseline and candidate evaluation stages for this spec to "
+                "answer a general-regression set (docs/evaluation.md); turn its baseline stage on or remove the "
+                "block")))
         general = loaded.spec.evaluation.general_regression.load()
         if overlap := example_overlap(general, (e.input for e in loaded.spec.examples)):
             loaded.errors.append(SpecError("evaluation.general_regression.dataset", overlap))
     if loaded.spec.evaluation and loaded.spec.evaluation.benchmarks:
-        if not benchmarks_both_sides(loaded.engine.stages):
+        if not benchmarks_both_sides(running):
             loaded.errors.append(SpecError("evaluation.benchmarks", (
                 f"the {engine_name} engine has no baseline and candidate stages that run lm-eval benchmarks "
                 "(docs/evaluation.md); remove the block")))
