@@ -85,20 +85,22 @@ class StageRun:
 
 def run_stage(run_dir: Path, stage: str, cfg: dict[str, Any], resume: bool = False,
               signal_at_step: Optional[int] = None, sig: int = signal.SIGTERM,
-              signal_after: Optional[Path] = None) -> StageRun:
+              signal_after: Optional[Path] = None, env_extra: Optional[dict[str, str]] = None,
+              on_signalled: Optional[Any] = None) -> StageRun:
     """Run a stage module in a subprocess; optionally send `sig` once it reports `signal_at_step` (and, when
-    given, once `signal_after` exists: checkpoints are finished in a background thread). The stage waits at that
-    step until it is signalled (TT_HOLD_AT_STEP), so a short run can never end before the signal."""
+    given, once `signal_after` exists: checkpoints are finished in a background thread), to every process of the
+    stage (the torchrun agent and each rank), then call `on_signalled(pid)`. The stage waits at that step until it is signalled (TT_HOLD_AT_STEP), so
+    a short run can never end before the signal."""
     from tt_stagekit.launcher import stage_arguments
 
     request = make_request(run_dir, stage, cfg, resume)
-    env = dict(os.environ, PYTHONUNBUFFERED="1", TT_NUM_THREADS="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TT_NUM_THREADS="1", **(env_extra or {}))
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # let the engine env cache bytecode: torch imports 2x faster
     env.pop("TT_HOLD_AT_STEP", None)
     if signal_at_step is not None:
         env["TT_HOLD_AT_STEP"] = str(signal_at_step)
     # nproc_per_node > 1: under the torchrun launcher, as tt starts it; signals then go to every process at
-    # once (the process group), as a supervisor sends them.
+    # once (the agent and each rank, which run in sessions of their own), as a cgroup-wide stop sends them.
     group = int(cfg.get("nproc_per_node") or 1) > 1
     args = stage_arguments({"nproc_per_node": cfg.get("nproc_per_node") or 1}, f"tt_engine_foundation.stages.{stage}")
     proc = subprocess.Popen([sys.executable, *args, str(request)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -120,14 +122,41 @@ def run_stage(run_dir: Path, stage: str, cfg: dict[str, Any], resume: bool = Fal
                 if signal_after is not None:
                     _wait_for_path(signal_after, proc)
                 if group:
-                    os.killpg(proc.pid, sig)
+                    signalled = signal_tree(proc.pid, sig)
+                    assert len(signalled) >= 3, f"signalled {signalled}: the agent and both ranks expected"
                 else:
                     proc.send_signal(sig)
+                if on_signalled is not None:
+                    on_signalled(proc.pid)
                 sent = True
     except BaseException:
         os.killpg(proc.pid, signal.SIGKILL) if group else proc.kill()
         raise
     return StageRun(proc.wait(), events, lines)
+
+
+def signal_tree(root: int, sig: int) -> list[int]:
+    """Send `sig` to `root` and every descendant (found through /proc), as close together as one loop can:
+    what systemd or Slurm does to a cgroup. The pids signalled."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo += children.get(pid, [])
+    for pid in tree:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+    return tree
 
 
 def _wait_for_path(path: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
@@ -137,6 +166,30 @@ def _wait_for_path(path: Path, proc: subprocess.Popen, timeout: float = 300) -> 
         assert proc.poll() is None, f"the stage exited ({proc.returncode}) before {path.name} appeared"
         assert time.monotonic() < deadline, f"{path} did not appear in {timeout}s"
         time.sleep(0.02)
+
+
+def _wait(condition, what: str, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def wait_signal_taken(pid: int, sig: int) -> None:
+    """Wait until `pid` has taken `sig` (it is no longer pending in /proc/PID/status)."""
+    def taken() -> bool:
+        try:
+            lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+        except OSError:
+            return True
+        masks = [int(line.split()[1], 16) for line in lines if line.startswith(("SigPnd:", "ShdPnd:"))]
+        return not any(mask >> (int(sig) - 1) & 1 for mask in masks)
+
+    _wait(taken, f"pid {pid} to take signal {sig}")
+
+
+def wait_until_gone(path: Path) -> None:
+    _wait(lambda: not path.exists(), f"{path} to go")
 
 
 def prepare(run_dir: Path, cfg: dict[str, Any]) -> None:

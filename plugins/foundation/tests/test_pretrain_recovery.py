@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import prepare, run_stage, snapshot, tiny_config
+from conftest import prepare, run_stage, snapshot, tiny_config, wait_signal_taken, wait_until_gone
 
 MODEL = "pretrain/model/model.safetensors"
 
@@ -170,3 +170,31 @@ def test_changed_corpus_or_vocab_is_refused_by_earlier_stages(tmp_path, referenc
     out = run_stage(run, "token_cache", dict(cfg, corpus_path=str(other)))
     assert out.code == 2 and "use a new run directory" in out.logs("error")[-1]
     assert snapshot(run / "pretrain/recovery") == before
+
+
+def test_a_stop_while_the_background_writer_is_mid_write_resumes_identically(tmp_path, reference):
+    """The interval checkpoint of step 6 is held mid-write (its files written, not yet hashed, fsynced or renamed:
+    the test gate) while training reaches step 8 and SIGTERM arrives. Released once the stage has taken the
+    signal, the writer finishes step 6, the stop saves its step, exit 130, no half-written folder is left; the
+    resumed run's model is byte-identical to the uninterrupted one's."""
+
+    cfg, run = _fresh(tmp_path, reference)
+    gate = tmp_path / "checkpoint-gate"
+    gate.write_text("closed\n")
+    held = tmp_path / "checkpoint-gate.held"
+
+    def release(pid: int) -> None:
+        wait_signal_taken(pid, signal.SIGTERM)  # the stage has taken the stop (no longer pending) ...
+        assert held.exists(), "the writer left the gate before it was opened"  # ... while the writer is held
+        gate.unlink()
+        wait_until_gone(held)
+
+    stopped = run_stage(run, "pretrain", cfg, signal_at_step=8, sig=signal.SIGTERM, signal_after=held,
+                        env_extra={"TT_TEST_CHECKPOINT_GATE": str(gate)}, on_signalled=release)
+    assert stopped.code == 130, stopped.text
+    last = max(e["step"] for e in stopped.events if e.get("type") == "progress")  # the step the stop saved
+    assert _steps(run) == ["step-000000006", f"step-{last:09d}"], _steps(run)  # both complete, nothing hidden
+    resumed = run_stage(run, "pretrain", cfg, resume=True)
+    assert resumed.code == 0, resumed.text
+    assert any(f"at step {last}" in m for m in resumed.logs())
+    assert (run / MODEL).read_bytes() == (reference[1] / MODEL).read_bytes()

@@ -15,6 +15,11 @@ Saving blocks training only for a copy of the state into CPU staging buffers
 that are allocated once and reused (a memcpy, no page faults, no disk);
 serialisation, hashing, fsync, the rename, backup and rolling run in a
 background thread. The price is one checkpoint's worth of resident CPU memory.
+
+A test gate: while the file named by `TT_TEST_CHECKPOINT_GATE` exists, the
+background writer holds after writing the files and before hashing, fsync and
+the rename (mid-write), with `<gate>.held` present while it holds; tests use it
+to make "a stop lands while a checkpoint is being written" a certain state.
 """
 
 from __future__ import annotations
@@ -158,6 +163,7 @@ class Saver:
     def _finish(self, weights: dict, optimizer_state: dict, trainer: dict, final: Path, config: dict,
                 fingerprint: str) -> None:
         tmp = _write_raw(self.directory, final.name, weights, optimizer_state, trainer)
+        _hold_at_test_gate()
         _finalize(tmp, final, trainer["counters"], config, fingerprint)
         roll(self.directory, self.keep)
         if self.backup_dir is not None:
@@ -171,6 +177,20 @@ class Saver:
         if self._error is not None:
             error, self._error = self._error, None
             raise error
+
+
+def _hold_at_test_gate() -> None:
+    """Hold while the test gate file exists (see the module docstring); nothing without TT_TEST_CHECKPOINT_GATE."""
+    gate = os.environ.get("TT_TEST_CHECKPOINT_GATE")
+    if not gate or not os.path.exists(gate):
+        return
+    held = Path(f"{gate}.held")
+    held.write_text(f"{os.getpid()}\n")
+    try:
+        while os.path.exists(gate):
+            time.sleep(0.01)
+    finally:
+        held.unlink(missing_ok=True)
 
 
 def _trainer_record(state: TrainerState, rank_rng: list) -> dict[str, Any]:

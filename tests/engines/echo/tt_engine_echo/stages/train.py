@@ -3,6 +3,7 @@
 import hashlib
 import json
 import os
+import shutil
 import signal
 import sys
 import time
@@ -37,6 +38,7 @@ while step < config["steps"]:
         sys.exit(130)
 
 model_dir = os.path.join(request["stage_dir"], "model")
+shutil.rmtree(model_dir, ignore_errors=True)  # a model folder a crash left half-written is made anew
 os.makedirs(model_dir, exist_ok=True)
 table = {row["messages"][1]["content"]: row["messages"][2]["content"] for row in request["train_rows"]}
 data = json.dumps(table, sort_keys=True).encode()
