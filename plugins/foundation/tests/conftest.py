@@ -26,7 +26,7 @@ SYSTEM = "Answer with the sum only."
 def tiny_config(**overrides: Any) -> dict[str, Any]:
     cfg = dict(
         corpus_path=None, validation_path=None, checkpoint_backup_dir=None, depth=1, vocab_size=320,
-        tokenizer_max_chars=200_000, max_chars=1_000_000, pretrain_steps=24, sequence_length=32, batch_size=4,
+        tokenizer_max_chars=200_000, max_chars=1_000_000, pretrain_steps=24, sequence_length=40, batch_size=4,
         gradient_accumulation_steps=2, learning_rate=None, weight_decay=0.1, warmup_steps=3, min_lr_ratio=0.1,
         gradient_clip=1.0, bf16=True, checkpoint_interval_steps=6, checkpoint_interval_seconds=0,
         keep_checkpoints=3, log_interval_steps=1, seed=11, finetune_steps=4, rl_steps=0, nproc_per_node=1,

@@ -48,7 +48,7 @@ def test_reference_run_writes_checkpoints_heartbeats_and_result(reference):
     cfg, run = reference
     assert _steps(run) == ["step-000000012", "step-000000018", "step-000000024"]
     meta = json.loads((run / "pretrain/recovery/checkpoints/step-000000024/metadata.json").read_text())
-    assert meta["step"] == 24 and meta["samples_consumed"] == 24 * 4 * 2 and meta["tokens_seen"] == 24 * 4 * 2 * 32
+    assert meta["step"] == 24 and meta["samples_consumed"] == 24 * 4 * 2 and meta["tokens_seen"] == 24 * 4 * 2 * cfg["sequence_length"]
     assert {f["path"] for f in meta["files"]} == {"model.safetensors", "optimizer.pt", "trainer-state.pt"}
     assert len(meta["config_fingerprint"]) == 64 and isinstance(meta["last_loss"], float)
     beats = [json.loads(l) for l in (run / "pretrain/recovery/training-metrics.jsonl").read_text().splitlines()]
