@@ -38,11 +38,11 @@ def exports(tmp_path_factory):
     for quant in ("f32", "f16", "q8_0"):  # in this process (test_export_gguf.py runs the entry point)
         export_gguf.export({**request, "out": str(root / quant), "quant": quant})
     model = load_model_dir(source, "cpu").eval()
-    prompts = [render_prompt(tok, [{"role": "system", "content": SYSTEM}, {"role": "user", "content": q}], 64)
+    prompts = [render_prompt(tok, [{"role": "system", "content": SYSTEM}, {"role": "user", "content": q}], 64 - NEW_TOKENS)
                for q in QUESTIONS]
     stop = T.special_id(tok, T.ASSISTANT_END)
     torch.manual_seed(0)
-    want = generate(model, prompts, NEW_TOKENS, stop, T.special_id(tok, T.PAD), "cpu")
+    want = generate(model, prompts, NEW_TOKENS, stop, T.special_id(tok, T.PAD), torch.device("cpu"))
     return {"python": python, "root": root, "tok": tok, "prompts": prompts, "want": want, "stop": stop}
 
 

@@ -20,7 +20,7 @@ def main(path: str) -> int:
 
     request = json.loads(open(path, encoding="utf-8").read())
     llm = Llama(model_path=request["gguf"], n_ctx=int(request.get("n_ctx", 512)), n_threads=2, n_batch=512,
-                verbose=False, seed=0)
+                verbose=False, seed=0, logits_all=True)  # scores filled for the argmax below
 
     def tokenize(text: str, special: bool) -> list:
         return [int(t) for t in llm.tokenize(text.encode("utf-8"), add_bos=False, special=special)]
