@@ -211,9 +211,11 @@ def test_run_uses_a_prepared_environment(tt, tmp_path):
     marker = env_path / ".tt-env-complete.json"
     before = (marker.read_bytes(), marker.stat().st_mtime_ns, env_path.stat().st_ino)
     path = write_spec(tmp_path / "s", echo_spec(steps=1))
+    _, valid = tt.json("validate", path)
+    trained = len(echo_spec(steps=1)["examples"]) - len(valid["held_out"])  # the examples the split trains on
     proc = tt("run", path, "--resume", tmp_path / "run", "--json")
     out = json.loads(proc.stdout)
-    assert proc.returncode == 0 and out["report"]["metrics"]["prepare.rows"] == 8, out
+    assert proc.returncode == 0 and out["report"]["metrics"]["prepare.rows"] == trained, out
     assert json.loads((tmp_path / "run" / "run.json").read_text())["env_key"] == entry["env_key"]
     assert (marker.read_bytes(), marker.stat().st_mtime_ns, env_path.stat().st_ino) == before, "rebuilt"
     assert "built environment" not in proc.stderr + proc.stdout

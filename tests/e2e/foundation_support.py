@@ -66,7 +66,7 @@ def tiny_spec(folder: Path, **foundation: Any) -> Path:
     )
     block.update(foundation)
     spec = {
-        "name": "tiny-foundation", "system_prompt": "Add the numbers.", "guidelines": ["Answer with the sum only."],
+        "name": "tiny-foundation", "system_prompt": "Add the numbers.", "guidelines": ["Sum only."],
         "examples": [{"input": f"What is {i} plus {i + 3}?", "output": str(2 * i + 3)} for i in range(10)],
         "engine": "foundation", "foundation": block,
     }
