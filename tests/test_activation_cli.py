@@ -24,7 +24,7 @@ def test_activation_stack_force_and_verification(tt, tmp_path):
     assert code == 1 and "nothing to roll back" in out["error"]
 
     code, out = tt.json("models", "activate", first)
-    assert code == 1 and "general-regression gate was not run" in out["error"] and "--force" in out["error"]
+    assert code == 1 and "the spec configures no gate" in out["error"] and "--force" in out["error"]
     assert not (tmp_path / "tt-home" / "activations.jsonl").exists()  # a refusal records nothing
     assert tt.json("models", "activate", first, "--force")[0] == 0
     assert tt.json("models", "activate", second, "--force")[0] == 0

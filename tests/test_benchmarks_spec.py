@@ -120,3 +120,23 @@ def test_gate_per_task_metric_and_missing_sides(tmp_path):
     assert unknown["status"] == "not run" and "acc, acc_norm" in unknown["reason"]
     assert "| hellaswag | acc_norm | 0.4000 | 0.3900 | -0.0100 | 0.0 | failed |" in benchmark_gate.markdown(section)
     json.dumps(section)
+
+
+def test_activation_names_the_configured_gate_that_did_not_run(tmp_path):
+    from tt_host.models.activation import gate_of
+
+    def gate(report) -> dict:
+        (tmp_path / "report.json").write_text(json.dumps(report))
+        return gate_of({"run_dir": str(tmp_path)})
+
+    unrun = {"status": "not run", "reason": "no scores from the candidate evaluation", "failures": []}
+    only_benchmarks = gate({"benchmarks": unrun})
+    assert only_benchmarks["status"] == "not run"
+    assert only_benchmarks["reason"] == "evaluation.benchmarks was not run (no scores from the candidate evaluation)"
+    assert "general_regression" not in only_benchmarks["reason"]
+    both = gate({"general_regression": {"status": "passed", "failures": []}, "benchmarks": unrun})
+    assert both["reason"].startswith("evaluation.general_regression passed, but evaluation.benchmarks was not run")
+    assert "neither evaluation.general_regression nor evaluation.benchmarks" in gate({"status": "completed"})["reason"]
+    failed = gate({"benchmarks": {"status": "failed", "failures": ["t acc dropped 0.5"]}})
+    assert failed["status"] == "failed" and failed["reason"] == "benchmark gate failed: t acc dropped 0.5"
+    assert gate({"benchmarks": {"status": "passed", "failures": []}})["status"] == "passed"

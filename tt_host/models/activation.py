@@ -164,29 +164,43 @@ def _lock() -> FileLock:
     return FileLock(registry.tt_home() / "activations.lock", holder=f"pid {os.getpid()}")
 
 
+GATE_NAMES = {"general_regression": "general-regression", "benchmarks": "benchmark"}  # report.json key -> gate
+
+
 def gate_of(entry: dict[str, Any]) -> dict[str, Any]:
-    """The general-regression gate recorded in the model's run report: {"status": passed|failed|not run, ...}."""
+    """The gate recorded in the model's run report: {"status": passed|failed|not run, ...}.
+
+    The gate is the general-regression set and the lm-eval benchmarks, each when the spec configures it
+    (report.json `general_regression`, `benchmarks`). A gate that is not run carries a `reason` naming what
+    was configured and what did not run.
+    """
     report_path = Path(entry.get("run_dir", "")) / "report.json"
     try:
         report = json.loads(report_path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
-        report = {}
+        report = None
     if not isinstance(report, dict):
-        report = {}
-    gate = report.get("general_regression")
-    if not isinstance(gate, dict) or gate.get("status") not in ("passed", "failed"):
-        gate = {"status": "not run", "failures": []}
-    benchmarks = report.get("benchmarks")
-    if not isinstance(benchmarks, dict):  # no evaluation.benchmarks: the general-regression set alone decides
-        return gate
-    if "general_regression" not in report:  # benchmarks without a general set: they alone decide
-        gate = {"status": "passed", "failures": []}
-    if benchmarks.get("status") == "failed":  # lm-eval benchmarks are part of the gate (docs/evaluation.md)
-        failures = [f for f in gate.get("failures") or []] + ["benchmark " + f for f in benchmarks.get("failures") or []]
-        return {**gate, "status": "failed", "failures": failures or ["a benchmark dropped more than its max_drop"]}
-    if benchmarks.get("status") != "passed" and gate["status"] == "passed":
-        return {**gate, "status": "not run", "reason": f"benchmarks not run: {benchmarks.get('reason', '')}"}
-    return gate
+        return {"status": "not run", "failures": [], "reason": f"the model's run has no readable report ({report_path})"}
+    parts = {key: report.get(key) for key in ("general_regression", "benchmarks") if isinstance(report.get(key), dict)}
+    if not parts:
+        return {"status": "not run", "failures": [],
+                "reason": "the spec configures no gate (neither evaluation.general_regression nor "
+                          "evaluation.benchmarks); add one to the spec and run again"}
+    failed = {key: part for key, part in parts.items() if part.get("status") == "failed"}
+    general = parts.get("general_regression") or {}
+    if failed:
+        failures = [("benchmark " if key == "benchmarks" else "") + f
+                    for key, part in failed.items() for f in part.get("failures") or ["see the run report"]]
+        reason = "; ".join(f"{GATE_NAMES[key]} gate failed: " + "; ".join(part.get("failures") or ["see the run report"])
+                           for key, part in failed.items())
+        return {**general, "status": "failed", "failures": failures, "reason": reason}
+    unrun = {key: part for key, part in parts.items() if part.get("status") != "passed"}
+    if unrun:
+        ran = [f"evaluation.{key} passed" for key in parts if key not in unrun]
+        missing = [f"evaluation.{key} was not run ({part.get('reason') or 'see the run report'})"
+                   for key, part in unrun.items()]
+        return {**general, "status": "not run", "failures": [], "reason": ", but ".join(ran + ["; ".join(missing)])}
+    return {**general, "status": "passed", "failures": []}
 
 
 def activate(model_id: str, force: bool = False) -> dict[str, Any]:
@@ -201,11 +215,7 @@ def activate(model_id: str, force: bool = False) -> dict[str, Any]:
     gate = gate_of(entry)
     overrode = None
     if gate["status"] != "passed":
-        if gate["status"] == "failed":
-            why = "general-regression gate failed: " + "; ".join(gate.get("failures") or ["see the run report"])
-        else:
-            why = ("general-regression gate was not run (add evaluation.general_regression to the spec and "
-                   "run again)")
+        why = gate["reason"] if gate["status"] == "failed" else "the gate was not run: " + gate["reason"]
         if not force:
             raise ActivationError(f"refusing to activate {model_id}: {why}; `tt models activate {model_id} --force` "
                                   "activates it anyway (recorded in the history)")
