@@ -92,3 +92,25 @@ def test_two_processes_stopped_by_sigterm_to_all_resume_to_the_uninterrupted_two
     assert resumed.code == 0, resumed.text
     assert any(m.startswith("SFT resumed from step-") for m in resumed.logs())
     assert (run / SFT_MODEL).read_bytes() == (whole / SFT_MODEL).read_bytes()
+
+
+def test_finetune_learning_rate_is_the_sft_optimizers_peak_and_recorded_in_its_checkpoints(tmp_path, reference):
+    """foundation.finetune_learning_rate is the rate SFT's AdamW takes at step 1 (then linear decay) and the one
+    its checkpoints record; unset, SFT starts at 1e-3 * sqrt(768 / width) whatever learning_rate says."""
+    cfg, ref = reference
+    recorded = json.loads((ref / "sft/recovery/checkpoints/step-000000005/metadata.json").read_text())["config"]
+    assert recorded["finetune_learning_rate"] == pytest.approx(1e-3 * (768 / 64) ** 0.5)  # depth 1: width 64
+    _, run = _pretrained(tmp_path, reference)
+    tuned = dict(cfg, finetune_learning_rate=0.004, learning_rate=0.5, finetune_steps=4, checkpoint_interval_steps=2)
+    out = run_stage(run, "sft", tuned)
+    assert out.code == 0, out.text
+    rates = [e["metrics"]["lr"] for e in out.events if e.get("type") == "progress"]
+    assert rates == pytest.approx([0.004, 0.003, 0.002, 0.001])
+    saved = run / "sft/recovery/checkpoints/step-000000002"
+    meta = json.loads((saved / "metadata.json").read_text())
+    assert meta["config"]["finetune_learning_rate"] == 0.004 and "learning_rate" not in meta["config"]
+    import torch
+
+    groups = torch.load(saved / "optimizer.pt", weights_only=True)["param_groups"]
+    assert [g["lr"] for g in groups] == pytest.approx([0.003] * len(groups))  # the rate its second step took
+

@@ -121,7 +121,8 @@ def sft_inputs(spec: FoundationSpec) -> Mapping[str, Any]:
 
 
 def rl_inputs(spec: FoundationSpec) -> Mapping[str, Any]:
-    return _pick(spec, "rl_steps", "sequence_length", "batch_size", "learning_rate", "gradient_clip", "seed", "bf16")
+    return _pick(spec, "rl_steps", "sequence_length", "batch_size", "finetune_learning_rate", "gradient_clip", "seed",
+                 "bf16")
 
 
 def chat_eval_inputs(spec: FoundationSpec) -> Mapping[str, Any]:

@@ -11,17 +11,22 @@ the order here only sets the key order of the checkpoint's recorded config.
 
 from __future__ import annotations
 
-# learning_rate: the spec's value in the stage fingerprint, the peak actually used in the checkpoint's.
+# The rate (learning_rate, finetune_learning_rate): the spec's value in the stage fingerprint, the peak
+# actually used in the checkpoint's.
 PRETRAIN_FIELDS = (
     "depth", "vocab_size", "sequence_length", "learning_rate", "weight_decay", "warmup_steps", "min_lr_ratio",
     "pretrain_steps", "batch_size", "gradient_accumulation_steps", "gradient_clip", "seed", "bf16",
     "optimizer", "lr_schedule", "warmdown_fraction", "packing",
 )
 
-SFT_FIELDS = ("learning_rate", "finetune_steps", "batch_size", "sequence_length", "weight_decay", "gradient_clip", "seed",
+SFT_FIELDS = ("finetune_learning_rate", "finetune_steps", "batch_size", "sequence_length", "weight_decay", "gradient_clip", "seed",
               "bf16")
 
 
+RATE_FIELDS = ("learning_rate", "finetune_learning_rate")
+
+
 def used_settings(settings, fields: tuple[str, ...], learning_rate: float) -> dict:
-    """`fields` of a stage's `FoundationSettings` as a checkpoint records them: `learning_rate` is the peak used."""
-    return {name: learning_rate if name == "learning_rate" else getattr(settings, name) for name in fields}
+    """`fields` of a stage's `FoundationSettings` as a checkpoint records them: the stage's rate field
+    (`RATE_FIELDS`, one per tuple) is the peak used."""
+    return {name: learning_rate if name in RATE_FIELDS else getattr(settings, name) for name in fields}

@@ -21,6 +21,9 @@ from tt_stagekit.launcher import DistributedSettings
 from tt_stagekit.stageconfig import Example, StageRequest, parse_request
 
 
+FINETUNE_SHARE = 0.5  # SFT's default peak as a share of the AdamW width rule (runtime.model.derived_learning_rate)
+
+
 @dataclass(frozen=True)
 class FoundationSettings(DistributedSettings):
     """`spec.foundation`: every knob of the engine (docs/foundation.md); the torchrun settings from `DistributedSettings`."""
@@ -39,6 +42,7 @@ class FoundationSettings(DistributedSettings):
     batch_size: int = 8
     gradient_accumulation_steps: int = 1
     learning_rate: Optional[float] = None
+    finetune_learning_rate: Optional[float] = None
     weight_decay: float = 0.1
     warmup_steps: int = 20
     min_lr_ratio: float = 0.1
@@ -60,14 +64,22 @@ class FoundationSettings(DistributedSettings):
     sft_datasets: tuple[Path, ...] = ()
     gradient_checkpointing: bool = False
 
-    def peak_learning_rate(self, width: Optional[int] = None) -> float:
-        """`learning_rate`, else derived from the model width: `width` when given (SFT and RL, whose model may
-        come from `init_model`), else that of `depth`."""
+    def peak_learning_rate(self) -> float:
+        """AdamW pretraining's peak (`optimizer: adamw`): `learning_rate`, else derived from `depth`'s width."""
         if self.learning_rate is not None:
             return self.learning_rate
+        from tt_engine_foundation.runtime.model import derived_learning_rate
+
+        return derived_learning_rate(self.depth)
+
+    def finetune_peak_rate(self, width: int) -> float:
+        """SFT's peak AdamW rate: `finetune_learning_rate`, else half the width rule, 1e-3 * sqrt(768 / width)
+        (`width`: the model SFT starts from, which may come from `init_model`). RL runs at RL_LR_SCALE of it."""
+        if self.finetune_learning_rate is not None:
+            return self.finetune_learning_rate
         from tt_engine_foundation.runtime.model import ASPECT_RATIO, derived_learning_rate
 
-        return derived_learning_rate(width // ASPECT_RATIO if width is not None else self.depth)
+        return FINETUNE_SHARE * derived_learning_rate(width // ASPECT_RATIO)
 
     @property
     def tokens_per_step(self) -> int:

@@ -25,7 +25,7 @@ from tt_engine_foundation.runtime.generate import generate
 from tt_engine_foundation.runtime.optim import build_adamw, set_lr
 
 SAMPLES_PER_PROMPT = 4
-RL_LR_SCALE = 0.1
+RL_LR_SCALE = 0.2  # RL's peak: a fifth of SFT's (foundation.finetune_learning_rate)
 
 
 def reference(row: Mapping[str, Any]) -> str:

@@ -1,7 +1,7 @@
 """Chat SFT: the compiled training rows, loss on assistant tokens only.
 
-AdamW at half the pretraining peak learning rate, linear decay to zero over
-`finetune_steps`; batches of `batch_size` rows in a seeded order, padded with
+AdamW at `foundation.finetune_learning_rate` (FoundationSettings.finetune_peak_rate), linear decay to zero
+over `finetune_steps`; batches of `batch_size` rows in a seeded order, padded with
 `<|pad|>` (padding and prompt tokens are ignored by the loss).
 
 Under torchrun every rank draws the same batch and computes rows
@@ -43,7 +43,6 @@ from tt_engine_foundation.runtime.chat import fit_example, sequence_error
 from tt_engine_foundation.runtime.optim import build_adamw, set_lr
 
 IGNORE = -100
-SFT_LR_SCALE = 0.5
 
 
 def build_examples(tok, rows: Sequence[Mapping[str, Any]], sequence_length: int) -> tuple[list[tuple[list[int], list[int]]], int]:
@@ -154,7 +153,7 @@ def run_sft(
     batch = min(cfg.batch_size, len(examples))
     pad = tokenizer.special_id(tok, tokenizer.PAD)
     torch.manual_seed(cfg.seed + 1)
-    optimizer = build_adamw(model, peak_lr * SFT_LR_SCALE, cfg.weight_decay, device)
+    optimizer = build_adamw(model, peak_lr, cfg.weight_decay, device)
     dist = distributed.context()
     first, cursor, epoch, losses = 0, 0, 0, []
     saver = checkpoint.Saver(checkpoints.directory, checkpoints.keep)
@@ -179,7 +178,7 @@ def run_sft(
 
     try:
         for step in range(first, steps):
-            lr = peak_lr * SFT_LR_SCALE * (1.0 - step / max(1, steps))
+            lr = peak_lr * (1.0 - step / max(1, steps))
             set_lr(optimizer, lr)
             picked = []
             for _ in range(batch):
@@ -207,7 +206,7 @@ def run_sft(
             optimizer.zero_grad(set_to_none=True)
             value = value_t if dist.enabled else float(loss.detach())
             if not np.isfinite(value):
-                raise StageError(f"SFT loss became {value} at step {step + 1}; lower foundation.learning_rate")
+                raise StageError(f"SFT loss became {value} at step {step + 1}; lower foundation.finetune_learning_rate")
             losses.append((step + 1, value))
             if on_step is not None:
                 on_step(step + 1, steps, value, lr)

@@ -27,7 +27,7 @@ def main(request: FoundationRequest) -> dict[str, Any]:
 
     protocol.log(f"RL on {len(rows)} training prompts for {cfg.rl_steps} steps")
     stats: dict = {}
-    rewards = run_rl(model, tok, rows, cfg, cfg.peak_learning_rate(model.cfg.hidden_size), device,
+    rewards = run_rl(model, tok, rows, cfg, cfg.finetune_peak_rate(model.cfg.hidden_size), device,
                      autocast_dtype(cfg, device),
                      on_step, stats)
     model_dir = save_model_dir(

@@ -46,7 +46,7 @@ def main(request: FoundationRequest) -> dict[str, Any]:
     lay = request.layout
     rows = sft_rows(request)
     model = load_model_dir(lay.base_model, device)
-    peak_lr = cfg.peak_learning_rate(model.cfg.hidden_size)
+    peak_lr = cfg.finetune_peak_rate(model.cfg.hidden_size)
     every = cfg.log_interval_steps
 
     def on_step(step: int, total: int, loss: float, lr: float) -> None:

@@ -1,0 +1,66 @@
+"""`foundation.finetune_learning_rate` (SFT's and RL's AdamW rate, apart from pretraining's `learning_rate`):
+a stage input of sft and rl only, so changing it re-runs SFT onward and reuses pretraining; bad values are
+refused by `tt validate` and `tt run` naming the field, exit 2, nothing created."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from badinput_support import error_locs, in_process_tt, snapshot
+from conftest import write_spec
+from test_fingerprints import PRETRAINING, TUNING, _state, foundation_spec, prints
+from tt_engine_foundation.plugin import ENGINE
+from tt_host.runs.fingerprint import chain
+from tt_host.runs.plan import decide
+from tt_host.runs.store import RunDir
+
+
+def test_finetune_rate_reaches_sft_onward_and_learning_rate_no_longer_does(tmp_path):
+    base = prints(*foundation_spec(tmp_path))
+    tuned = prints(*foundation_spec(tmp_path, finetune_learning_rate=0.003))
+    assert [tuned[n] == base[n] for n in PRETRAINING] == [True] * len(PRETRAINING)
+    assert [tuned[n] != base[n] for n in TUNING] == [True] * len(TUNING)
+    # learning_rate is pretraining's alone: SFT and RL change only through the pretrained weights
+    spec, compiled = foundation_spec(tmp_path, learning_rate=0.01)
+    inputs = {stage.name: value for stage, value, _ in chain(ENGINE, spec, compiled)}
+    assert "learning_rate" in inputs["pretrain"]["foundation"]
+    assert "learning_rate" not in inputs["sft"]["foundation"] and "learning_rate" not in inputs["rl"]["foundation"]
+
+
+def test_a_finished_run_reruns_only_sft_onward_for_a_new_finetune_rate(tmp_path):
+    run = RunDir(tmp_path / "run")
+    state = _state(*foundation_spec(tmp_path), run.path)
+    spec, compiled = foundation_spec(tmp_path, finetune_learning_rate=0.003)
+    decisions = {d.stage: d for d in decide(chain(ENGINE, spec, compiled), state, run, spec)}
+    assert [decisions[n].action for n in PRETRAINING] == ["reuse"] * len(PRETRAINING)
+    assert [decisions[n].action for n in TUNING] == ["rerun"] * len(TUNING)
+    assert "foundation.finetune_learning_rate" in decisions["sft"].reason
+
+
+@pytest.fixture(scope="module")
+def tt_in(tmp_path_factory):
+    with in_process_tt(tmp_path_factory.mktemp("tt-in")) as tt:
+        yield tt
+
+
+@pytest.mark.parametrize("value", [0, -0.01, 1.5, "fast", True, None])
+def test_bad_finetune_rates_are_refused_naming_the_field(tt_in, tmp_path, value):
+    folder = tmp_path / "s"
+    folder.mkdir()
+    (folder / "corpus.jsonl").write_text('{"text": "one two three"}\n')
+    raw = {"name": "f", "engine": "foundation", "system_prompt": "Answer.",
+           "examples": [{"input": f"q{i}", "output": f"a{i}"} for i in range(4)],
+           "foundation": {"corpus_path": "corpus.jsonl", "finetune_learning_rate": "PLACEHOLDER"}}
+    spec = write_spec(folder, raw)
+    spec.write_text(spec.read_text().replace('"PLACEHOLDER"', json.dumps(value)))
+    before = snapshot(tmp_path)
+    code, out = tt_in.json("validate", spec)
+    if value is None:  # JSON null is "unset": the derived default
+        assert code == 0, out
+        return
+    assert code == 2 and error_locs(out) == ["foundation.finetune_learning_rate"], out
+    ran = tt_in("run", spec, "--device", "cpu")
+    assert ran.code == 2 and "foundation.finetune_learning_rate" in ran.stdout + ran.stderr
+    assert snapshot(tmp_path) == before
