@@ -80,19 +80,10 @@ class Sequence:
             "status": json.loads((self.run / "run.json").read_text())["status"],
             "model": {str(p.relative_to(self.root)): p.read_bytes()
                       for folder in (self.run / "train" / "model", models / "versions")
-                      for p in sorted(folder.rglob("*")) if p.is_file() and not _known_leftover(p)},
+                      for p in sorted(folder.rglob("*")) if p.is_file()},
             "registry": {p.name: untimed(json.loads(p.read_text())) for p in sorted(models.glob("*.json"))},
             "history": history,
         }
-
-
-KNOWN_LEFTOVER = ".partial-"  # a kill at the rename of a model version's copy leaves `.N.partial-PID/` behind
-# in $TT_HOME/models/versions (issue 26's registry copies): reported there; until it is cleaned up on the next
-# registration it is left out of the comparison here, and any other leftover still fails the test.
-
-
-def _known_leftover(path: Path) -> bool:
-    return any(part.startswith(".") and KNOWN_LEFTOVER in part for part in path.parts)
 
 
 def untimed(value):

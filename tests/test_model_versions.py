@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import signal
+import subprocess
 import urllib.request
 from pathlib import Path
 
@@ -119,3 +120,34 @@ def test_a_resumed_run_adds_a_version_and_the_active_one_never_changes(tmp_path)
     assert not v1.exists() and Path(tt.json("models", "get", model["id"])[1]["path"]).is_dir()
     code, out = tt.json("models", "activate", f"{model['id']}@1", "--force")
     assert code == 2 and "removed by `tt models gc`" in out["error"]
+
+
+def test_half_made_copies_of_a_killed_registration_are_swept_never_a_live_ones(tt, tmp_path):
+    """A kill mid-copy leaves `.N.partial-PID/` in the model's versions folder: the next registration of that id
+    and `tt models gc` remove one whose process is gone; a copy whose process is alive is left alone."""
+    path = write_spec(tmp_path / "s", echo_spec())
+    code, out = tt.json("run", path)
+    assert code == 0, out
+    versions = Path(tt.json("models", "get", out["report"]["models"][0]["id"])[1]["path"]).parent
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # its pid names no process now
+    alive = subprocess.Popen(["sleep", "600"])
+    try:
+        def plant(name: str) -> Path:
+            (versions / name / "weights").mkdir(parents=True)
+            (versions / name / "weights" / "table.json").write_text("{}")
+            return versions / name
+
+        stale, live = plant(f".2.partial-{dead.pid}"), plant(f".2.partial-{alive.pid}")
+        code, out = tt.json("run", path, "--resume", out["run_dir"])  # registers the same artifact again
+        assert code == 0, out
+        assert not stale.exists() and live.is_dir()
+        stale = plant(f".3.partial-{dead.pid}")
+        code, listed = tt.json("models", "gc", "--dry-run")
+        assert code == 0 and listed["removed"] == [{"partial": str(stale)}] and stale.is_dir(), listed
+        code, removed = tt.json("models", "gc")
+        assert code == 0 and removed["removed"] == [{"partial": str(stale)}], removed
+        assert not stale.exists() and live.is_dir() and (versions / "1").is_dir()
+    finally:
+        alive.kill()
+        alive.wait()

@@ -229,7 +229,10 @@ def gc(dry_run: bool = typer.Option(False, "--dry-run", help="List what would be
         return
     verb = "would remove" if dry_run else "removed"
     for item in removed:
-        console.print(f"{verb} {item['id']}@{item['version']} ({item['path']})", markup=False)
+        if "partial" in item:  # a copy a killed registration left half made
+            console.print(f"{verb} the half-made copy {item['partial']}", markup=False)
+        else:
+            console.print(f"{verb} {item['id']}@{item['version']} ({item['path']})", markup=False)
     if not removed:
         console.print("nothing to remove: every kept version is the latest of its model or on the activation "
                       "stack", markup=False)

@@ -2,6 +2,7 @@
 
 A version is kept while it is its model's latest or on the activation stack (tt_host.models.activation): the
 active one and those a rollback returns to. A removed version's record stays in its entry, marked `removed`.
+Copies a killed registration left half made (`.<n>.partial-<pid>/`, its process gone) are removed too.
 """
 
 from __future__ import annotations
@@ -14,19 +15,21 @@ from typing import Any
 from tt_host import ids
 from tt_host.fsutil import write_json_atomic
 from tt_host.models import activation, registry
-from tt_host.models.versions import VERSIONS_FOLDER, collectable
+from tt_host.models.versions import VERSIONS_FOLDER, collectable, remove_stale_partials
 
 
 def collect(dry_run: bool = False) -> list[dict[str, Any]]:
     """Remove (or with dry_run only list) the folders of `collectable` versions, marking each `removed` in its
-    entry; under the activation lock, so no activation picks a version while it goes. [{"id", "version", "path"}]."""
+    entry; under the activation lock, so no activation picks a version while it goes. [{"id", "version", "path"}],
+    then {"partial": path} for each stale half-made copy removed."""
+    root = registry.registry_dir() / VERSIONS_FOLDER
     with activation.activation_lock():
         found = collectable(registry.list_models(), activation.read_history())
         out = [{"id": entry["id"], "version": version["version"], "path": version["path"]} for entry, version in found]
+        folders = sorted(root.iterdir()) if root.is_dir() else []
         if dry_run:
-            return out
+            return out + [{"partial": str(p)} for p in remove_stale_partials(folders, dry_run=True)]
         at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        root = registry.registry_dir() / VERSIONS_FOLDER
         for entry, version in found:
             try:  # an entry edited by hand to name another folder never gets it deleted
                 folder = ids.inside(Path(version["path"]), root)
@@ -35,4 +38,4 @@ def collect(dry_run: bool = False) -> list[dict[str, Any]]:
             version["removed"] = at  # `version` is a dict inside entry["versions"]
             write_json_atomic(registry.entry_file(entry["id"]), entry)
             shutil.rmtree(folder, ignore_errors=True)
-    return out
+        return out + [{"partial": str(p)} for p in remove_stale_partials(folders)]

@@ -9,7 +9,9 @@ artifact folder it came from. `id@n` names one version (`tt models activate ID@2
 
 `tt models gc` (tt_host.models.gc) removes the folders of versions nothing points at: not the latest version of a model, not any version
 in the activation stack (the active one and those a rollback returns to). Their records stay, marked
-`removed`. An entry registered before versions existed reads as one version whose files are its `path`
+`removed`. A copy is made in `.<n>.partial-<pid>/` and renamed into place; one a killed process left behind
+is removed by the next registration of that id and by gc (`remove_stale_partials`), never one whose process is
+alive. An entry registered before versions existed reads as one version whose files are its `path`
 (the run folder, which gc never removes).
 """
 
@@ -82,7 +84,7 @@ def snapshot(source: Path, manifest: dict[str, Any], target: Path) -> None:
     """Copy the manifest and every file it lists from `source` into the new folder `target` (made whole under
     a temporary name, then renamed: a half-copied version is never seen)."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.parent / f".{target.name}.partial-{os.getpid()}"
+    partial = target.parent / f".{target.name}{PARTIAL}{os.getpid()}"
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(mode=0o700)
     try:
@@ -95,11 +97,44 @@ def snapshot(source: Path, manifest: dict[str, Any], target: Path) -> None:
         raise
 
 
+PARTIAL = ".partial-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
+def remove_stale_partials(folders: Iterable[Path], dry_run: bool = False) -> list[Path]:
+    """Remove (or with dry_run only list) each `.<n>.partial-<pid>` copy in `folders` (a model's versions folders)
+    whose process is gone: a kill mid-copy leaves one; a live process's copy is never touched."""
+    stale = []
+    for folder in folders:
+        try:
+            children = list(folder.iterdir())
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for child in children:
+            _, marker, pid = child.name.rpartition(PARTIAL)
+            if (child.name.startswith(".") and marker and pid.isdigit() and child.is_dir()
+                    and not child.is_symlink() and not _alive(int(pid))):
+                stale.append(child)
+                if not dry_run:
+                    shutil.rmtree(child, ignore_errors=True)
+    return stale
+
+
 def add_version(existing: Optional[dict[str, Any]], entry: dict[str, Any], manifest: dict[str, Any],
                 folder: Path, system_message: Optional[str], root: Path) -> dict[str, Any]:
     """`entry` (a fresh registration of the artifact in `folder`) with the versions of `existing` and, unless
     its latest version has the same manifest, a new version snapshotted under `folder_for(root, ...)`
     (`root`: the registry's `versions` folder)."""
+    remove_stale_partials([folder_for(root, entry["id"], 1).parent])
     versions = versions_of(existing) if existing else []
     latest = versions[-1] if versions else None
     if latest is None or latest.get("manifest_sha256") != entry["manifest_sha256"] or latest.get("removed"):
