@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -290,3 +291,19 @@ def test_only_a_nodes_first_rank_speaks_the_protocol(local_rank):
         assert out.stderr == ""
     else:
         assert events == [] and out.stderr == "[rank 1] warning: careful\n"
+
+
+def test_run_export_says_how_many_files_the_written_folder_holds(tmp_path, capsys):
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"out": str(tmp_path / "out")}))
+
+    def export(r):
+        out = Path(r["out"])
+        out.mkdir()
+        for name in ("model.gguf", "artifact-manifest.json"):
+            (out / name).write_text("x")
+        return out
+
+    assert P.run_export(export, [str(request)], "cmd REQUEST") == P.EXIT_OK
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["message"] == (
+        "export complete: 2 files, listed with sha256 in artifact-manifest.json")

@@ -172,7 +172,7 @@ class Export:
     """How `tt models export` writes a model of one kind as a folder other tools load.
 
     module:   run as `python -m <module> REQUEST.json` in this engine's environment (one-shot, see
-              `tt_stagekit.protocol.run_command`); the request holds `source` (the model folder), `out`
+              `tt_stagekit.protocol.run_export`); the request holds `source` (the model folder), `out`
               (a new folder to write), `model_id`, `system_message`, `system_message_sha256`. It writes
               `out` with an `artifact-manifest.json` (verified before tt renames it into place) and a
               `tt-export.json` recording `source.manifest_sha256` and `system_message`.

@@ -247,6 +247,18 @@ def run_command(body: Callable[[dict[str, Any]], str], argv: Sequence[str], usag
     return run_entry(logged, argv, usage)
 
 
+def run_export(export: Callable[[dict[str, Any]], Path], argv: Optional[Sequence[str]], usage: str) -> int:
+    """An engine's export command (`python -m <engine>.stages.export… REQUEST.json`, argv None: sys.argv[1:]):
+    `export` returns the folder it wrote; the summary line says how many files it holds."""
+    from tt_stagekit.manifest import MANIFEST
+
+    def summary(request: dict[str, Any]) -> str:
+        out = export(request)
+        return f"export complete: {len(list(out.iterdir()))} files, listed with sha256 in {MANIFEST}"
+
+    return run_command(summary, sys.argv[1:] if argv is None else argv, usage)
+
+
 def _leave_process_group() -> None:
     if "torch.distributed" in sys.modules:
         from tt_stagekit import distributed

@@ -30,8 +30,7 @@ from typing import Any, Mapping
 from tt_engine_adapter.formats import fingerprint
 from tt_engine_adapter.runtime import model_source
 from tt_stagekit.files import atomic_write_json, new_folder
-from tt_stagekit.protocol import InvalidInput, run_command
-from tt_stagekit.manifest import MANIFEST
+from tt_stagekit.protocol import InvalidInput, run_export
 
 EXPORT_KIND = "merged"
 
@@ -110,11 +109,7 @@ def export(request: Mapping[str, Any]) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    def run(request: dict[str, Any]) -> str:
-        out = export(request)
-        return f"export complete: {len(list(out.iterdir()))} files, listed with sha256 in {MANIFEST}"
-
-    return run_command(run, sys.argv[1:] if argv is None else argv, "python -m tt_engine_adapter.stages.export REQUEST.json")
+    return run_export(export, argv, "python -m tt_engine_adapter.stages.export REQUEST.json")
 
 if __name__ == "__main__":
     sys.exit(main())

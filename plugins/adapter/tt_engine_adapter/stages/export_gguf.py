@@ -13,17 +13,13 @@ only when it renders a longer conversation identically. `out` holds `model.gguf`
 
 from __future__ import annotations
 
-import json
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from tt_stagekit.files import atomic_write_json, new_folder
 from tt_stagekit.gguf import export as gguf_export
 from tt_stagekit.gguf import modelfile
-from tt_stagekit.manifest import MANIFEST
-from tt_stagekit.protocol import InvalidInput, run_command
+from tt_stagekit.protocol import InvalidInput, run_export
 
 from tt_engine_adapter.stages import export as hf_export
 
@@ -47,43 +43,35 @@ def _token_id(tokenizer, token: Optional[str]) -> Optional[int]:
     return index if isinstance(index, int) and index != tokenizer.unk_token_id else None
 
 
+def _engine_fields(folder: Path, info: Mapping[str, Any], config: Mapping[str, Any], fmt: str) -> dict[str, Any]:
+    """The merged model's special ids, end-of-turn tokens, context and (Ollama) chat format, from its tokenizer."""
+    from tt_engine_adapter.runtime import model_source
+
+    tokenizer = model_source.load_tokenizer(str(folder))
+    end_of_turn = (info.get("chat") or {}).get("end_of_turn_token") or tokenizer.eos_token
+    return {"special_ids": {"bos": tokenizer.bos_token_id, "eos": _token_id(tokenizer, tokenizer.eos_token),
+                            "eot": _token_id(tokenizer, end_of_turn), "pad": tokenizer.pad_token_id},
+            "eot_tokens": list(dict.fromkeys(t for t in (end_of_turn, tokenizer.eos_token) if t)),
+            "context": int(config.get("max_position_embeddings") or 0),
+            "chat": chat_format(tokenizer) if fmt == "ollama" else None}
+
+
+def _write_manifest(folder: Path, info: Mapping[str, Any]) -> None:
+    from tt_engine_adapter.runtime import manifest
+
+    manifest.write_manifest(folder, info["kind"], info["source"]["base_model"], info["system_message_sha256"] or "",
+                            extra={"source_adapter": info["source"]})
+
+
 def export(request: Mapping[str, Any]) -> Path:
     _, out, _ = hf_export.check_request(request)
-    fmt, quant = str(request.get("format", "gguf")), str(request.get("quant", "f16"))
-    gguf_export.check_options(fmt, quant)
-    with tempfile.TemporaryDirectory(prefix=".tt-gguf-", dir=out.parent) as tmp:
-        folder = hf_export.export({**request, "out": str(Path(tmp) / "hf")})
-        from tt_engine_adapter.runtime import manifest, model_source
-
-        info = json.loads((folder / "tt-export.json").read_text(encoding="utf-8"))
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-        tokenizer = model_source.load_tokenizer(str(folder))
-        end_of_turn = (info.get("chat") or {}).get("end_of_turn_token") or tokenizer.eos_token
-        eot_tokens = list(dict.fromkeys(t for t in (end_of_turn, tokenizer.eos_token) if t))
-        with new_folder(out) as staging:
-            entry = gguf_export.export_folder(
-                folder, staging, fmt, quant, model_id=str(request.get("model_id") or out.name),
-                special_ids={"bos": tokenizer.bos_token_id, "eos": _token_id(tokenizer, tokenizer.eos_token),
-                             "eot": _token_id(tokenizer, end_of_turn), "pad": tokenizer.pad_token_id},
-                eot_tokens=eot_tokens, system_message=info.get("system_message"),
-                system_message_sha256=info.get("system_message_sha256"),
-                manifest_sha256=info["source"]["manifest_sha256"],
-                context=int(config.get("max_position_embeddings") or 0),
-                chat=chat_format(tokenizer) if fmt == "ollama" else None)
-            info = {**info, "kind": KINDS[fmt], "gguf": entry}
-            atomic_write_json(staging / "tt-export.json", info)
-            manifest.write_manifest(staging, info["kind"], info["source"]["base_model"],
-                                    info["system_message_sha256"] or "", extra={"source_adapter": info["source"]})
-    return out
+    return gguf_export.export_through_hf(request, out, hf_export=hf_export.export, kinds=KINDS,
+                                         default_model_id=out.name, engine_fields=_engine_fields,
+                                         write_manifest=_write_manifest)
 
 
 def main(argv: list[str] | None = None) -> int:
-    def run(request: dict[str, Any]) -> str:
-        out = export(request)
-        return f"export complete: {len(list(out.iterdir()))} files, listed with sha256 in {MANIFEST}"
-
-    return run_command(run, sys.argv[1:] if argv is None else argv,
-                       "python -m tt_engine_adapter.stages.export_gguf REQUEST.json")
+    return run_export(export, argv, "python -m tt_engine_adapter.stages.export_gguf REQUEST.json")
 
 
 if __name__ == "__main__":

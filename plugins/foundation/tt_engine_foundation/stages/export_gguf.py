@@ -12,17 +12,13 @@ llama.cpp's qwen2 split is refused, naming the strings that differ). `out` holds
 from __future__ import annotations
 
 import datetime
-import json
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
-from tt_stagekit.files import atomic_write_json, new_folder
 from tt_stagekit.gguf import export as gguf_export
 from tt_stagekit.gguf.modelfile import ChatFormat
-from tt_stagekit.manifest import MANIFEST
-from tt_stagekit.protocol import run_command
+from tt_stagekit.protocol import run_export
 
 from tt_engine_foundation.formats import pretokenizer
 from tt_engine_foundation.runtime import tokenizer
@@ -39,39 +35,30 @@ CHAT = ChatFormat(head=tokenizer.BOS, generation=tokenizer.ASSISTANT_START, role
 })
 
 
+def _engine_fields(folder: Path, info: Mapping[str, Any], config: Mapping[str, Any], fmt: str) -> dict[str, Any]:
+    """The special ids from the export's config; one end-of-turn token; the pre-tokenizer tt trains with."""
+    return {"special_ids": {"bos": config["bos_token_id"], "eos": config["eos_token_id"],
+                            "eot": config["eos_token_id"], "pad": config["pad_token_id"]},
+            "eot_tokens": [tokenizer.ASSISTANT_END], "context": info["context_length"], "chat": CHAT,
+            "pre": pretokenizer.PRE_TOKENIZER}
+
+
+def _write_manifest(folder: Path, info: Mapping[str, Any]) -> None:
+    write_manifest(folder, info["kind"], {
+        "system_message_sha256": info["system_message_sha256"] or "", "base_model": None,
+        "source_model": info["source"],
+        "exported": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")})
+
+
 def export(request: Mapping[str, Any]) -> Path:
     source, out = hf_export.check_request(request)
-    fmt, quant = str(request.get("format", "gguf")), str(request.get("quant", "f16"))
-    gguf_export.check_options(fmt, quant)
-    with tempfile.TemporaryDirectory(prefix=".tt-gguf-", dir=out.parent) as tmp:
-        folder = hf_export.export({**request, "out": str(Path(tmp) / "hf")})
-        info = json.loads((folder / "tt-export.json").read_text(encoding="utf-8"))
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-        with new_folder(out) as staging:
-            entry = gguf_export.export_folder(
-                folder, staging, str(fmt), str(quant), model_id=str(request.get("model_id") or source.name),
-                special_ids={"bos": config["bos_token_id"], "eos": config["eos_token_id"],
-                             "eot": config["eos_token_id"], "pad": config["pad_token_id"]},
-                eot_tokens=[tokenizer.ASSISTANT_END], system_message=info.get("system_message"),
-                system_message_sha256=info.get("system_message_sha256"),
-                manifest_sha256=info["source"]["manifest_sha256"], context=info["context_length"], chat=CHAT,
-                pre=pretokenizer.PRE_TOKENIZER)
-            info = {**info, "kind": KINDS[str(fmt)], "gguf": entry}
-            atomic_write_json(staging / "tt-export.json", info)
-            write_manifest(staging, info["kind"], {
-                "system_message_sha256": info["system_message_sha256"] or "", "base_model": None,
-                "source_model": info["source"],
-                "exported": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")})
-    return out
+    return gguf_export.export_through_hf(request, out, hf_export=hf_export.export, kinds=KINDS,
+                                         default_model_id=source.name, engine_fields=_engine_fields,
+                                         write_manifest=_write_manifest)
 
 
 def main(argv: list[str] | None = None) -> int:
-    def run(request: dict[str, Any]) -> str:
-        out = export(request)
-        return f"export complete: {len(list(out.iterdir()))} files, listed with sha256 in {MANIFEST}"
-
-    return run_command(run, sys.argv[1:] if argv is None else argv,
-                       "python -m tt_engine_foundation.stages.export_gguf REQUEST.json")
+    return run_export(export, argv, "python -m tt_engine_foundation.stages.export_gguf REQUEST.json")
 
 
 if __name__ == "__main__":

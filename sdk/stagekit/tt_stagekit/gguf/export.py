@@ -1,7 +1,7 @@
 """`export_folder`: a Hugging Face model folder written as a GGUF export (format "gguf") or an Ollama one ("ollama").
 
-The engine's export stage makes the Hugging Face folder (its own export), then calls this with what only it
-knows: the special token ids, the end-of-turn tokens, the chat format (for Ollama) and the provenance. The
+The engine's export stage (`export_through_hf`) makes the Hugging Face folder (its own export), then calls this
+with what only it knows: the special token ids, the end-of-turn tokens, the chat format (for Ollama) and the provenance. The
 GGUF file is written, read back with `gguf`'s reader and its tokenizer checked on the probe text against the
 folder's tokenizer.json (tt_stagekit.gguf.probe); a difference refuses the export, naming the strings, and
 deletes what was written. Ollama's folder adds a Modelfile whose TEMPLATE renders the same chat format.
@@ -10,9 +10,11 @@ deletes what was written. Ollama's folder adds a Modelfile whose TEMPLATE render
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
+from tt_stagekit.files import atomic_write_json, new_folder
 from tt_stagekit.gguf import modelfile, pretok, probe, tensors, vocab, writer
 from tt_stagekit.protocol import InvalidInput
 
@@ -94,3 +96,30 @@ def export_folder(folder: Path, out: Path, fmt: str, quant: str, *, model_id: st
         (out / "Modelfile").write_text(text, encoding="utf-8")
         entry["ollama_name"] = modelfile.ollama_name(model_id)  # the host prints `ollama create NAME -f OUT/Modelfile`
     return entry
+
+
+def export_through_hf(request: Mapping[str, Any], out: Path, *, hf_export: Callable[[Mapping[str, Any]], Path],
+                      kinds: Mapping[str, str], default_model_id: str,
+                      engine_fields: Callable[[Path, Mapping[str, Any], Mapping[str, Any], str], Mapping[str, Any]],
+                      write_manifest: Callable[[Path, Mapping[str, Any]], None]) -> Path:
+    """An engine's GGUF / Ollama export stage: `hf_export` (the engine's Hugging Face export) into a temporary
+    folder beside `out`, then `export_folder` into the new folder `out` (written whole or not at all) with what
+    only the engine knows, `engine_fields(folder, tt_export_info, config, fmt)`: special_ids, eot_tokens,
+    context, chat and optionally pre. Writes tt-export.json (its kind from `kinds[fmt]`, a `gguf` entry) and
+    the manifest (`write_manifest(folder, info)`). Returns `out`."""
+    fmt, quant = str(request.get("format", "gguf")), str(request.get("quant", "f16"))
+    check_options(fmt, quant)
+    with tempfile.TemporaryDirectory(prefix=".tt-gguf-", dir=out.parent) as tmp:
+        folder = hf_export({**request, "out": str(Path(tmp) / "hf")})
+        info = json.loads((folder / "tt-export.json").read_text(encoding="utf-8"))
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        fields = engine_fields(folder, info, config, fmt)
+        with new_folder(out) as staging:
+            entry = export_folder(folder, staging, fmt, quant, model_id=str(request.get("model_id") or default_model_id),
+                                  system_message=info.get("system_message"),
+                                  system_message_sha256=info.get("system_message_sha256"),
+                                  manifest_sha256=info["source"]["manifest_sha256"], **fields)
+            info = {**info, "kind": kinds[fmt], "gguf": entry}
+            atomic_write_json(staging / "tt-export.json", info)
+            write_manifest(staging, info)
+    return out
