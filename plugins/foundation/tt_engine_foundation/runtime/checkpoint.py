@@ -1,13 +1,13 @@
 """Crash-safe pretraining checkpoints.
 
 A checkpoint is a folder `step-<9 digits>/` holding `model.safetensors`,
-`optimizer.pt` (AdamW state), `trainer-state.pt` (scheduler, CPU/CUDA/numpy
+`optimizer.pt` (the optimizer's state: Muon and AdamW, or AdamW), `trainer-state.pt` (scheduler, CPU/CUDA/numpy
 RNG of every rank, the world size, counters; tensors and plain data only, read
 back with `weights_only=True`) and `metadata.json` (step, samples consumed, tokens seen, last
 loss, the config and its fingerprint, and every file's size and sha256).
 It is built in a hidden temporary folder and renamed into place, so a
-folder named `step-*` is complete unless the disk lies; `verify` checks the
-sizes and hashes anyway. Old checkpoints are rolled to `keep`; a copy goes to
+folder named `step-*` is complete unless the disk lies; checkpoint_choice.verify
+checks the sizes and hashes anyway, and chooses which one a run resumes from. Old checkpoints are rolled to `keep`; a copy goes to
 the backup folder when one is set. Resume never deletes anything: a damaged
 folder that would be overwritten is moved aside.
 
@@ -40,7 +40,7 @@ import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save_file
 
-from tt_stagekit.contract import InvalidInput, StageError
+from tt_stagekit.contract import InvalidInput
 from tt_stagekit.files import KEEP, atomic_write_json, file_sha256, publish_folder
 
 STEP_RE = re.compile(r"^step-(\d{9})$")
@@ -288,91 +288,6 @@ def roll(directory: Path, keep: int) -> list[Path]:
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
     return removed
-
-
-def verify(path: Path) -> tuple[bool, str, Optional[dict[str, Any]]]:
-    """(intact, reason, metadata). Checks the metadata and every file's size and sha256."""
-    meta_path = path / "metadata.json"
-    try:
-        metadata = json.loads(meta_path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return False, "metadata.json is missing", None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        return False, f"metadata.json is unreadable ({exc})", None
-    if not isinstance(metadata, dict) or not isinstance(metadata.get("files"), list):
-        return False, "metadata.json has no file list", None
-    listed = {f.get("path") for f in metadata["files"]}
-    for required in FILES:
-        if required not in listed:
-            return False, f"metadata does not list {required}", None
-    for entry in metadata["files"]:
-        file_path = path / entry["path"]
-        if not file_path.is_file():
-            return False, f"{entry['path']} is missing", None
-        size = file_path.stat().st_size
-        if size != entry["size"]:
-            return False, f"{entry['path']} is {size} bytes, expected {entry['size']} (truncated?)", None
-        if file_sha256(file_path) != entry["sha256"]:
-            return False, f"{entry['path']} does not match its sha256 (corrupted)", None
-    return True, "intact", metadata
-
-
-@dataclass
-class ResumeChoice:
-    path: Optional[Path]
-    notes: list[str]
-    metadata: Optional[dict[str, Any]] = None
-
-
-def _differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    keys = sorted(set(old) | set(new))
-    return [k for k in keys if old.get(k) != new.get(k)]
-
-
-def choose_resume(
-    local: Path, backup_dir: Optional[Path], fingerprint: str, config: Mapping[str, Any]
-) -> ResumeChoice:
-    """Pick the newest intact checkpoint whose fingerprint matches, local before backup.
-
-    Raises InvalidInput when an intact checkpoint was made with another config
-    (before anything changes on disk), StageError when checkpoints exist but
-    none is intact. Returns path None when there is nothing to resume.
-    """
-    candidates: list[tuple[int, int, Path]] = []
-    for step, path in list_steps(local):
-        candidates.append((step, 1, path))
-    for step, path in list_steps(backup_dir):
-        candidates.append((step, 0, path))
-    candidates.sort(reverse=True)
-    notes: list[str] = []
-    chosen: Optional[tuple[Path, dict]] = None
-    for step, _, path in candidates:
-        ok, reason, metadata = verify(path)
-        if not ok:
-            notes.append(f"checkpoint {path} is not usable: {reason}; trying an older one")
-            continue
-        assert metadata is not None
-        if metadata.get("config_fingerprint") != fingerprint:
-            changed = _differences(metadata.get("config", {}), config)
-            raise InvalidInput(
-                f"the pretraining configuration changed since checkpoint {path} was written "
-                f"(changed: {', '.join(changed) or 'fingerprint'}); this run directory cannot continue "
-                "with the new settings: use a new run directory (nothing was changed)"
-            )
-        if chosen is None:
-            chosen = (path, metadata)
-    if chosen is None:
-        if candidates:
-            raise StageError(
-                "no intact pretraining checkpoint to resume from ("
-                + "; ".join(notes)
-                + "); nothing was deleted: restore a checkpoint or use a new run directory"
-            )
-        return ResumeChoice(None, notes)
-    path, metadata = chosen
-    if notes:
-        notes.append(f"resuming from {path} (step {metadata['step']})")
-    return ResumeChoice(path, notes, metadata)
 
 
 def load_plain(path: Path, map_location: Any = "cpu") -> Any:

@@ -15,13 +15,13 @@ from typing import Any, Mapping, Optional
 from tt_stagekit import distributed
 from tt_stagekit.protocol import log
 
-from tt_engine_foundation.runtime import checkpoint
+from tt_engine_foundation.runtime import checkpoint, checkpoint_choice
 
 
-def choose(directory: Path, backup_dir: Optional[Path], fingerprint: str, config: Mapping[str, Any]) -> checkpoint.ResumeChoice:
-    """The newest intact checkpoint with this fingerprint (see checkpoint.choose_resume); notes are logged,
+def choose(directory: Path, backup_dir: Optional[Path], fingerprint: str, config: Mapping[str, Any]) -> checkpoint_choice.ResumeChoice:
+    """The newest intact checkpoint with this fingerprint (see checkpoint_choice.choose_resume); notes are logged,
     then unfinished saves left by a killed process are deleted."""
-    choice = distributed.on_main(lambda: checkpoint.choose_resume(directory, backup_dir, fingerprint, config), "checkpoint choice")
+    choice = distributed.on_main(lambda: checkpoint_choice.choose_resume(directory, backup_dir, fingerprint, config), "checkpoint choice")
     for note in choice.notes:
         log(note, "warning")
     if distributed.context().is_main:
