@@ -133,8 +133,10 @@ def _rl_enabled(spec: FoundationSpec) -> bool:
     return spec.foundation.rl_steps > 0
 
 
-def _general_enabled(spec: FoundationSpec) -> bool:
-    return spec.evaluation is not None and spec.evaluation.general_regression is not None
+def _baseline_enabled(spec: FoundationSpec) -> bool:
+    """The gate's baseline side runs when the spec has a general-regression set or lm-eval benchmarks."""
+    evaluation = spec.evaluation
+    return evaluation is not None and (evaluation.general_regression is not None or evaluation.benchmarks is not None)
 
 
 def _launch(module: str):
@@ -163,13 +165,14 @@ STAGES = (
     Stage("rl", "tt_engine_foundation.stages.rl", inputs=rl_inputs, needs=("sft",), replaceable=True, enabled=_rl_enabled,
           gets_train_rows=True, description="on-policy RL with exact-answer rewards"),
     Stage("chat_eval", "tt_engine_foundation.stages.chat_eval", inputs=chat_eval_inputs, needs=("rl",), replaceable=True,
-          evaluates="chat_eval", gets_train_rows=True, general="candidate",
+          evaluates="chat_eval", gets_train_rows=True, general="candidate", benchmarks=True,
           description="generate answers for the held-out prompts"),
-    # The pretrained model (before SFT; init_model when given) answers the general-regression set as the
-    # gate's baseline (docs/evaluation.md). Last, so that adding it changed no earlier fingerprint.
+    # The pretrained model (before SFT; init_model when given) answers the general-regression set and scores
+    # the lm-eval benchmarks as the gate's baseline (docs/evaluation.md). Last, so that adding it changed no
+    # earlier fingerprint.
     Stage("general_baseline", "tt_engine_foundation.stages.chat_eval", inputs=chat_eval_inputs, needs=("pretrain",),
-          replaceable=True, enabled=_general_enabled, gets_train_rows=True, general="baseline",
-          description="answer the general-regression set with the pretrained model"),
+          replaceable=True, enabled=_baseline_enabled, gets_train_rows=True, general="baseline", benchmarks=True,
+          description="the gate's baseline: the pretrained model on the general-regression set and benchmarks"),
 )
 
 

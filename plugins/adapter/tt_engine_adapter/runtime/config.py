@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Mapping, Optional, Union
 
+from tt_stagekit.benchmarks import Evaluation
 from tt_stagekit.launcher import DistributedSettings
 from tt_stagekit.stageconfig import Example, StageRequest, parse_request
 
@@ -87,31 +88,6 @@ class DatasetSplits:
         if isinstance(value, Path):
             return (DatasetSource(path=value),)
         return value if isinstance(value, tuple) else (value,)
-
-
-@dataclass(frozen=True)
-class BenchmarkTask:
-    extra_keys: ClassVar[str] = "ignore"  # metric and max_drop are the host's (the gate's policy)
-
-    task: str
-
-
-@dataclass(frozen=True)
-class Benchmarks:
-    """`evaluation.benchmarks`: what the baseline and candidate stages run with lm-eval (runtime.benchmarks)."""
-
-    extra_keys: ClassVar[str] = "ignore"
-
-    tasks: tuple[BenchmarkTask, ...]
-    limit: Optional[int] = None
-    num_fewshot: int = 0
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    extra_keys: ClassVar[str] = "ignore"  # general_regression reaches the stages as general_prompts
-
-    benchmarks: Optional[Benchmarks] = None
 
 
 @dataclass(frozen=True)

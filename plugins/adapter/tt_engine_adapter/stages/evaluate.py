@@ -9,7 +9,7 @@ The general-regression prompts (`general_prompts`, with their own system
 message, never the spec's) are answered into `predictions-general.jsonl`;
 the host scores them and applies the gate. With `evaluation.benchmarks` in
 the spec, the same model is then scored with lm-evaluation-harness
-(runtime.benchmarks) under the spec's system message; the scores go to the
+(tt_stagekit.benchmarks) under the spec's system message; the scores go to the
 result as `benchmarks` and the host gates on them.
 """
 
@@ -87,15 +87,9 @@ def main(request: AdapterRequest) -> dict:
         result["general_predictions"] = "predictions-general.jsonl"
     benchmarks = request.spec.evaluation.benchmarks if request.spec.evaluation else None
     if benchmarks is not None:
-        from tt_engine_adapter.runtime import benchmarks as lm_eval_run
+        from tt_stagekit.benchmarks import score_into
 
-        def on_task(done: int, count: int, task: str) -> None:
-            progress(done, count, "benchmark task")
-
-        started = time.perf_counter()
-        result["benchmarks"] = lm_eval_run.run(model, tokenizer, benchmarks, system, hp.eval_batch_size,
-                                               hp.max_seq_length, on_task)
-        metrics[f"{prefix}.benchmark_seconds"] = round(time.perf_counter() - started, 3)
+        score_into(result, prefix, model, tokenizer, benchmarks, system, hp.eval_batch_size, hp.max_seq_length)
     metrics[f"{prefix}.trimmed_prompts"] = trimmed
     if trimmed:
         result["notes"] = [trimmed_note(trimmed, total, f"{prefix} evaluation prompts",

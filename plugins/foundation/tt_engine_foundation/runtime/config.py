@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Mapping, Optional
 
+from tt_stagekit.benchmarks import Evaluation
 from tt_stagekit.launcher import DistributedSettings
 from tt_stagekit.stageconfig import Example, StageRequest, parse_request
 
@@ -104,6 +105,7 @@ class FoundationSpecFields:
 
     foundation: FoundationSettings = field(default_factory=FoundationSettings)
     examples: tuple[Example, ...] = ()
+    evaluation: Optional[Evaluation] = None
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,9 @@ held-out prompts into predictions.jsonl rows `{"id", "prediction"}`; the host
 joins them to the references and scores. Both stages answer the
 general-regression prompts (`general_prompts`) into predictions-general.jsonl:
 `chat_eval` as the gate's candidate, `general_baseline` with the pretrained
-model (before SFT) as its baseline, with the same generation settings.
+model (before SFT) as its baseline, with the same generation settings. With
+`evaluation.benchmarks` in the spec both then score their model with
+lm-evaluation-harness (stages.benchmarks) as the gate's two sides.
 """
 
 from __future__ import annotations
@@ -74,6 +76,11 @@ def main(request: FoundationRequest) -> dict[str, Any]:
         answered += count
         protocol.log(f"answered {count} general-regression prompts with the {source} model")
         result["general_predictions"] = "predictions-general.jsonl"
+    if request.spec.evaluation is not None and request.spec.evaluation.benchmarks is not None:
+        from tt_engine_foundation.stages import benchmarks
+
+        del model  # the export is loaded in its place
+        benchmarks.score(request, folder, device, result)
     result["metrics"][f"{request.stage}.trimmed_prompts"] = trimmed
     if trimmed:
         result["notes"] = [trimmed_note(trimmed, answered, f"{request.stage} prompts",

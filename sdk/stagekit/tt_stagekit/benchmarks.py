@@ -1,8 +1,13 @@
-"""lm-evaluation-harness on the stage's model: the spec's `evaluation.benchmarks` (docs/evaluation.md).
+"""lm-evaluation-harness on a stage's model: the spec's `evaluation.benchmarks` (docs/evaluation.md).
 
-The model the stage already loaded (the base model for `baseline`, base +
-PEFT adapter for `candidate`) is wrapped in lm-eval's `HFLM` as it is, so
-both sides are scored on exactly the model the other evaluations use. Every
+Shared by the engines' gate stages (engine environment only: lm-eval,
+transformers and torch are imported inside `run`, so importing this module,
+and the request dataclasses below, needs the standard library alone). The
+stage hands over a transformers model and tokenizer: the adapter engine the
+model it already loaded (the base model for `baseline`, base + PEFT adapter
+for `candidate`), the foundation engine its model loaded from its Hugging Face
+export. lm-eval's `HFLM` wraps that model as it is, so both sides are scored
+on exactly the model the other evaluations use. Every
 prompt goes through the model's chat template with the spec's compiled
 system message as the system turn (`apply_chat_template`, `system_instruction`),
 which is how the tuned model is served; few-shot examples are turns of the
@@ -25,12 +30,46 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 from pathlib import Path
-from typing import Any, Callable, Optional
-
-from tt_engine_adapter.runtime.config import Benchmarks
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Optional
 
 SEED = 1234
+
+
+@dataclass(frozen=True)
+class BenchmarkTask:
+    extra_keys: ClassVar[str] = "ignore"  # metric and max_drop are the host's (the gate's policy)
+
+    task: str
+
+
+@dataclass(frozen=True)
+class Benchmarks:
+    """`evaluation.benchmarks` as a stage request carries it (tt_stagekit.stageconfig parses it)."""
+
+    extra_keys: ClassVar[str] = "ignore"
+
+    tasks: tuple[BenchmarkTask, ...]
+    limit: Optional[int] = None
+    num_fewshot: int = 0
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The request spec's `evaluation` block, as far as stages read it."""
+
+    extra_keys: ClassVar[str] = "ignore"  # general_regression reaches the stages as general_prompts
+
+    benchmarks: Optional[Benchmarks] = None
+
+
+def go_offline() -> None:
+    """No hub at run time: a named task's dataset comes from the Hugging Face datasets cache (call before
+    importing transformers, datasets or lm_eval in the stage process)."""
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        os.environ[name] = "1"
 
 
 def _scores(table: dict[str, Any]) -> dict[str, float]:
@@ -88,3 +127,15 @@ def run(model, tokenizer, benchmarks: Benchmarks, system_message: str, batch_siz
         out[name] = _scores(next(iter(tables.values())))
     on_task(len(tasks), len(tasks), "")
     return out
+
+
+def score_into(result: dict[str, Any], side: str, model, tokenizer, benchmarks: Benchmarks, system_message: str,
+               batch_size: int, max_length: Optional[int]) -> None:
+    """Run the benchmarks as one gate side's stage does: result.json `benchmarks` (docs/protocol.md), the
+    `<side>.benchmark_seconds` metric, a progress event per task."""
+    from tt_stagekit.protocol import progress
+
+    started = time.perf_counter()
+    result["benchmarks"] = run(model, tokenizer, benchmarks, system_message, batch_size, max_length,
+                               lambda done, count, task: progress(done, count, "benchmark task"))
+    result.setdefault("metrics", {})[f"{side}.benchmark_seconds"] = round(time.perf_counter() - started, 3)
