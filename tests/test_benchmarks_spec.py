@@ -140,3 +140,16 @@ def test_activation_names_the_configured_gate_that_did_not_run(tmp_path):
     failed = gate({"benchmarks": {"status": "failed", "failures": ["t acc dropped 0.5"]}})
     assert failed["status"] == "failed" and failed["reason"] == "benchmark gate failed: t acc dropped 0.5"
     assert gate({"benchmarks": {"status": "passed", "failures": []}})["status"] == "passed"
+
+
+def test_prefetch_benchmarks_skips_local_tasks_and_names_a_named_task_it_cannot_fetch(tt, tmp_path):
+    local = task_folder(tmp_path)
+    spec = write_spec(tmp_path, adapter_raw({"tasks": [{"task": local}]}), "local.json")
+    code, out = tt.json("models", "prefetch-benchmarks", "--spec", spec)
+    assert code == 0 and out["fetched"] == [] and out["local"] == [str(tmp_path / local)], out
+    # offline, with an empty datasets cache: lm-eval in the engine's environment cannot load arc_easy's dataset
+    spec = write_spec(tmp_path, adapter_raw({"tasks": [{"task": local}, {"task": "arc_easy"}]}), "named.json")
+    tt.env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
+    code, out = tt.json("models", "prefetch-benchmarks", "--spec", spec, timeout=1800)
+    assert code == 1 and "benchmark task 'arc_easy' could not be loaded" in out["error"], out
+    assert "HF_HUB_OFFLINE" in out["error"]

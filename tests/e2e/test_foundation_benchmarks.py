@@ -6,7 +6,8 @@ with the choices A+B and "banana", gold the sum. The baseline is the pretrained 
 sums, so the digits are far likelier than "banana"), the candidate the SFT model; both are scored through their
 Hugging Face export. The candidate falls far below the baseline, the gate fails and `tt models activate` refuses the
 model naming the benchmark; raising only the task's `max_drop` re-runs nothing but the report, and activation then
-succeeds.
+succeeds. A named hub task missing from the datasets cache then fails the offline gate stage, naming the task and
+`tt models prefetch-benchmarks`.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def damaged(tmp_path_factory) -> dict:
     return {"home": home, "spec": spec, "run": run, "report": _run(home, spec, run)}
 
 
-def test_foundation_benchmarks_score_pretrained_and_sft_model_and_gate_activation(damaged):
+def test_foundation_benchmarks_score_pretrained_and_sft_model_and_gate_activation(damaged, monkeypatch):
     home, spec, run, first = damaged["home"], damaged["spec"], damaged["run"], damaged["report"]
     section = first["benchmarks"]
     [task] = section["tasks"]
@@ -92,3 +93,15 @@ def test_foundation_benchmarks_score_pretrained_and_sft_model_and_gate_activatio
     assert again["benchmarks"]["tasks"][0]["candidate"] == task["candidate"]
     activated = tt(home, "models", "activate", model_id, "--json")
     assert activated.returncode == 0 and json.loads(activated.stdout)["forced"] is False, activated.stderr
+
+    # a named hub task whose dataset is not in the (empty) datasets cache: the offline gate stage fails naming the
+    # task and the command that fetches it; the training stages are not run again
+    relaxed["evaluation"]["benchmarks"]["tasks"].append({"task": "arc_easy"})
+    spec.write_text(json.dumps(relaxed))
+    monkeypatch.setenv("HF_HOME", str(home / "empty-hf-home"))
+    failed = tt(home, "run", spec, "--resume", run)
+    output = failed.stdout + failed.stderr
+    assert failed.returncode == 1 and "benchmark task 'arc_easy'" in output, output[-3000:]
+    assert "tt models prefetch-benchmarks" in output and "HF_HUB_OFFLINE=1" in output, output[-3000:]
+    assert {name: at for name, at in stage_starts(run).items() if name in ("pretrain", "sft")} == {
+        name: before[name] for name in ("pretrain", "sft")}

@@ -1,5 +1,5 @@
-"""`tt models list|get|verify|export|activate|active|rollback|history|gc|prefetch|verify-base`: registered
-artifacts, which is live, and hub base models in the cache.
+"""`tt models list|get|verify|export|activate|active|rollback|history|gc|prefetch|prefetch-benchmarks|verify-base`:
+registered artifacts, which is live, and hub base models and benchmark datasets in the cache.
 
 Logic lives in tt_host.models.registry (registry), tt_host.models.export and tt_host.models.activation.
 """
@@ -256,6 +256,27 @@ def prefetch(repo: str = typer.Argument(..., help="Hub id (org/name) of a base m
         for problem in data["problems"]:
             err.print(f"[red]{escape(problem)}[/]")
     raise typer.Exit(1 if data["problems"] else 0)
+
+
+@app.command("prefetch-benchmarks")
+def prefetch_benchmarks(spec: Path = typer.Option(Path("tunedtensor.json"), "--spec",
+                                                  help="The spec whose evaluation.benchmarks to fetch."),
+                        json_mode: bool = JsonOption) -> None:
+    """Download the datasets of the spec's named lm-eval tasks (arc_easy, ...) into the Hugging Face datasets cache,
+    where the offline gate stages read them; local task files need nothing."""
+    from tt_host.cli.running import load_valid
+    from tt_host.models.basemodel import prefetch_benchmarks as fetch
+
+    plugins, loaded = load_valid(spec, json_mode)
+    data = fetch(plugins, loaded)
+    if json_mode:
+        emit_json({"ok": True, **data})
+        return
+    for task in data["fetched"]:
+        console.print(f"{task}: its dataset is in the Hugging Face datasets cache", markup=False)
+    if not data["fetched"]:
+        console.print(f"{spec}: no named lm-eval task to fetch (local task files are read from their folders)",
+                      markup=False)
 
 
 @app.command("verify-base")

@@ -3,6 +3,8 @@ the spec line that pins it) and `tt models verify-base` (the cached snapshot of 
 
 Prefetch runs `huggingface_hub.snapshot_download` in an engine environment that has it (the default engine's,
 whose base model is a hub id, unless told another: the host never imports it), so HF_HUB_OFFLINE=1 and HF_HUB_CACHE / HF_HOME mean what they mean to a run's prefetch stage.
+Prefetch-benchmarks downloads the datasets of a spec's named lm-eval tasks (`evaluation.benchmarks`) the same way,
+in the spec's engine environment (tt_stagekit.benchmark_data), since the gate stages run offline.
 Verify-base reads the cache only (tt_host.spec.hub_cache): the snapshot folder of the commit, a config.json, at
 least one weights file, and every file present (the cache's symlinks point at blobs that exist).
 """
@@ -84,3 +86,20 @@ def spec_base(loaded) -> Optional[tuple[str, str]]:
     base = getattr(loaded.spec, "base_model", None)
     revision = getattr(loaded.spec, "base_model_revision", None)
     return (base, revision) if isinstance(base, str) and revision else None
+
+
+def prefetch_benchmarks(plugins: Plugins, loaded: Any) -> dict[str, Any]:
+    """Download the datasets of the spec's named lm-eval tasks into the Hugging Face datasets cache (the engine's
+    environment runs lm-eval); local task files need nothing. {"fetched": [...], "local": [...]}."""
+    benchmarks = loaded.spec.evaluation.benchmarks if loaded.spec.evaluation else None
+    tasks = [task.task for task in benchmarks.tasks] if benchmarks else []
+    local = [task for task in tasks if task.endswith((".yaml", ".yml"))]
+    named = [task for task in tasks if task not in local]
+    if named:
+        env = envs.ensure_env(loaded.engine)
+        proc = subprocess.run([str(env.python), "-P", "-m", "tt_stagekit.benchmark_data", *named], capture_output=True,
+                              text=True, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+        if proc.returncode != 0:
+            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise BaseModelError(f"the benchmark datasets could not be fetched: {last}")
+    return {"fetched": named, "local": local}

@@ -19,6 +19,9 @@ the model never sees).
 
 Each task runs on its own, from the folder of its task file for a local task
 (so relative `data_files` in the YAML are read beside it), with a fixed seed.
+A named task reads its dataset from the Hugging Face datasets cache (stages
+run offline); when it is not there the stage fails saying how to fetch it
+(tt_stagekit.benchmark_data).
 lm-eval's console output goes to stderr: stdout carries the stage's events.
 The result is `{task: {metric: value}}` with lm-eval's filter suffix
 (`acc,none` → `acc`) removed; standard errors and the table's other entries
@@ -114,12 +117,20 @@ def run(model, tokenizer, benchmarks: Benchmarks, system_message: str, batch_siz
     for index, name in enumerate(tasks):
         folder = Path(name).parent if name.endswith((".yaml", ".yml")) else Path(os.getcwd())
         on_task(index, len(tasks), name)
-        with contextlib.chdir(folder), contextlib.redirect_stdout(sys.stderr):
-            results = simple_evaluate(
-                model=lm, tasks=[name], task_manager=manager, num_fewshot=fewshot, limit=benchmarks.limit,
-                apply_chat_template=True, system_instruction=system_message or None,
-                fewshot_as_multiturn=fewshot > 0, log_samples=False, bootstrap_iters=0, random_seed=SEED,
-                numpy_random_seed=SEED, torch_random_seed=SEED, fewshot_random_seed=SEED)
+        try:
+            with contextlib.chdir(folder), contextlib.redirect_stdout(sys.stderr):
+                results = simple_evaluate(
+                    model=lm, tasks=[name], task_manager=manager, num_fewshot=fewshot, limit=benchmarks.limit,
+                    apply_chat_template=True, system_instruction=system_message or None,
+                    fewshot_as_multiturn=fewshot > 0, log_samples=False, bootstrap_iters=0, random_seed=SEED,
+                    numpy_random_seed=SEED, torch_random_seed=SEED, fewshot_random_seed=SEED)
+        except ConnectionError as exc:  # datasets offline without the task's data in its cache
+            if name not in named:
+                raise
+            from tt_stagekit.benchmark_data import offline_hint
+            from tt_stagekit.protocol import StageError
+
+            raise StageError(offline_hint(name, exc)) from None
         tables = (results or {}).get("results") or {}
         if len(tables) != 1:
             raise RuntimeError(f"lm-eval returned {len(tables)} result tables for task {name!r} "
