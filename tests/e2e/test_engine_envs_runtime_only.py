@@ -1,6 +1,7 @@
 """Users' engine environments hold runtime packages only: `uv pip list` in the prepared foundation and
 adapter environments (built from the source projects in this clone, as `tt run` builds them) shows no
-pytest, httpx or openai (the engines' `dev` groups; transformers is only a foundation test tool). One
+pytest, httpx or openai (the engines' `dev` groups; transformers is in both runtime groups, the foundation's for
+lm-eval's HFLM, `evaluation.benchmarks`). One
 exception: huggingface_hub 1.x (the adapter's hub client) makes httpx its own HTTP library, so httpx may
 be present exactly when the environment's huggingface_hub requires it.
 The environments built from shipped locks are checked in test_install_from_wheels.py.
@@ -20,7 +21,7 @@ from foundation_support import tt
 
 from tt_host.engines.uv import uv_binary
 
-DEV_ONLY = {"foundation": {"pytest", "transformers"}, "adapter": {"pytest", "httpx", "openai"}}
+DEV_ONLY = {"foundation": {"pytest", "pytest-timeout"}, "adapter": {"pytest", "httpx", "openai"}}
 HUB_REQUIRES = ("import importlib.metadata as m\n"
                 "try: print('\\n'.join(m.requires('huggingface_hub') or []))\n"
                 "except m.PackageNotFoundError: pass")
