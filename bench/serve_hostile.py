@@ -1,7 +1,7 @@
 """Bench: `tt serve`'s server under hostile clients on loopback: idle connections and streams nobody reads.
 
     <adapter env>/bin/python bench/serve_hostile.py [--idle 2000] [--streams 50] [--max-connections 1000]
-        [--probes 20] [--repeats 3]
+        [--probes 20] [--repeats 3] [--server-log PATH]
 
 Loopback only, bounded: builds a tiny Llama-style model locally, starts the
 real server (`python -m tt_engine_adapter.serve`, default settings but
@@ -130,6 +130,8 @@ def main() -> int:
     parser.add_argument("--max-connections", type=int, default=1000)
     parser.add_argument("--probes", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--server-log", type=Path, help="copy the server's log here at the end (with "
+                        "PYTHONASYNCIODEBUG=1 it names every callback that held the event loop over 0.1 s)")
     args = parser.parse_args()
 
     import resource
@@ -148,6 +150,8 @@ def main() -> int:
                 result = _repeat(srv.url, srv.process.pid, srv.log, args.idle, args.streams, args.probes)
                 results.append(result)
                 print(json.dumps({"repeat": repeat + 1, **result}), flush=True)
+        if args.server_log:
+            args.server_log.write_bytes(srv.log.read_bytes())
     print(json.dumps({"summary": True, "idle": args.idle, "streams": args.streams,
                       "max_connections": args.max_connections, "probes": args.probes,
                       "health_max_s": [r["health_max_s"] for r in results],

@@ -145,3 +145,39 @@ def test_an_error_after_some_deltas_is_reported_after_them():
     events = _events(_stream([[Delta("a"), Delta("b"), error, DONE]]))
     assert [e["choices"][0]["delta"]["content"] for e in events[1:3]] == ["a", "b"]
     assert events[3]["error"]["code"] == "generation_failed" and events[4] == "[DONE]" and len(events) == 5
+
+
+def test_a_long_backlog_goes_out_in_bounded_batches_the_loop_running_between_and_stops_once_cancelled():
+    """A stream whose client stopped reading holds its whole answer in the queue; when the client is dropped the
+    backlog must not be encoded in one piece on the event loop (a 12 MB join blocked every other client): it goes
+    out at most MAX_BATCH_ITEMS items at a time, other callbacks run between two batches, and once `cancel` is
+    set (the client is gone) nothing more is yielded."""
+    from tt_engine_adapter.serve.app import MAX_BATCH_ITEMS
+
+    async def main() -> tuple[list[int], list[int], bool]:
+        queue: asyncio.Queue = asyncio.Queue()
+        cancel = threading.Event()
+        for i in range(5 * MAX_BATCH_ITEMS):
+            queue.put_nowait(Delta(f"t{i} "))
+        queue.put_nowait(DONE)
+        ticks: list[int] = []
+        loop = asyncio.get_running_loop()
+
+        def tick() -> None:  # another client's work, queued on the loop
+            ticks.append(len(sizes))
+            if len(ticks) < 10:
+                loop.call_soon(tick)
+
+        sizes: list[int] = []
+        batches = _batches(queue, cancel)
+        loop.call_soon(tick)
+        sizes.append(len(await batches.__anext__()))
+        sizes.append(len(await batches.__anext__()))
+        cancel.set()  # the client is gone
+        rest = [batch async for batch in batches]
+        return sizes, ticks, rest == []
+
+    sizes, ticks, stopped = asyncio.run(main())
+    assert sizes == [MAX_BATCH_ITEMS, MAX_BATCH_ITEMS]
+    assert 1 in ticks  # the loop ran another callback between the first batch and the second
+    assert stopped  # the rest of the backlog was never handed out

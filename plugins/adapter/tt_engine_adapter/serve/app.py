@@ -92,6 +92,10 @@ class _StreamWithSlot(StreamingResponse):
             self._cancel.set()
             self._lease.release()
 
+    async def listen_for_disconnect(self, receive) -> None:
+        await super().listen_for_disconnect(receive)
+        self._cancel.set()  # the client is gone: stop the generation and what is left of the answer at once
+
 
 class LoopPost:
     """Runs callables on one event loop from the scheduler thread; equal for the same loop, so the scheduler
@@ -132,13 +136,21 @@ def _submit(scheduler: Scheduler, params: Any, prompt: list[int], max_new: int, 
     return queue
 
 
+MAX_BATCH_ITEMS = 16  # items handed out at once: a backlog is encoded a bounded piece per turn of the event loop
+
+
 async def _batches(queue: asyncio.Queue, cancel: threading.Event) -> AsyncIterator[list[Any]]:
     """A job's Delta/Finish items until DONE, in lists of what has arrived (a consumer that is behind gets
-    several at once); an ApiError item is raised after the items before it. Leaving early cancels the job."""
+    several at once, at most MAX_BATCH_ITEMS); an ApiError item is raised after the items before it. Leaving
+    early cancels the job.
+
+    A backlog (the whole answer of a client that stopped reading, when the send timeout drops it) goes out a
+    batch per turn of the event loop, and not at all once `cancel` is set (the client is gone): encoded in one
+    piece it held the loop, and every other client, for as long as 12 MB of JSON took."""
     try:
         while True:
             arrived = [await queue.get()]
-            while not queue.empty():
+            while not queue.empty() and len(arrived) < MAX_BATCH_ITEMS:
                 arrived.append(queue.get_nowait())
             items = []
             for item in arrived:
@@ -152,6 +164,10 @@ async def _batches(queue: asyncio.Queue, cancel: threading.Event) -> AsyncIterat
                     raise item
                 items.append(item)
             yield items
+            if not queue.empty():
+                await asyncio.sleep(0)  # let the loop run other clients (and the disconnect) between batches
+            if cancel.is_set():
+                return
     finally:
         cancel.set()
 
