@@ -91,9 +91,9 @@ def test_two_steps_equal_the_reference_and_are_orthogonal():
         lifted = diagonal[s / s.norm() > 5e-3]
         assert len(lifted) > len(s) // 2 and diagonal.min() > -0.05, name
         assert lifted.min() > 0.5 and lifted.max() < 1.3, (name, lifted.min(), lifted.max())
-    # AdamW on the embedding and the head, no decay: bias-corrected moments of the two gradients
-    b1, b2 = rates.adam_betas
-    for name, lr_group in (("model.embed_tokens.weight", rates.embedding_lr), ("lm_head.weight", rates.head_lr)):
+    # AdamW on the embedding and the head (each with its own betas), no decay: bias-corrected moments of the two gradients
+    for name, lr_group, (b1, b2) in (("model.embed_tokens.weight", rates.embedding_lr, rates.embedding_betas),
+                                     ("lm_head.weight", rates.head_lr, rates.head_betas)):
         g1, g2 = first[name], grads[name]
         m = ((1 - b1) * b1 * g1 + (1 - b1) * g2) / (1 - b1**2)
         v = ((1 - b2) * b2 * g1**2 + (1 - b2) * g2**2) / (1 - b2**2)

@@ -10,6 +10,8 @@ From there (the same rules nanochat follows, written from its description, not i
   compute-optimal horizon of this model (12 tokens per scaling parameter: the decoder's matrices and
   the head), which keeps B / (lr * decay * D) constant across sizes;
 - Muon's momentum warms from 0.85 to 0.95 (`runtime.schedule.muon_momentum`).
+- AdamW's betas are nanochat's per group: 0.8/0.995 for the embedding, 0.8/0.96 for the head, 0.8/0.95
+  for the norm weights (measured beside 0.8/0.95 everywhere: docs/performance.md).
 
 So one set of defaults holds from depth 2 on a laptop (4,096 tokens per step) to depth 26 on a GPU
 (2^19-2^20). `foundation.learning_rate`, when set, replaces the derived matrix rate and scales the AdamW
@@ -37,7 +39,9 @@ class MuonRates:
     embedding_lr: float
     head_lr: float
     norm_lr: float
-    adam_betas: tuple[float, float] = (0.8, 0.95)
+    adam_betas: tuple[float, float] = (0.8, 0.95)  # the norm weights
+    embedding_betas: tuple[float, float] = (0.8, 0.995)
+    head_betas: tuple[float, float] = (0.8, 0.96)
     momentum_start: float = 0.85
     momentum_end: float = 0.95
 

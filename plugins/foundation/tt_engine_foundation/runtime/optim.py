@@ -59,8 +59,9 @@ def build_muon_adamw(model: torch.nn.Module, rates: MuonRates, device) -> "MuonA
         lr=rates.matrix_lr, weight_decay=rates.matrix_weight_decay, momentum=rates.momentum_end, nesterov=True,
     )
     adam_groups = [
-        {"params": embedding, "lr": rates.embedding_lr, "base_lr": rates.embedding_lr, "weight_decay": 0.0},
-        {"params": head, "lr": rates.head_lr, "base_lr": rates.head_lr, "weight_decay": 0.0},
+        {"params": embedding, "lr": rates.embedding_lr, "base_lr": rates.embedding_lr, "weight_decay": 0.0,
+         "betas": rates.embedding_betas},
+        {"params": head, "lr": rates.head_lr, "base_lr": rates.head_lr, "weight_decay": 0.0, "betas": rates.head_betas},
         {"params": norms, "lr": rates.norm_lr, "base_lr": rates.norm_lr, "weight_decay": 0.0},
     ]
     adamw = torch.optim.AdamW([g for g in adam_groups if g["params"]], betas=rates.adam_betas, eps=1e-10,
