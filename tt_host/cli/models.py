@@ -223,17 +223,16 @@ def gc(dry_run: bool = typer.Option(False, "--dry-run", help="List what would be
     activation history can return to (tt models active / rollback). Their records stay, marked removed."""
     from tt_host.models.gc import collect
 
-    removed = collect(dry_run=dry_run)
+    found = collect(dry_run=dry_run)
     if json_mode:
-        emit_json({"dry_run": dry_run, "removed": removed})
+        emit_json({"dry_run": dry_run, **found})
         return
     verb = "would remove" if dry_run else "removed"
-    for item in removed:
-        if "partial" in item:  # a copy a killed registration left half made
-            console.print(f"{verb} the half-made copy {item['partial']}", markup=False)
-        else:
-            console.print(f"{verb} {item['id']}@{item['version']} ({item['path']})", markup=False)
-    if not removed:
+    for item in found["removed"]:
+        console.print(f"{verb} {item['id']}@{item['version']} ({item['path']})", markup=False)
+    for path in found["half_made_copies"]:  # copies a killed registration left half made
+        console.print(f"{verb} the half-made copy {path}", markup=False)
+    if not found["removed"] and not found["half_made_copies"]:
         console.print("nothing to remove: every kept version is the latest of its model or on the activation "
                       "stack", markup=False)
 
