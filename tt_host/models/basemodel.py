@@ -12,12 +12,11 @@ least one weights file, and every file present (the cache's symlinks point at bl
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 from typing import Any, Optional
 
-from tt_host.engines import envs
+from tt_host.engines import envs, isolation
 from tt_host.errors import TTError
 from tt_host.plugins import Plugins
 from tt_host.spec.schema import DEFAULT_ENGINE
@@ -46,12 +45,18 @@ def pin_line(commit: str) -> str:
     return f'"base_model_revision": "{commit}",'
 
 
+def _run_in(env: Any, arguments: list[str]) -> subprocess.CompletedProcess:
+    """The engine environment's python started as every host helper is (tt_host.engines.isolation: -P, the
+    host's import path left out), in the current folder so relative HF_HOME / HF_HUB_CACHE mean what they say."""
+    return subprocess.run(isolation.python_command(env.python, arguments), capture_output=True, text=True,
+                          env=isolation.python_env())
+
+
 def prefetch(plugins: Plugins, repo: str, revision: str = "main", engine: str = DEFAULT_ENGINE) -> dict[str, Any]:
     """Download `repo` at `revision` into the cache (or find it there offline); its commit and the pin line."""
     _check_id(repo, revision)
     env = envs.ensure_env(plugins.engine(engine))
-    proc = subprocess.run([str(env.python), "-P", "-c", FETCH, repo, revision], capture_output=True, text=True,
-                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    proc = _run_in(env, ["-c", FETCH, repo, revision])
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise BaseModelError(f"{repo}@{revision} could not be fetched: {last}; check the id and revision, the "
@@ -97,8 +102,7 @@ def prefetch_benchmarks(plugins: Plugins, loaded: Any) -> dict[str, Any]:
     named = [task for task in tasks if task not in local]
     if named:
         env = envs.ensure_env(loaded.engine)
-        proc = subprocess.run([str(env.python), "-P", "-m", "tt_stagekit.benchmark_data", *named], capture_output=True,
-                              text=True, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+        proc = _run_in(env, ["-m", "tt_stagekit.benchmark_data", *named])
         if proc.returncode != 0:
             last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
             raise BaseModelError(f"the benchmark datasets could not be fetched: {last}")
