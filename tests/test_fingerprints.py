@@ -56,6 +56,10 @@ def test_pretraining_settings_reach_pretraining_and_everything_after(tmp_path):
     assert deeper["tokenizer"] == base["tokenizer"] and deeper["token_cache"] == base["token_cache"]
     for name in ("pretrain", "bpb") + TUNING:
         assert deeper[name] != base[name], name
+    qk_norm = prints(*foundation_spec(tmp_path, qk_norm=True))  # the model's architecture (formats/weights.py)
+    assert qk_norm["tokenizer"] == base["tokenizer"] and qk_norm["token_cache"] == base["token_cache"]
+    for name in ("pretrain", "bpb") + TUNING:
+        assert qk_norm[name] != base[name], name
     more_text = prints(*foundation_spec(tmp_path, max_chars=5000))
     assert more_text["tokenizer"] == base["tokenizer"] and more_text["token_cache"] != base["token_cache"]
 

@@ -1,4 +1,5 @@
-"""Export to Hugging Face: transformers loads the folder (no custom code) and agrees with tt exactly.
+"""Export to Hugging Face: transformers loads the folder (no custom code) and agrees with tt exactly
+(Llama; with foundation.qk_norm, Qwen3).
 
 A tiny model is built with the runtime code (tokenizer trained here, random
 non-trivial weights), saved as a stage would save it, and exported through the
@@ -61,6 +62,40 @@ def exported(tmp_path_factory):
                        "system_message_sha256": sha}, root / "request.json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return {"root": root, "tok": tok, "model": model.eval(), "cfg": cfg, "out": out, "source": source}
+
+
+@pytest.fixture(scope="module")
+def exported_qk_norm(exported):
+    """The same kind of model with foundation.qk_norm, exported through the entry point: a Qwen3 folder."""
+    root, tok = exported["root"], exported["tok"]
+    cfg = config_for_depth(2, 420, 96, qk_norm=True, **T.special_ids(tok))
+    model = GPT(cfg)
+    model.init_weights(5)
+    gen = torch.Generator().manual_seed(6)
+    with torch.no_grad():  # q_norm / k_norm start at one: make them (and the zeroed projections) matter
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.05)
+    source = save_model_dir(root / "qk" / "model", model, root / "tokenizer.json", "foundation-base", {"stage": "pretrain"})
+    out = root / "hf-qk"
+    proc = run_export({"source": str(source), "out": str(out)}, root / "request-qk.json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return {"model": model.eval(), "cfg": cfg, "out": out}
+
+
+def test_qk_norm_exports_as_qwen3_and_transformers_agrees(exported_qk_norm):
+    from transformers import AutoModelForCausalLM
+
+    out, cfg = exported_qk_norm["out"], exported_qk_norm["cfg"]
+    config = json.loads((out / "config.json").read_text())
+    assert (config["model_type"], config["architectures"]) == ("qwen3", ["Qwen3ForCausalLM"]) and "auto_map" not in config
+    assert (config["head_dim"], config["use_sliding_window"]) == (cfg.head_dim, False)
+    hf, info = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=False, dtype=torch.float32,
+                                                    output_loading_info=True)
+    assert type(hf).__name__ == "Qwen3ForCausalLM" and not info["missing_keys"] and not info["unexpected_keys"]
+    batch = torch.randint(0, cfg.vocab_size, (4, 48), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        diff = (hf.eval()(batch).logits - exported_qk_norm["model"](batch)).abs().max().item()
+    assert diff < 1e-4, diff
 
 
 def test_folder_is_standard_and_verified(exported):

@@ -34,15 +34,18 @@ def run(module: str, request: dict, path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-P", "-m", module, str(path)], capture_output=True, text=True, timeout=900)
 
 
-def tiny_model(root, tok):
+def tiny_model(root, tok, qk_norm=False):
     tok.save(str(root / "tokenizer.json"))
-    cfg = config_for_depth(1, 400, 64, **T.special_ids(tok))
+    cfg = config_for_depth(1, 400, 64, qk_norm, **T.special_ids(tok))
     model = GPT(cfg)
     model.init_weights(3)
     gen = torch.Generator().manual_seed(4)
     with torch.no_grad():  # the init zeroes residual projections; make every weight matter
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * 0.05)
+        for name, p in model.named_parameters():
+            if name.endswith(("q_norm.weight", "k_norm.weight")):  # far from one: their place in the math shows
+                p.uniform_(0.2, 3.0, generator=gen)
+            else:
+                p.add_(torch.randn(p.shape, generator=gen) * 0.05)
     sha = hashlib.sha256(SYSTEM.encode()).hexdigest()
     return save_model_dir(root / "sft" / "model", model, root / "tokenizer.json", "foundation-sft",
                           {"stage": "sft", "system_message_sha256": sha}), sha

@@ -65,6 +65,28 @@ def test_llama_cpp_tokenizes_like_tt_and_answers_like_the_engine(exports):
     assert f16["greedy"] == exports["want"]
 
 
+def test_a_qk_norm_model_runs_in_llama_cpp_as_qwen3(exports):
+    """foundation.qk_norm: the export is llama.cpp's qwen3 (q/k norms, halves not permuted) and its greedy
+    answers at f32 equal the engine's."""
+    import gguf
+
+    root, tok = exports["root"] / "qk", exports["tok"]
+    root.mkdir()
+    source, sha = tiny_model(root, tok, qk_norm=True)
+    export_gguf.export({"source": str(source), "model_id": "adder-qk", "system_message": SYSTEM,
+                        "system_message_sha256": sha, "format": "gguf", "out": str(root / "f32"), "quant": "f32"})
+    reader = gguf.GGUFReader(str(root / "f32" / "model.gguf"))
+    assert reader.get_field("general.architecture").contents() == "qwen3"
+    assert {"blk.0.attn_q_norm.weight", "blk.0.attn_k_norm.weight"} <= {t.name for t in reader.tensors}
+    model = load_model_dir(source, "cpu").eval()
+    torch.manual_seed(0)
+    want = generate(model, exports["prompts"], NEW_TOKENS, exports["stop"], T.special_id(tok, T.PAD), torch.device("cpu"))
+    got = llama_cpp_env.run_gguf(exports["python"], {
+        "gguf": str(root / "f32" / "model.gguf"), "texts": [], "rendered": [], "prompts": exports["prompts"],
+        "max_new_tokens": NEW_TOKENS, "stop": [exports["stop"]], "n_ctx": 64})
+    assert got["greedy"] == want
+
+
 def test_q8_0_agreement_rate_is_reported(exports):
     got = llama_cpp(exports, "q8_0")["greedy"]
     pairs = [(a, b) for want, have in zip(exports["want"], got) for a, b in zip(want, have)]

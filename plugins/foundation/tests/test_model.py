@@ -1,4 +1,5 @@
-"""The GPT: HF Llama names and shapes, causality, KV-cache decoding equals a full forward, batched = unbatched."""
+"""The GPT: HF Llama names and shapes, causality, KV-cache decoding equals a full forward, batched = unbatched;
+with qk_norm, HF Qwen3's names, config and logits; a model folder without the field loads as Llama."""
 
 import math
 
@@ -9,9 +10,9 @@ from tt_engine_foundation.runtime.generate import generate
 from tt_engine_foundation.runtime.model import GPT, KVCache, config_for_depth, hf_config
 
 
-def _model(depth=2, vocab=97, seq=32, seed=0):
+def _model(depth=2, vocab=97, seq=32, seed=0, qk_norm=False):
     torch.manual_seed(seed)
-    model = GPT(config_for_depth(depth, vocab, seq))
+    model = GPT(config_for_depth(depth, vocab, seq, qk_norm))
     model.init_weights(seed)
     with torch.no_grad():  # make every weight non-trivial (init zeroes the residual outputs)
         for p in model.parameters():
@@ -96,6 +97,58 @@ def test_matches_transformers_llama_when_available(tmp_path):
     with torch.no_grad():
         ours, theirs = model(x), hf(x).logits
     assert torch.allclose(ours, theirs, atol=1e-4), (ours - theirs).abs().max()
+
+
+def test_qk_norm_is_qwen3_layout_and_math(tmp_path):
+    """Qwen3ForCausalLM loads the weights with hf_config's config.json (strictly: no weight missing or unused)
+    and computes the same logits; the KV cache decodes as a full forward."""
+    import json
+
+    import transformers
+    from safetensors.torch import save_file
+
+    model = _model(depth=2, vocab=97, qk_norm=True)
+    names = dict((k, tuple(v.shape)) for k, v in model.state_dict().items())
+    assert {k: v for k, v in names.items() if "_norm." in k} == {
+        f"model.layers.{i}.self_attn.{n}_norm.weight": (64,) for i in range(2) for n in "qk"}
+    cfg = hf_config(model.cfg)
+    assert (cfg["architectures"], cfg["model_type"], cfg["head_dim"]) == (["Qwen3ForCausalLM"], "qwen3", 64)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    hf, info = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path), dtype=torch.float32,
+                                                                 output_loading_info=True)
+    assert type(hf).__name__ == "Qwen3ForCausalLM" and hf.config.rope_parameters["rope_theta"] == model.cfg.rope_theta
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    x = torch.randint(0, 97, (2, 20), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ours, theirs = model(x), hf.eval()(x).logits
+        assert (ours - theirs).abs().max() < 1e-4
+        cache = KVCache(model.cfg, 2, 20, torch.device("cpu"), torch.float32)
+        steps = [model(x[:, :7], cache=cache)] + [model(x[:, t : t + 1], cache=cache) for t in range(7, 20)]
+    assert torch.allclose(torch.cat(steps, dim=1), ours, atol=1e-5)
+
+
+def test_a_model_folder_without_qk_norm_loads_as_llama(tmp_path):
+    """Folders written before foundation.qk_norm have no such field in tt-model.json: Llama, as they were."""
+    import json
+
+    from tt_engine_foundation.runtime.model_io import load_model_dir, save_model_dir
+
+    (tmp_path / "tokenizer.json").write_text("{}")
+    model = _model(depth=1, vocab=97)
+    folder = save_model_dir(tmp_path / "model", model, tmp_path / "tokenizer.json", "foundation-base", {})
+    meta = json.loads((folder / "tt-model.json").read_text())
+    assert meta["model"].pop("qk_norm") is False
+    (folder / "tt-model.json").write_text(json.dumps(meta))
+    loaded = load_model_dir(folder, "cpu")
+    assert loaded.cfg.qk_norm is False and set(loaded.state_dict()) == set(model.state_dict())
+    x = torch.randint(0, 97, (1, 9))
+    with torch.no_grad():
+        assert torch.equal(loaded.eval()(x), model(x))
+    qk = _model(depth=1, vocab=97, qk_norm=True)
+    folder = save_model_dir(tmp_path / "qk", qk, tmp_path / "tokenizer.json", "foundation-base", {})
+    assert json.loads((folder / "config.json").read_text())["model_type"] == "qwen3"
+    assert load_model_dir(folder, "cpu").cfg.qk_norm is True
 
 
 def test_flops_estimate_matches_torch_flop_counter():

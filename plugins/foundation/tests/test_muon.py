@@ -14,7 +14,7 @@ import torch
 from tt_engine_foundation.runtime import schedule
 from tt_engine_foundation.runtime.hyperparams import muon_rates
 from tt_engine_foundation.runtime.model import GPT, config_for_depth
-from tt_engine_foundation.runtime.optim import build_muon_adamw
+from tt_engine_foundation.runtime.optim import build_adamw, build_muon_adamw
 
 NS = (3.4445, -4.775, 2.0315)
 
@@ -123,6 +123,24 @@ def test_muon_trains_only_hidden_matrices_and_its_state_round_trips():
         assert torch.equal(a, b), name
     with pytest.raises(ValueError, match="not a Muon"):
         twin.load_state_dict(state["adamw"])
+
+
+def test_qk_norm_weights_train_with_the_other_norms():
+    """foundation.qk_norm's q_norm / k_norm weights: AdamW's norm group (its rate, no decay), never Muon; and
+    without decay under optimizer adamw."""
+    model = GPT(config_for_depth(2, 320, 32, qk_norm=True))
+    rates = muon_rates(128, 2, 320, 4096)
+    optimizer = build_muon_adamw(model, rates, torch.device("cpu"))
+    names = {id(p): name for name, p in model.named_parameters()}
+    norm_group = optimizer.adamw.param_groups[-1]  # embedding, head, norms (optim.build_muon_adamw)
+    assert norm_group["base_lr"] == rates.norm_lr and norm_group["weight_decay"] == 0.0
+    in_group = {names[id(p)] for p in norm_group["params"]}
+    assert in_group == {n for n in names.values() if n.endswith("norm.weight")}
+    assert {f"model.layers.{i}.self_attn.{q}_norm.weight" for i in range(2) for q in "qk"} <= in_group
+    assert not in_group & {names[id(p)] for g in optimizer.muon.param_groups for p in g["params"]}
+    adamw = build_adamw(model, 1e-3, 0.1, torch.device("cpu"))
+    decayed = {names[id(p)] for g in adamw.param_groups if g["weight_decay"] > 0 for p in g["params"]}
+    assert not any(n.endswith("norm.weight") for n in decayed)
 
 
 def test_rates_follow_width_and_tokens_per_step():

@@ -146,6 +146,7 @@ class FoundationConfig(DistributedSettings):
     optimizer: Literal["muon", "adamw"] = Field("muon", description="Pretraining optimizer: muon (Muon on the decoder's matrices, AdamW on embedding, head and norms; rates derived from width and tokens per step) or adamw (AdamW everywhere, tt's earlier trainer).")
     lr_schedule: Literal["warmdown", "cosine"] = Field("warmdown", description="Pretraining schedule after warm-up: warmdown (peak held, then linear to min_lr_ratio over the last warmdown_fraction of the steps) or cosine (to min_lr_ratio).")
     packing: Literal["bos_aligned", "stream"] = Field("bos_aligned", description="Pretraining rows: bos_aligned (whole documents packed best-fit, every row starting at a <|bos|>, long documents split into BOS-started chunks, nothing cut) or stream (windows anywhere in the concatenated corpus).")
+    qk_norm: bool = Field(False, description="Qwen3's per-head RMSNorm on queries and keys before the rotary embedding; the model exports as Qwen3ForCausalLM (GGUF: llama.cpp's qwen3) instead of Llama.")
     warmdown_fraction: float = Field(0.5, gt=0.0, le=1.0, description="Share of pretraining steps the warmdown schedule spends decaying.")
     gradient_clip: float = Field(1.0, ge=0.0, le=1_000.0, description="Max gradient norm; 0 disables clipping.")
     bf16: bool = Field(True, description="bf16 autocast on CUDA (ignored on CPU/MPS).")

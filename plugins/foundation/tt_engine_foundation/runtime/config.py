@@ -50,6 +50,7 @@ class FoundationSettings(DistributedSettings):
     optimizer: Literal["muon", "adamw"] = "muon"
     lr_schedule: Literal["warmdown", "cosine"] = "warmdown"
     packing: Literal["bos_aligned", "stream"] = "bos_aligned"
+    qk_norm: bool = False
     warmdown_fraction: float = 0.5
     gradient_clip: float = 1.0
     bf16: bool = True

@@ -1,10 +1,14 @@
-"""A GPT with exactly the layout and math of Hugging Face `LlamaForCausalLM`.
+"""A GPT with exactly the layout and math of Hugging Face `LlamaForCausalLM` (or, with `qk_norm`, `Qwen3ForCausalLM`).
 
 Pure torch. RMSNorm (fp32 variance), rotary embeddings (rope_theta, the
 rotate-half convention), SwiGLU MLP, untied lm_head, no biases, and the HF
 parameter names (`model.embed_tokens.weight`, `model.layers.N.self_attn.q_proj.weight`,
 ..., `model.norm.weight`, `lm_head.weight`), so the saved safetensors load into
 transformers with the `config.json` written by `hf_config()` and no conversion.
+
+`ModelConfig.qk_norm` (the spec's foundation.qk_norm) adds Qwen3's per-head RMSNorm on queries and keys
+(`self_attn.q_norm.weight`, `self_attn.k_norm.weight`, head_dim wide, before the rotary embedding); that
+model is exactly `Qwen3ForCausalLM`, and `hf_config()` says so. A config without the field is Llama.
 
 `GPT.gradient_checkpointing` (the spec's foundation.gradient_checkpointing)
 recomputes each decoder layer in the backward pass instead of storing its
@@ -42,6 +46,7 @@ class ModelConfig:
     bos_token_id: int = 0
     eos_token_id: int = 0
     pad_token_id: int = 1
+    qk_norm: bool = False
 
     @property
     def head_dim(self) -> int:
@@ -51,7 +56,7 @@ class ModelConfig:
         return asdict(self)
 
 
-def config_for_depth(depth: int, vocab_size: int, sequence_length: int, **ids: int) -> ModelConfig:
+def config_for_depth(depth: int, vocab_size: int, sequence_length: int, qk_norm: bool = False, **ids: int) -> ModelConfig:
     width = depth * ASPECT_RATIO
     heads = max(1, width // HEAD_DIM)
     intermediate = int(math.ceil(8 * width / 3 / 64) * 64)
@@ -63,6 +68,7 @@ def config_for_depth(depth: int, vocab_size: int, sequence_length: int, **ids: i
         num_attention_heads=heads,
         num_key_value_heads=heads,
         max_position_embeddings=sequence_length,
+        qk_norm=qk_norm,
         **ids,
     )
 
@@ -73,10 +79,15 @@ def derived_learning_rate(depth: int) -> float:
 
 
 def hf_config(cfg: ModelConfig) -> dict:
-    """A transformers `LlamaConfig` dict for this model."""
+    """A transformers `LlamaConfig` dict for this model, or with `qk_norm` a `Qwen3Config` one (no sliding window)."""
+    if cfg.qk_norm:
+        names = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"}
+        layout = {"use_sliding_window": False, "sliding_window": None, "max_window_layers": cfg.num_hidden_layers}
+    else:
+        names = {"architectures": ["LlamaForCausalLM"], "model_type": "llama"}
+        layout = {"mlp_bias": False}
     return {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
+        **names,
         "vocab_size": cfg.vocab_size,
         "hidden_size": cfg.hidden_size,
         "intermediate_size": cfg.intermediate_size,
@@ -91,7 +102,7 @@ def hf_config(cfg: ModelConfig) -> dict:
         "rope_scaling": None,
         "attention_bias": False,
         "attention_dropout": 0.0,
-        "mlp_bias": False,
+        **layout,
         "tie_word_embeddings": False,
         "bos_token_id": cfg.bos_token_id,
         "eos_token_id": cfg.eos_token_id,
@@ -160,12 +171,18 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(cfg.hidden_size, kv * d, bias=False)
         self.v_proj = nn.Linear(cfg.hidden_size, kv * d, bias=False)
         self.o_proj = nn.Linear(h * d, cfg.hidden_size, bias=False)
+        if cfg.qk_norm:  # Qwen3: each head's query and key normalised over its own channels
+            self.q_norm = RMSNorm(d, cfg.rms_norm_eps)
+            self.k_norm = RMSNorm(d, cfg.rms_norm_eps)
 
     def forward(self, x, cos, sin, layer: int, cache: Optional[KVCache], mask: Optional[torch.Tensor]):
         b, t, _ = x.shape
         d = self.cfg.head_dim
-        q = self.q_proj(x).view(b, t, -1, d).transpose(1, 2)
-        k = self.k_proj(x).view(b, t, -1, d).transpose(1, 2)
+        q = self.q_proj(x).view(b, t, -1, d)
+        k = self.k_proj(x).view(b, t, -1, d)
+        if self.cfg.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = self.v_proj(x).view(b, t, -1, d).transpose(1, 2)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         if cache is not None:
@@ -230,7 +247,7 @@ class GPT(nn.Module):
         """Deterministic nanochat-like init: residual outputs zero, small lm_head."""
         gen = torch.Generator(device="cpu").manual_seed(seed)
         for name, p in self.named_parameters():
-            if name.endswith("layernorm.weight") or name == "model.norm.weight":
+            if name.endswith("norm.weight"):  # the layer norms, model.norm and qk_norm's q_norm / k_norm
                 p.fill_(1.0)
             elif name == "model.embed_tokens.weight":
                 p.copy_(torch.randn(p.shape, generator=gen))

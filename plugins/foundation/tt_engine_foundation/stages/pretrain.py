@@ -47,7 +47,7 @@ def main(request: FoundationRequest) -> dict[str, Any]:
             raise protocol.StageError(f"{lay.tokens_packing}: packed for rows of {manifest['packing']['row_tokens']} "
                                       "tokens, not sequence_length + 1; rerun the token_cache stage")
         packing_table = packing.read_table(lay.tokens_packing, manifest["packing"]["chunks"])
-    model_cfg = config_for_depth(cfg.depth, cfg.vocab_size, cfg.sequence_length, **tokenizer.special_ids(tok))
+    model_cfg = config_for_depth(cfg.depth, cfg.vocab_size, cfg.sequence_length, cfg.qk_norm, **tokenizer.special_ids(tok))
     peak_lr = cfg.pretrain_learning_rate()
     data = {"token_cache_sha256": manifest["file"]["sha256"], "tokenizer_sha256": file_sha256(lay.tokenizer_json)}
     config = training_config(cfg, model_cfg, peak_lr, data)
