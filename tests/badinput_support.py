@@ -63,6 +63,17 @@ def error_locs(out: Any) -> list[str]:
     return [e["loc"] for e in out.get("errors", [])]
 
 
+def assert_refused(tt: "InProcessTT", spec: Path, field: str, root: Path, before: set[str]) -> Any:
+    """`tt validate --json` and `tt run` both exit 2 naming `field` alone, and nothing under root changed.
+    Returns validate's JSON."""
+    code, out = tt.json("validate", spec)
+    assert code == 2 and error_locs(out) == [field], out
+    ran = tt("run", spec, "--device", "cpu")
+    assert ran.code == 2 and field in ran.stdout + ran.stderr
+    assert snapshot(root) == before
+    return out
+
+
 def in_process_tt(base: Path):
     """Context manager: the echo engine on sys.path, TT_HOME under `base`, plugin discovery re-run."""
     import contextlib

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from badinput_support import error_locs, in_process_tt, snapshot
+from badinput_support import assert_refused, in_process_tt, snapshot
 from conftest import write_spec
 from test_fingerprints import PRETRAINING, TUNING, _state, foundation_spec, prints
 from tt_engine_foundation.plugin import ENGINE
@@ -55,12 +55,8 @@ def test_bad_finetune_rates_are_refused_naming_the_field(tt_in, tmp_path, value)
            "foundation": {"corpus_path": "corpus.jsonl", "finetune_learning_rate": "PLACEHOLDER"}}
     spec = write_spec(folder, raw)
     spec.write_text(spec.read_text().replace('"PLACEHOLDER"', json.dumps(value)))
-    before = snapshot(tmp_path)
-    code, out = tt_in.json("validate", spec)
     if value is None:  # JSON null is "unset": the derived default
+        code, out = tt_in.json("validate", spec)
         assert code == 0, out
         return
-    assert code == 2 and error_locs(out) == ["foundation.finetune_learning_rate"], out
-    ran = tt_in("run", spec, "--device", "cpu")
-    assert ran.code == 2 and "foundation.finetune_learning_rate" in ran.stdout + ran.stderr
-    assert snapshot(tmp_path) == before
+    assert_refused(tt_in, spec, "foundation.finetune_learning_rate", tmp_path, snapshot(tmp_path))

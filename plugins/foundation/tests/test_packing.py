@@ -92,3 +92,34 @@ def test_token_cache_stage_records_the_plan_in_its_manifest(tmp_path):
     tokens = np.fromfile(run / "pretrain/recovery/pretrain-tokens.bin", dtype=np.dtype(manifest["dtype"]))
     assert table[:, 2].sum() == len(tokens) and record["rows"] == table[:, 0].max() + 1
     assert 0.5 < record["fill"] <= 1.0
+
+
+def test_start_share_repeats_document_beginnings_and_keeps_every_row():
+    # one long document (many later chunks) and a few short ones: few rows begin a document
+    tokens, _ = _stream([200, 3, 4, 150, 5], seed=1)
+    table = packing.plan(tokens, BOS, 8)
+    plain = packing.PackedRows(tokens, table, 8, BOS, PAD, seed=2)
+    weighted = packing.PackedRows(tokens, table, 8, BOS, PAD, seed=2, start_share=0.5)
+    starts = set(plain.starts.tolist())
+    for index in range(plain.count):  # a start row is one whose first token is a document's own BOS
+        first = table[plain.bounds[index]]
+        assert (index in starts) == (first[3] == 0 and tokens[first[1]] == BOS)
+    assert 0 < len(starts) < plain.count / 4
+    epoch = weighted.order
+    assert set(epoch.tolist()) == set(range(plain.count))  # every row still comes at least once
+    assert np.all(np.bincount(epoch, minlength=plain.count)[sorted(set(range(plain.count)) - starts)] == 1)
+    share = np.isin(epoch, list(starts)).mean()
+    assert 0.5 <= share < 0.5 + 1 / len(epoch) + 1e-9  # the share asked for, rounded up by at most one row
+    sampled = weighted.batch(0, weighted.epoch_rows)
+    assert sorted(map(tuple, sampled)) == sorted(map(tuple, (weighted.row(i) for i in epoch)))
+    assert np.array_equal(sampled, packing.PackedRows(tokens, table, 8, BOS, PAD, seed=2, start_share=0.5)
+                          .batch(0, weighted.epoch_rows))  # a pure function of the seed: resume is exact
+
+
+def test_start_share_zero_or_already_met_changes_nothing():
+    tokens, _ = _stream([200, 3, 4, 150, 5], seed=1)
+    table = packing.plan(tokens, BOS, 8)
+    plain = packing.PackedRows(tokens, table, 8, BOS, PAD, seed=4)
+    assert np.array_equal(plain.order, np.arange(plain.count))
+    low = packing.PackedRows(tokens, table, 8, BOS, PAD, seed=4, start_share=len(plain.starts) / plain.count / 2)
+    assert np.array_equal(low.batch(0, 3 * plain.count), plain.batch(0, 3 * plain.count))

@@ -147,6 +147,7 @@ class FoundationConfig(DistributedSettings):
     lr_schedule: Literal["warmdown", "cosine"] = Field("warmdown", description="Pretraining schedule after warm-up: warmdown (peak held, then linear to min_lr_ratio over the last warmdown_fraction of the steps) or cosine (to min_lr_ratio).")
     packing: Literal["bos_aligned", "stream"] = Field("bos_aligned", description="Pretraining rows: bos_aligned (whole documents packed best-fit, every row starting at a <|bos|>, long documents split into BOS-started chunks, nothing cut) or stream (windows anywhere in the concatenated corpus).")
     qk_norm: bool = Field(False, description="Qwen3's per-head RMSNorm on queries and keys before the rotary embedding; the model exports as Qwen3ForCausalLM (GGUF: llama.cpp's qwen3) instead of Llama.")
+    document_start_share: float = Field(0.0, ge=0.0, lt=1.0, description="With packing bos_aligned: the share of each epoch's rows that begin at a document's first token. Rows that start a document are repeated to reach it (every row still comes once); 0 leaves each row once per epoch. On long documents most rows are later chunks, so this weighs beginnings (after a <|bos|>) up.")
     warmdown_fraction: float = Field(0.5, gt=0.0, le=1.0, description="Share of pretraining steps the warmdown schedule spends decaying.")
     gradient_clip: float = Field(1.0, ge=0.0, le=1_000.0, description="Max gradient norm; 0 disables clipping.")
     bf16: bool = Field(True, description="bf16 autocast on CUDA (ignored on CPU/MPS).")
@@ -220,6 +221,14 @@ class FoundationConfig(DistributedSettings):
                 raise ValueError(f"{value} is a symbolic link; symbolic links are refused")
             if value.exists() and not value.is_dir():
                 raise ValueError(f"{value} exists and is not a folder")
+        return value
+
+    @field_validator("document_start_share")
+    @classmethod
+    def _start_share(cls, value: float, info: ValidationInfo) -> float:
+        if value > 0 and info.data.get("packing") == "stream":
+            raise ValueError("applies to packing bos_aligned only (stream windows do not start at documents); "
+                             "remove it or set packing to bos_aligned")
         return value
 
     @field_validator("init_model")

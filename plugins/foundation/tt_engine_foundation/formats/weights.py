@@ -17,6 +17,7 @@ PRETRAIN_FIELDS = (
     "depth", "vocab_size", "sequence_length", "learning_rate", "weight_decay", "warmup_steps", "min_lr_ratio",
     "pretrain_steps", "batch_size", "gradient_accumulation_steps", "gradient_clip", "seed", "bf16",
     "optimizer", "lr_schedule", "warmdown_fraction", "packing", "qk_norm",
+    "document_start_share",
 )
 
 SFT_FIELDS = ("finetune_learning_rate", "finetune_steps", "batch_size", "sequence_length", "weight_decay", "gradient_clip", "seed",

@@ -51,6 +51,7 @@ class FoundationSettings(DistributedSettings):
     lr_schedule: Literal["warmdown", "cosine"] = "warmdown"
     packing: Literal["bos_aligned", "stream"] = "bos_aligned"
     qk_norm: bool = False
+    document_start_share: float = 0.0
     warmdown_fraction: float = 0.5
     gradient_clip: float = 1.0
     bf16: bool = True

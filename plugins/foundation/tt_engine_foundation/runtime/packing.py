@@ -13,11 +13,17 @@ the id marks document starts only). `plan` cuts it into rows of `row_tokens` (se
 So a row never continues across a document boundary without a BOS, and concatenating every chunk (minus
 the BOSes step 1 added) gives back the token cache. The plan is an int64 table, one line per chunk:
 (row, source start, source length, BOS added), written beside the cache and hashed in its manifest.
+
+Sampling (`PackedRows`): every row once per epoch, in a per-epoch permutation of the seed. With
+`start_share` s > 0, the rows that begin at a document's own first token ("start rows"; on a corpus of
+long documents most rows are later chunks) are repeated so that they make up s of each epoch: a text's
+beginning is seen more often, the rest of it no less (`epoch_order`).
 """
 
 from __future__ import annotations
 
 import bisect
+import math
 from typing import Optional
 
 import numpy as np
@@ -81,17 +87,45 @@ def summary(table: np.ndarray, row_tokens: int) -> dict:
             "added_bos": int(table[:, 3].sum()), "fill": filled / max(1, rows * row_tokens)}
 
 
+def start_rows(table: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """Indices of the rows whose first chunk is a document's own beginning (its BOS not added)."""
+    return np.flatnonzero(table[bounds[:-1], 3] == 0)
+
+
+def epoch_order(rows: int, starts: np.ndarray, start_share: float, seed: int) -> np.ndarray:
+    """The rows one epoch visits: each once, plus repeats of `starts` so they are `start_share` of the epoch.
+
+    Never below each row once (a share the corpus already exceeds adds nothing). The repeats are whole
+    copies of every start row, then a seeded choice of start rows for the remainder, so the order is a pure
+    function of its arguments.
+    """
+    every = np.arange(rows, dtype=np.int64)
+    others = rows - len(starts)
+    if start_share <= 0 or len(starts) == 0:
+        return every
+    wanted = int(math.ceil(start_share * others / (1.0 - start_share))) if others else len(starts)
+    extra = wanted - len(starts)
+    if extra <= 0:
+        return every
+    whole, part = divmod(extra, len(starts))
+    chosen = np.random.default_rng([seed, 0x5747]).permutation(starts)[:part]
+    return np.concatenate([every] + [starts] * whole + [np.sort(chosen)])
+
+
 class PackedRows:
     """Deterministic sample order over packed rows, reshuffled per epoch from the seed (as `Windows`)."""
 
     def __init__(self, tokens: np.ndarray, table: np.ndarray, row_tokens: int, bos_id: int, pad_id: int,
-                 seed: int) -> None:
+                 seed: int, start_share: float = 0.0) -> None:
         self.tokens, self.row_tokens, self.bos_id, self.pad_id, self.seed = tokens, row_tokens, bos_id, pad_id, seed
         bounds = np.searchsorted(table[:, 0], np.arange(int(table[:, 0].max()) + 2 if len(table) else 1))
         self.table, self.bounds = table, bounds
-        self.count = len(bounds) - 1
+        self.count = len(bounds) - 1  # distinct rows
         if self.count < 1:
             raise StageError("the token cache holds no document to train on")
+        self.starts = start_rows(table, bounds)
+        self.order = epoch_order(self.count, self.starts, start_share, seed)
+        self.epoch_rows = len(self.order)  # samples per epoch
         self._epoch, self._perm = -1, None
 
     def row(self, index: int) -> np.ndarray:
@@ -108,12 +142,12 @@ class PackedRows:
 
     def _permutation(self, epoch: int) -> np.ndarray:
         if epoch != self._epoch:
-            self._perm = np.random.default_rng([self.seed, epoch]).permutation(self.count)
+            self._perm = self.order[np.random.default_rng([self.seed, epoch]).permutation(self.epoch_rows)]
             self._epoch = epoch
         return self._perm
 
     def batch(self, start_sample: int, batch_size: int) -> np.ndarray:
-        return np.stack([self.row(int(self._permutation(s // self.count)[s % self.count]))
+        return np.stack([self.row(int(self._permutation(s // self.epoch_rows)[s % self.epoch_rows]))
                          for s in range(start_sample, start_sample + batch_size)])
 
 

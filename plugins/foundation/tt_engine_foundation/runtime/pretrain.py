@@ -110,7 +110,8 @@ def run_pretraining(
     batch, accum, seq = cfg.batch_size, cfg.gradient_accumulation_steps, cfg.sequence_length
     plan = shard_plan(batch, accum, ctx.world_size, ctx.rank)
     if packing_table is not None:  # BOS-aligned rows, padding as PAD_TARGET (runtime/packing.py)
-        windows = PackedRows(tokens, packing_table, seq + 1, model_cfg.bos_token_id, model_cfg.pad_token_id, seed)
+        windows = PackedRows(tokens, packing_table, seq + 1, model_cfg.bos_token_id, model_cfg.pad_token_id, seed,
+                             cfg.document_start_share)
     else:
         windows = Windows(tokens, seq, seed)
     tokens_per_step = batch * accum * seq  # the global batch, whatever the world size
@@ -229,6 +230,10 @@ def run_pretraining(
         tps = run_tokens / wall if run_tokens else 0.0
     figures = {"tokens_per_second": tps, "train_seconds": train_seconds, "timed_tokens": timed_tokens, "run_tokens": run_tokens, "losses": losses,
                "resumed_from": str(choice.path) if choice.path else None}
+    if packing_table is not None:
+        repeats = windows.epoch_rows - windows.count
+        figures["document_start_share"] = (len(windows.starts) + repeats) / windows.epoch_rows
+        figures["rows_per_epoch"] = windows.epoch_rows
     return model, state, figures
 
 

@@ -83,6 +83,9 @@ def main(request: FoundationRequest) -> dict[str, Any]:
         "pretrain.learning_rate": peak_lr,
         "pretrain.world_size": world,
     }
+    if "document_start_share" in figures:  # bos_aligned packing: the share of rows that begin a document
+        metrics["pretrain.document_start_share"] = figures["document_start_share"]
+        metrics["pretrain.rows_per_epoch"] = figures["rows_per_epoch"]
     notes = []
     if cfg.corpus_path is None:
         notes.append("pretrained on the smoke corpus built from the spec: it proves the wiring, not capability")
