@@ -64,6 +64,21 @@ def test_pretraining_settings_reach_pretraining_and_everything_after(tmp_path):
     assert more_text["tokenizer"] == base["tokenizer"] and more_text["token_cache"] != base["token_cache"]
 
 
+def test_the_derived_rate_rule_reaches_pretraining_unless_a_rate_is_set(tmp_path, monkeypatch):
+    """The batch rule of the derived rates (formats.weights.BATCH_SCALE_FLOOR) is a pretrain input, so a finished
+    pretraining made under another rule is not reused; a set learning_rate (or optimizer adamw) replaces it."""
+    from tt_engine_foundation import plugin
+
+    specs = {"derived": {}, "set": {"learning_rate": 0.01}, "adamw": {"optimizer": "adamw"}}
+    before = {name: prints(*foundation_spec(tmp_path / name, **block)) for name, block in specs.items()}
+    monkeypatch.setattr(plugin, "BATCH_SCALE_FLOOR", 0.5)
+    after = {name: prints(*foundation_spec(tmp_path / name, **block)) for name, block in specs.items()}
+    changed = [n for n in before["derived"] if after["derived"][n] != before["derived"][n]]
+    assert "tokenizer" not in changed and "token_cache" not in changed
+    assert {"pretrain", "bpb", *TUNING} <= set(changed)
+    assert after["set"] == before["set"] and after["adamw"] == before["adamw"]
+
+
 def test_without_a_corpus_the_smoke_corpus_makes_pretraining_read_the_examples(tmp_path):
     base = prints(*foundation_spec(tmp_path, corpus=False))
     more = prints(*foundation_spec(tmp_path, corpus=False, examples=7))

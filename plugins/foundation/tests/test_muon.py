@@ -144,16 +144,29 @@ def test_qk_norm_weights_train_with_the_other_norms():
 
 
 def test_rates_follow_width_and_tokens_per_step():
-    ref = muon_rates(768, 12, 32768, 2**19)
-    assert ref.matrix_lr == pytest.approx(0.02) and ref.embedding_lr == pytest.approx(0.3)
-    assert ref.head_lr == pytest.approx(0.008) and ref.matrix_weight_decay == pytest.approx(0.28)
-    quarter = muon_rates(768, 12, 32768, 2**17)
-    assert quarter.matrix_lr == pytest.approx(0.01) and quarter.matrix_weight_decay == pytest.approx(0.14)
+    ref = muon_rates(768, 12, 32768, 2**19)  # nanochat's reference point, exactly
+    assert (ref.matrix_lr, ref.embedding_lr, ref.head_lr, ref.matrix_weight_decay) == (0.02, 0.3, 0.008, 0.28)
+    quarter = muon_rates(768, 12, 32768, 2**17)  # below 2^19 the rates stay at the reference; decay still falls
+    assert quarter.matrix_lr == 0.02 and quarter.matrix_weight_decay == pytest.approx(0.14)
+    double = muon_rates(768, 12, 32768, 2**21)  # above it, the square-root batch rule
+    assert double.matrix_lr == pytest.approx(0.04) and double.embedding_lr == pytest.approx(0.6)
     narrow = muon_rates(192, 12, 32768, 2**19)
     assert narrow.embedding_lr == pytest.approx(0.6) and narrow.matrix_lr == pytest.approx(0.02)
     assert muon_rates(256, 4, 8192, 4096).matrix_weight_decay > ref.matrix_weight_decay  # a shorter horizon
     forced = muon_rates(768, 12, 32768, 2**19, learning_rate=0.04)
     assert forced.matrix_lr == pytest.approx(0.04) and forced.embedding_lr == pytest.approx(0.6)
+
+
+def test_small_batches_get_the_documented_rates_not_the_square_root_rule():
+    """docs/foundation.md's figures: depth 4 at 4,096 tokens per step, and depth 2 at 1,024 (the quickstart's
+    batch), where the square-root rule gave 0.0018 and 0.00088 (docs/performance.md: far below the optimum)."""
+    d4 = muon_rates(256, 4, 8192, 4096)
+    assert d4.matrix_lr == pytest.approx(0.02) and d4.embedding_lr == pytest.approx(0.52, abs=0.005)
+    assert d4.head_lr == pytest.approx(0.0139, abs=5e-5) and d4.matrix_weight_decay == pytest.approx(0.51, abs=0.005)
+    d2 = muon_rates(128, 2, 2048, 1024)
+    assert d2.matrix_lr == pytest.approx(0.02) and d2.embedding_lr == pytest.approx(0.3 * math.sqrt(6))
+    forced = muon_rates(128, 2, 2048, 1024, learning_rate=0.005)  # the override still replaces it
+    assert forced.matrix_lr == pytest.approx(0.005) and forced.embedding_lr == pytest.approx(0.075 * math.sqrt(6))
 
 
 def test_warmdown_holds_the_peak_then_falls_linearly_to_the_floor():

@@ -19,7 +19,7 @@ from tt_stagekit.launcher import stage_arguments
 from tt_engine_foundation.doctor import disk_needs, doctor_checks
 from tt_engine_foundation.formats import pretokenizer
 from tt_engine_foundation.formats.shards import list_shards
-from tt_engine_foundation.formats.weights import PRETRAIN_FIELDS, SFT_FIELDS
+from tt_engine_foundation.formats.weights import BATCH_SCALE_FLOOR, PRETRAIN_FIELDS, SFT_FIELDS
 from tt_engine_foundation.spec import FoundationSpec
 from tt_stagekit.manifest import MANIFEST
 
@@ -107,7 +107,9 @@ def token_cache_inputs(spec: FoundationSpec) -> Mapping[str, Any]:
 
 
 def pretrain_inputs(spec: FoundationSpec) -> Mapping[str, Any]:
-    return _pick(spec, *PRETRAIN_FIELDS)
+    if spec.foundation.learning_rate is not None or spec.foundation.optimizer == "adamw":  # nothing batch-derived
+        return _pick(spec, *PRETRAIN_FIELDS)
+    return _pick(spec, *PRETRAIN_FIELDS, derived_rates={"batch_scale_floor": BATCH_SCALE_FLOOR})
 
 
 def bpb_inputs(spec: FoundationSpec) -> Mapping[str, Any]:

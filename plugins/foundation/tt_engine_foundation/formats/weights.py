@@ -20,6 +20,11 @@ PRETRAIN_FIELDS = (
     "document_start_share",
 )
 
+# The derived pretraining rates' batch factor never falls below this (runtime/hyperparams.py). A stage input
+# of pretrain when learning_rate is unset (plugin.py), so a finished pretraining made under another rule is
+# not reused.
+BATCH_SCALE_FLOOR = 1.0
+
 SFT_FIELDS = ("finetune_learning_rate", "finetune_steps", "batch_size", "sequence_length", "weight_decay", "gradient_clip", "seed",
               "bf16")
 
