@@ -202,3 +202,16 @@ def test_apply_sets_muon_momentum_and_decay_by_step():
     schedule.apply(optimizer, 99, 100, 5, 0.1, "warmdown", 0.5)
     assert group["momentum"] < 0.95 and group["weight_decay"] < 0.01 * rates.matrix_weight_decay
     assert optimizer.adamw.param_groups[0]["lr"] == pytest.approx(rates.embedding_lr * (0.1 + 0.9 / 50))
+
+
+def test_the_momentum_range_comes_from_the_rates():
+    import dataclasses
+
+    model = _model_and_grads()
+    rates = dataclasses.replace(muon_rates(128, 2, 320, 4096), momentum_start=0.7, momentum_end=0.98)
+    optimizer = build_muon_adamw(model, rates, torch.device("cpu"))
+    group = optimizer.muon.param_groups[0]
+    schedule.apply(optimizer, 0, 100, 5, 0.1, "warmdown", 0.5)
+    assert group["momentum"] == pytest.approx(0.7)
+    schedule.apply(optimizer, 30, 100, 5, 0.1, "warmdown", 0.5)
+    assert group["momentum"] == pytest.approx(0.98)

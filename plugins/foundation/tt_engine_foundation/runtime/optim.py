@@ -66,15 +66,16 @@ def build_muon_adamw(model: torch.nn.Module, rates: MuonRates, device) -> "MuonA
     ]
     adamw = torch.optim.AdamW([g for g in adam_groups if g["params"]], betas=rates.adam_betas, eps=1e-10,
                               fused=device.type == "cuda")
-    return MuonAdamW(muon, adamw)
+    return MuonAdamW(muon, adamw, (rates.momentum_start, rates.momentum_end))
 
 
 class MuonAdamW:
     """Muon and AdamW stepped together; one state dict `{"muon": ..., "adamw": ...}` of tensors and plain data
-    (what `torch.save` / `weights_only` loading and the checkpoint's staging buffers handle)."""
+    (what `torch.save` / `weights_only` loading and the checkpoint's staging buffers handle).
+    `momentum_range` is Muon's momentum warm-up, start to end (`runtime.schedule.apply` reads it)."""
 
-    def __init__(self, muon: Muon, adamw: torch.optim.AdamW) -> None:
-        self.muon, self.adamw = muon, adamw
+    def __init__(self, muon: Muon, adamw: torch.optim.AdamW, momentum_range: tuple[float, float]) -> None:
+        self.muon, self.adamw, self.momentum_range = muon, adamw, momentum_range
 
     @property
     def param_groups(self) -> list[dict[str, Any]]:

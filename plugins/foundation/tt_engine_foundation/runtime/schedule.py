@@ -51,13 +51,13 @@ def muon_weight_decay(step: int, total: int, base: float) -> float:
 
 
 def apply(optimizer, step: int, total: int, warmup: int, min_ratio: float, kind: str,
-          warmdown_fraction: float, momentum: tuple[float, float] = (0.85, 0.95)) -> float:
-    """Set every group's rate (its `base_lr` times the multiplier) and, for Muon groups, momentum and decay;
-    returns the multiplier."""
+          warmdown_fraction: float) -> float:
+    """Set every group's rate (its `base_lr` times the multiplier) and, for Muon groups, momentum (over the
+    optimizer's `momentum_range`, runtime.optim.MuonAdamW) and decay; returns the multiplier."""
     mult = lr_multiplier(step, total, warmup, min_ratio, kind, warmdown_fraction)
     for group in optimizer.param_groups:
         group["lr"] = group["base_lr"] * mult
         if "base_weight_decay" in group:  # a Muon group
-            group["momentum"] = muon_momentum(step, total, warmup, *momentum, warmdown_fraction)
+            group["momentum"] = muon_momentum(step, total, warmup, *optimizer.momentum_range, warmdown_fraction)
             group["weight_decay"] = muon_weight_decay(step, total, group["base_weight_decay"])
     return mult
