@@ -45,15 +45,19 @@ def tt_in(tmp_path_factory):
         yield tt
 
 
-@pytest.mark.parametrize("value", [0, -0.01, 1.5, "fast", True, None])
-def test_bad_finetune_rates_are_refused_naming_the_field(tt_in, tmp_path, value):
-    folder = tmp_path / "s"
+def small_foundation_spec(folder, **foundation):
+    """A four-example foundation spec in `folder` with a one-line corpus and the given `foundation` settings."""
     folder.mkdir()
     (folder / "corpus.jsonl").write_text('{"text": "one two three"}\n')
     raw = {"name": "f", "engine": "foundation", "system_prompt": "Answer.",
            "examples": [{"input": f"q{i}", "output": f"a{i}"} for i in range(4)],
-           "foundation": {"corpus_path": "corpus.jsonl", "finetune_learning_rate": "PLACEHOLDER"}}
-    spec = write_spec(folder, raw)
+           "foundation": {"corpus_path": "corpus.jsonl", **foundation}}
+    return write_spec(folder, raw)
+
+
+@pytest.mark.parametrize("value", [0, -0.01, 1.5, "fast", True, None])
+def test_bad_finetune_rates_are_refused_naming_the_field(tt_in, tmp_path, value):
+    spec = small_foundation_spec(tmp_path / "s", finetune_learning_rate="PLACEHOLDER")
     spec.write_text(spec.read_text().replace('"PLACEHOLDER"', json.dumps(value)))
     if value is None:  # JSON null is "unset": the derived default
         code, out = tt_in.json("validate", spec)

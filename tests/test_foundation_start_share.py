@@ -10,8 +10,8 @@ import json
 import pytest
 
 from badinput_support import assert_refused, in_process_tt, snapshot
-from conftest import write_spec
 from test_fingerprints import TUNING, foundation_spec, prints
+from test_foundation_finetune_rate import small_foundation_spec
 
 
 def test_start_share_reaches_pretraining_onward_and_not_the_token_cache(tmp_path):
@@ -32,13 +32,7 @@ def tt_in(tmp_path_factory):
                                    {"document_start_share": "often"},
                                    {"document_start_share": 0.3, "packing": "stream"}])
 def test_bad_start_shares_are_refused_naming_the_field(tt_in, tmp_path, block):
-    folder = tmp_path / "s"
-    folder.mkdir()
-    (folder / "corpus.jsonl").write_text('{"text": "one two three"}\n')
-    raw = {"name": "f", "engine": "foundation", "system_prompt": "Answer.",
-           "examples": [{"input": f"q{i}", "output": f"a{i}"} for i in range(4)],
-           "foundation": {"corpus_path": "corpus.jsonl", **block}}
-    spec = write_spec(folder, raw)
+    spec = small_foundation_spec(tmp_path / "s", **block)
     out = assert_refused(tt_in, spec, "foundation.document_start_share", tmp_path, snapshot(tmp_path))
     if "packing" in block:
         assert "bos_aligned" in json.dumps(out)
