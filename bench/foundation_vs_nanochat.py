@@ -166,6 +166,11 @@ class Nanochat:
                 "tokens": steps * a.batch * a.seq, **scores}
 
 
+def run_slug(name: str) -> str:
+    """'tt (muon, document_start_share=0.3)' -> 'muon-document_start_share-0.3', a folder name."""
+    return re.sub(r"[^A-Za-z0-9_.]+", "-", name.split("(", 1)[1].rstrip(")")).strip("-")
+
+
 def timed(record: dict, run) -> dict:
     """`run()` with the load average before and after it."""
     before = os.getloadavg()
@@ -218,6 +223,8 @@ def main() -> None:
     parser.add_argument("--tt-optimizers", default="muon", help="comma-separated: muon, adamw")
     parser.add_argument("--tt-set", action="append", default=[], metavar="KEY=JSON",
                         help="a foundation setting for tt's runs (repeatable), e.g. warmdown_fraction=0.65")
+    parser.add_argument("--tt-variant", action="append", default=[], metavar="KEY=JSON",
+                        help="one more tt row (repeatable): the first optimizer's configuration with this setting")
     parser.add_argument("--nanochat", type=Path, help="a nanochat checkout")
     parser.add_argument("--nanochat-python", help="the interpreter of the environment nanochat is installed in")
     args = parser.parse_args()
@@ -234,6 +241,9 @@ def main() -> None:
     load = os.getloadavg()
     optimizers = args.tt_optimizers.split(",")
     cfgs = {f"tt ({o})": tt_config(args, corpus, validation, o) for o in optimizers}
+    for item in args.tt_variant:  # the same tokenizer and token cache, one setting changed
+        key, _, value = item.partition("=")
+        cfgs[f"tt ({optimizers[0]}, {key}={value})"] = {**cfgs[f"tt ({optimizers[0]})"], key: json.loads(value)}
     base = work / "tt-base"
     if not (base / "token_cache" / "result.json").is_file():
         base.mkdir(parents=True, exist_ok=True)
@@ -246,7 +256,7 @@ def main() -> None:
         results["nanochat"] = {"seeds": []}
     for seed in range(args.seeds):  # alternate the trainers, so load changes reach both alike
         for name, cfg in cfgs.items():
-            slug = name.split("(")[1].rstrip(")")
+            slug = run_slug(name)
             timed(new_record(results[name]["seeds"]), lambda: tt_run(work, base, {**cfg, "seed": seed}, f"tt-{slug}-seed{seed}"))
         if nanochat is not None:
             timed(new_record(results["nanochat"]["seeds"]), lambda: nanochat.run(args.steps, seed, f"nanochat-seed{seed}"))
@@ -259,7 +269,7 @@ def main() -> None:
             if name == "nanochat":
                 timed(r["wall"], lambda: nanochat.run(r["wall_steps"], 0, "nanochat-wall"))
             else:
-                slug = name.split("(")[1].rstrip(")")
+                slug = run_slug(name)
                 timed(r["wall"], lambda: tt_run(work, base, {**cfgs[name], "seed": 0, "pretrain_steps": r["wall_steps"]},
                                                 f"tt-{slug}-wall"))
     summary = {"corpus": where, "train_files": len(train), "held_files": len(held), "load_average_start": load,
