@@ -5,9 +5,11 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from conftest import prepare, tiny_config
 from tt_engine_foundation.runtime import packing
+from tt_engine_foundation.runtime.token_cache import Windows
 from tt_engine_foundation.testing import write_corpus
 
 BOS, PAD = 0, 1
@@ -123,3 +125,17 @@ def test_start_share_zero_or_already_met_changes_nothing():
     assert np.array_equal(plain.order, np.arange(plain.count))
     low = packing.PackedRows(tokens, table, 8, BOS, PAD, seed=4, start_share=len(plain.starts) / plain.count / 2)
     assert np.array_equal(low.batch(0, 3 * plain.count), plain.batch(0, 3 * plain.count))
+
+
+@pytest.mark.parametrize("share", [0.0, 0.5])
+def test_targets_counts_what_a_batch_scores_without_building_it(share):
+    """`targets(start, n)` (the pretraining loop's weights of its forwards) equals the non-padding targets of
+    `batch(start, n)`, over ranges that cross epochs; a window of the stream sampler scores every target."""
+    tokens, _ = _stream([1, 2, 5, 8, 9, 33, 34, 100, 3, 7, 64, 16, 17, 250, 2, 31])
+    rows = packing.PackedRows(tokens, packing.plan(tokens, BOS, 8), 8, BOS, PAD, seed=5, start_share=share)
+    for start, n in [(0, 1), (0, 7), (rows.epoch_rows - 3, 9), (3 * rows.epoch_rows + 1, 40)]:
+        _, targets = packing.inputs_and_targets(torch.from_numpy(rows.batch(start, n)), PAD)
+        assert rows.targets(start, n) == int((targets != packing.PAD_TARGET).sum()), (start, n)
+    windows = Windows(tokens, 7, seed=5)
+    _, targets = packing.inputs_and_targets(torch.from_numpy(windows.batch(5, 6)), PAD)
+    assert windows.targets(5, 6) == targets.numel()

@@ -126,6 +126,8 @@ class PackedRows:
         self.starts = start_rows(table, bounds)
         self.order = epoch_order(self.count, self.starts, start_share, seed)
         self.epoch_rows = len(self.order)  # samples per epoch
+        filled = np.add.reduceat(table[:, 2] + table[:, 3], bounds[:-1])  # tokens before each row's padding
+        self.scored = np.maximum(filled - 1, 0)  # its targets that are not padding (a row's first token is none)
         self._epoch, self._perm = -1, None
 
     def row(self, index: int) -> np.ndarray:
@@ -146,9 +148,16 @@ class PackedRows:
             self._epoch = epoch
         return self._perm
 
+    def _rows(self, start_sample: int, batch_size: int) -> list[int]:
+        return [int(self._permutation(s // self.epoch_rows)[s % self.epoch_rows])
+                for s in range(start_sample, start_sample + batch_size)]
+
     def batch(self, start_sample: int, batch_size: int) -> np.ndarray:
-        return np.stack([self.row(int(self._permutation(s // self.epoch_rows)[s % self.epoch_rows]))
-                         for s in range(start_sample, start_sample + batch_size)])
+        return np.stack([self.row(index) for index in self._rows(start_sample, batch_size)])
+
+    def targets(self, start_sample: int, batch_size: int) -> int:
+        """How many targets of `batch(start_sample, batch_size)` are scored (not PAD_TARGET), without building it."""
+        return int(sum(int(self.scored[index]) for index in self._rows(start_sample, batch_size)))
 
 
 def inputs_and_targets(rows, pad_id: int):

@@ -9,7 +9,11 @@ step: the loop checkpoints the current step and raises `Interrupted`.
 Under torchrun (DistributedDataParallel) the ranks split each global batch
 (`sharding.shard_plan`) and agree, in one all-reduce per step, on the mean
 loss and on whether to stop or save, so the checkpoint is taken once, at the
-same step on every rank.
+same step on every rank. A step's loss is the mean over every scored target
+of its global batch (packed rows end in unscored padding, so forwards score
+different numbers of targets): each forward's mean is weighted by its share of
+them, so the gradient is the single-process one whatever the world size and
+however the batch is split into forwards.
 """
 
 from __future__ import annotations
@@ -153,27 +157,28 @@ def run_pretraining(
                                           cfg.lr_schedule, cfg.warmdown_fraction)
             loss_sum = torch.zeros((), device=device)
             step_start = state.samples_consumed
+            scored = max(1, windows.targets(step_start, batch * accum))  # the global batch's, every rank's
             for micro in range(plan.micro_steps):
                 start = plan.start(step_start, micro)
                 rows = torch.from_numpy(windows.batch(start, plan.micro_batch)).to(device, non_blocking=True)
+                share = windows.targets(start, plan.micro_batch) / scored  # this forward's part of the step's mean
                 with distributed.no_sync(ddp, micro < plan.micro_steps - 1), distributed.collective("gradient all-reduce"):
                     inputs, targets = inputs_and_targets(rows, model_cfg.pad_token_id)
                     with autocast:
                         logits = step_fn(inputs)
                     loss = cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1), PAD_TARGET)
-                    (loss / plan.micro_steps).backward()
-                loss_sum += loss.detach()
+                    (loss * (share * ctx.world_size)).backward()  # DDP averages over ranks: x world gives the sum
+                loss_sum += loss.detach() * share
             state.samples_consumed = step_start + batch * accum
             interrupted = stop_requested()
             time_due = every_seconds > 0 and time.monotonic() - last_save >= every_seconds
             if ctx.enabled:  # one collective: the global mean loss, and whether any rank stops or is due to save
                 flags = torch.tensor([float(interrupted), float(time_due)], device=device)
                 stats = distributed.all_reduce_sum(torch.cat([loss_sum.reshape(1), flags]), "loss and stop-flag all-reduce")
-                total_loss, stops, dues = stats.tolist()
-                step_loss = total_loss / (plan.micro_steps * ctx.world_size)
+                step_loss, stops, dues = stats.tolist()
                 interrupted, time_due = stops > 0, dues > 0
             else:
-                step_loss = float(loss_sum) / accum  # one device sync per step
+                step_loss = float(loss_sum)  # one device sync per step
             if not np.isfinite(step_loss):
                 raise StageError(
                     f"pretraining loss became {step_loss} at step {state.step + 1}; "

@@ -155,3 +155,7 @@ class Windows:
             begin = window * self.seq
             rows[i] = self.tokens[begin : begin + self.seq + 1]
         return rows
+
+    def targets(self, start_sample: int, batch_size: int) -> int:
+        """How many targets those samples score: all of them (a window has no padding)."""
+        return batch_size * self.seq
