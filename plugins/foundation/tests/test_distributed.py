@@ -3,7 +3,7 @@
 The spec's bounds are checked through `tt validate` (tests/e2e/test_foundation_inputs.py).
 
 The real 2-process gloo runs are end-to-end tests (tests/e2e/test_distributed_foundation.py); here two
-ranks that only exit show how the launcher maps their exit codes.
+ranks that only exit (or wait until torchrun stops them) show how the launcher maps their exit codes.
 """
 
 from __future__ import annotations
@@ -46,17 +46,23 @@ def test_launch_arguments():
     assert "--standalone" not in multi
 
 
-@pytest.mark.parametrize("rank_exit, stage_exit", [(2, 2), (3, 1)])
-def test_a_refusal_by_every_rank_exits_2_through_torchrun(tmp_path, rank_exit, stage_exit):
-    """Two real ranks under the torchrun launcher, each exiting `rank_exit`: invalid input (2) is still exit 2
-    (torchrun alone turns every failure into 1); any other failure is 1."""
+@pytest.mark.parametrize("rank_exit, stage_exit, rank_1", [(2, 2, "exits"), (3, 1, "exits"), (2, 2, "is stopped")])
+def test_a_refusal_exits_2_through_torchrun(tmp_path, rank_exit, stage_exit, rank_1):
+    """Two real ranks under the torchrun launcher: rank 0 exits `rank_exit`, and rank 1 exits the same way or
+    is still starting when torchrun stops it (it waits for a signal, so torchrun's SIGTERM ends it, as it ends
+    a rank still importing torch when another one refused its input). Invalid input (2) is still exit 2 either
+    way (torchrun alone turns every failure into 1, and lists the rank it stopped among the failures); any
+    other failure is 1."""
     import os
     import subprocess
     import sys
 
-    (tmp_path / "refusing_stage.py").write_text(f"import sys\nsys.exit({rank_exit})\n")
+    wait = "    signal.pause()\n" if rank_1 == "is stopped" else f"    sys.exit({rank_exit})\n"
+    (tmp_path / "refusing_stage.py").write_text(
+        f"import os, signal, sys\nif os.environ['RANK'] == '1':\n{wait}sys.exit({rank_exit})\n")
     args = stage_arguments({"nproc_per_node": 2}, "refusing_stage")
     env = {k: v for k, v in os.environ.items() if not k.startswith("TT_")}
     done = subprocess.run([sys.executable, *args], cwd=tmp_path, env=dict(env, PYTHONPATH=str(tmp_path)),
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == stage_exit, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "was killed by" not in done.stdout, done.stdout[-2000:]

@@ -152,22 +152,26 @@ def _launch(argv: Optional[Sequence[str]]) -> int:
     try:
         run(args)
     except ChildFailedError as exc:
-        rank, first = exc.get_first_failure()
-        # SIGTERM is what torchrun itself sends the survivors: a rank killed by anything else is the cause.
-        killed = sorted(((int(f.exitcode) == -signal.SIGTERM, r), r, f) for r, f in exc.failures.items()
-                        if int(getattr(f, "exitcode", 1)) < 0)
-        killed = [(r, f) for _, r, f in killed]
-        if killed:  # a rank died from a signal: that is the cause, whatever the others reported after it
-            rank, first = killed[0]
-            code = -int(first.exitcode)
-            try:
-                name = signal.Signals(code).name
-            except ValueError:
-                name = f"signal {code}"
-            _error(f"distributed rank {rank} (pid {first.pid}) was killed by {name}; every other rank was stopped, "
-                   "the run failed (resume with --resume from the last checkpoint)")
-            return 1
-        return _exit_code(first)
+        # SIGTERM is what torchrun itself sends the survivors once a rank failed (it lists them among the
+        # failures too): a rank killed by any other signal is the cause; else the first rank that exited by
+        # itself (a refusal stays exit 2 when a slower rank was stopped before it got as far); a rank killed
+        # by SIGTERM only when no rank did either.
+        deaths = {r: -int(f.exitcode) for r, f in exc.failures.items() if int(getattr(f, "exitcode", 1)) < 0}
+        causes = sorted(r for r, code in deaths.items() if code != signal.SIGTERM)
+        exited = [r for r in exc.failures if r not in deaths]
+        if not causes and exited:
+            return _exit_code(exc.failures[min(exited, key=lambda r: exc.failures[r].timestamp)])
+        if not deaths:
+            return EXIT_FAILED
+        rank = causes[0] if causes else min(deaths)
+        code, pid = deaths[rank], exc.failures[rank].pid
+        try:
+            name = signal.Signals(code).name
+        except ValueError:
+            name = f"signal {code}"
+        _error(f"distributed rank {rank} (pid {pid}) was killed by {name}; every other rank was stopped, "
+               "the run failed (resume with --resume from the last checkpoint)")
+        return 1
     except SignalException:
         return EXIT_INTERRUPTED
     return 0
