@@ -1,5 +1,11 @@
 """Items 2-4 at the stage level: byte-identical resume after SIGKILL/SIGTERM, fallback to older or backup
-checkpoints, clear refusal when none is intact or the configuration changed, and nothing deleted."""
+checkpoints, clear refusal when none is intact or the configuration changed, and nothing deleted.
+
+These runs weigh document beginnings up (`foundation.document_start_share` SHARE, on a corpus of long
+documents whose rows mostly continue one), and an epoch is shorter than the steps before the first
+checkpoint, so every resume here continues the repeated start rows and the per-epoch order from a later
+epoch. The default order (share 0) is resumed byte-identically through `tt run` in
+tests/e2e/test_foundation_recovery.py and test_foundation_operations.py."""
 
 import json
 import shutil
@@ -9,18 +15,19 @@ from pathlib import Path
 import pytest
 
 from conftest import prepare, run_stage, snapshot, tiny_config, wait_signal_taken, wait_until_gone
+from tt_engine_foundation.testing import write_documents
 
 MODEL = "pretrain/model/model.safetensors"
+SHARE = 0.3
+SAMPLES_PER_STEP = 4 * 2  # tiny_config: batch_size x gradient_accumulation_steps
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """An uninterrupted pretraining run, shared by the tests below."""
     base = tmp_path_factory.mktemp("ref")
-    from conftest import write_corpus
-
-    corpus = write_corpus(base / "corpus.jsonl")
-    cfg = tiny_config(corpus_path=str(corpus))
+    corpus = write_documents(base / "corpus.jsonl")
+    cfg = tiny_config(corpus_path=str(corpus), document_start_share=SHARE)
     run = base / "run"
     prepare(run, cfg)
     out = run_stage(run, "pretrain", cfg)
@@ -48,7 +55,8 @@ def test_reference_run_writes_checkpoints_heartbeats_and_result(reference):
     cfg, run = reference
     assert _steps(run) == ["step-000000012", "step-000000018", "step-000000024"]
     meta = json.loads((run / "pretrain/recovery/checkpoints/step-000000024/metadata.json").read_text())
-    assert meta["step"] == 24 and meta["samples_consumed"] == 24 * 4 * 2 and meta["tokens_seen"] == 24 * 4 * 2 * cfg["sequence_length"]
+    assert meta["step"] == 24 and meta["samples_consumed"] == 24 * SAMPLES_PER_STEP
+    assert meta["tokens_seen"] == 24 * SAMPLES_PER_STEP * cfg["sequence_length"]
     assert {f["path"] for f in meta["files"]} == {"model.safetensors", "optimizer.pt", "trainer-state.pt"}
     assert len(meta["config_fingerprint"]) == 64 and isinstance(meta["last_loss"], float)
     beats = [json.loads(l) for l in (run / "pretrain/recovery/training-metrics.jsonl").read_text().splitlines()]
@@ -57,6 +65,12 @@ def test_reference_run_writes_checkpoints_heartbeats_and_result(reference):
     result = json.loads((run / "pretrain/result.json").read_text())
     assert result["metrics"]["pretrain.steps"] == 24 and result["metrics"]["pretrain.tokens_per_second"] > 0
     assert len(result["series"]["pretrain.loss"]) == 24
+    # The order the tests below resume: start rows repeated up to SHARE of each epoch (the corpus alone gives
+    # far less), and an epoch shorter than the 6 steps before the first checkpoint.
+    rows = json.loads((run / "pretrain/recovery/pretrain-tokens.manifest.json").read_text())["packing"]["rows"]
+    per_epoch = result["metrics"]["pretrain.rows_per_epoch"]
+    assert rows < per_epoch <= 6 * SAMPLES_PER_STEP, (rows, per_epoch)
+    assert SHARE <= result["metrics"]["pretrain.document_start_share"] < SHARE + 0.05
     manifest = json.loads((run / "pretrain/model/artifact-manifest.json").read_text())
     assert {f["path"] for f in manifest["files"]} == {"model.safetensors", "config.json", "tt-model.json", "tokenizer.json"}
 
@@ -144,7 +158,8 @@ def test_no_intact_checkpoint_stops_and_deletes_nothing(tmp_path, reference):
     assert snapshot(run / "pretrain/recovery") == before
 
 
-@pytest.mark.parametrize("change", [{"depth": 2}, {"learning_rate": 0.01}, {"pretrain_steps": 30}, {"seed": 12}])
+@pytest.mark.parametrize("change", [{"depth": 2}, {"learning_rate": 0.01}, {"pretrain_steps": 30}, {"seed": 12},
+                                    {"document_start_share": 0.0}])
 def test_changed_configuration_is_refused_before_any_change(tmp_path, reference, change):
     cfg, run = _fresh(tmp_path, reference)
     shutil.copytree(reference[1] / "pretrain/recovery/checkpoints", run / "pretrain/recovery/checkpoints")

@@ -18,3 +18,17 @@ def write_corpus(path: Path, seed: int = 1, rows: int = 400) -> Path:
             a, b = r.randint(0, 40), r.randint(0, 40)
             handle.write(json.dumps({"text": f"{a} plus {b} is {a + b}. What is {a} plus {b}? {a + b}"}) + "\n")
     return path
+
+
+def write_documents(path: Path, seed: int = 1, documents: int = 6, sums: tuple[int, int] = (14, 22)) -> Path:
+    """A JSONL corpus of `documents` documents of a seeded number of sums each (in the `sums` range): long
+    enough that BOS-aligned packing splits most into several rows, so only a few rows begin a document."""
+    r = random.Random(seed)
+    with open(path, "w", encoding="utf-8") as handle:
+        for _ in range(documents):
+            parts = []
+            for _ in range(r.randint(*sums)):
+                a, b = r.randint(0, 40), r.randint(0, 40)
+                parts.append(f"{a} plus {b} is {a + b}.")
+            handle.write(json.dumps({"text": " ".join(parts)}) + "\n")
+    return path
