@@ -7,6 +7,7 @@ TT_ENVS_DIR); its python builds the tiny base model and runs the PEFT checks.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -68,6 +69,26 @@ def engine_run(python: str, home: Path, *args: str, timeout: float = 600) -> sub
 def build_tiny_model(python: str, home: Path, outdir: Path, arch: str = "llama") -> Path:
     engine_run(python, home, "-m", "tt_engine_adapter.testing.tiny_model", str(outdir), "--arch", arch)
     return outdir
+
+
+def shared_tiny_model(tmp_path_factory) -> Path:
+    """The tiny llama base model, built once per test session rather than once per module (~10 s of CPU each,
+    docs/testing.md "Shared work"): one folder beside the session's pytest-xdist workers' own, built under a
+    lock by whichever module asks first and renamed into place whole. The build is deterministic (seeded), and
+    runs only read their base model, so every module gets the same weights it would have built itself."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the session's folder, above each worker's popen-gwN
+    target = root / "shared-tiny-llama"
+    with open(root / "shared-tiny-llama.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not target.is_dir():
+            home = root / "shared-tiny-llama-build"
+            shutil.rmtree(home, ignore_errors=True)
+            home.mkdir()
+            built = build_tiny_model(engine_python(home), home, home / "tiny-llama", arch="llama")
+            built.rename(target)
+    return target
 
 
 def hub_cache(home: Path, model: Path, repo: str, commit: str, ref: str = "main") -> Path:

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from adapter_support import (COMPARE, PEFT_CHECK, TT_BIN, build_tiny_model, engine_python, engine_run, hub_cache,
-                             only_run_dir, tt, tt_env, write_spec)
+from adapter_support import (COMPARE, PEFT_CHECK, TT_BIN, engine_python, engine_run, hub_cache, only_run_dir,
+                             shared_tiny_model, tt, tt_env, write_spec)
 from process_tree import frozen
 
 HUB_ID, COMMIT = "tt-test/tiny", "c0ffee0123456789abcdef0123456789abcdef01"
@@ -41,8 +41,8 @@ def python(home) -> str:
 
 
 @pytest.fixture(scope="module")
-def model(home, python) -> Path:
-    return build_tiny_model(python, home, home / "tiny-llama", arch="llama")
+def model(tmp_path_factory) -> Path:
+    return shared_tiny_model(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from adapter_support import NEGATIVE, POSITIVE, SUBJECTS, build_tiny_model, engine_python, only_run_dir, tt, write_spec
+from adapter_support import NEGATIVE, POSITIVE, SUBJECTS, only_run_dir, shared_tiny_model, tt, write_spec
 from teacher_stub import StubTeacher
 
 from tt_host.spec.split import normalize_prompt
@@ -45,8 +45,8 @@ def home(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def model(home) -> Path:
-    return build_tiny_model(engine_python(home), home, home / "tiny-llama", arch="llama")
+def model(tmp_path_factory) -> Path:
+    return shared_tiny_model(tmp_path_factory)
 
 
 def run(home: Path, model: Path, name: str, **extra) -> dict:

@@ -16,8 +16,7 @@ import time
 
 import pytest
 
-from adapter_support import (build_tiny_model, engine_python, run_resumed, sentiment_examples, stage_starts, tt,
-                             write_spec)
+from adapter_support import run_resumed, sentiment_examples, shared_tiny_model, stage_starts, tt, write_spec
 
 TASK_YAML = """\
 task: tt_review_sentiment
@@ -39,8 +38,7 @@ metric_list:
 @pytest.fixture(scope="module")
 def damaged(tmp_path_factory) -> dict:
     home = tmp_path_factory.mktemp("benchmark-gate")
-    python = engine_python(home)
-    model = build_tiny_model(python, home, home / "tiny-llama", arch="llama")
+    model = shared_tiny_model(tmp_path_factory)
     folder = home / "spec"
     task_dir = folder / "benchmarks" / "reviews"
     task_dir.mkdir(parents=True)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from adapter_support import TT_BIN, build_tiny_model, engine_python, only_run_dir, tt, tt_env, write_spec
+from adapter_support import TT_BIN, only_run_dir, shared_tiny_model, tt, tt_env, write_spec
 
 HP = {"n_epochs": 2, "batch_size": 8, "max_eval_examples": 4, "checkpoint_interval_steps": 4}
 STOP_AT = 2  # the ranks agree on the stop at this step or the next: before the first periodic checkpoint (4)
@@ -32,8 +32,8 @@ def home(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def model(home) -> Path:
-    return build_tiny_model(engine_python(home), home, home / "tiny-llama", arch="llama")
+def model(tmp_path_factory) -> Path:
+    return shared_tiny_model(tmp_path_factory)
 
 
 def train_losses(run_dir: Path) -> list[list[float]]:

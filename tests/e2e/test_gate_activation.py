@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from adapter_support import (TT_BIN, build_tiny_model, engine_python, engine_run, run_resumed, stage_starts, tt,
+from adapter_support import (TT_BIN, engine_python, engine_run, run_resumed, shared_tiny_model, stage_starts, tt,
                              tt_env, write_spec)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,8 +59,8 @@ def python(home) -> str:
 
 
 @pytest.fixture(scope="module")
-def gated(home, python) -> dict:
-    model = build_tiny_model(python, home, home / "tiny-llama", arch="llama")
+def gated(home, python, tmp_path_factory) -> dict:
+    model = shared_tiny_model(tmp_path_factory)
     folder = home / "spec"
     folder.mkdir()
     (folder / "general.jsonl").write_text(_general_rows({}))

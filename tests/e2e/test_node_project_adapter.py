@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from adapter_support import build_tiny_model, engine_python, hub_cache, sentiment_examples, tt
+from adapter_support import hub_cache, sentiment_examples, shared_tiny_model, tt
 
 HUB_ID, COMMIT = "tt-test/node-tiny", "abcdef0123456789abcdef0123456789abcdef01"
 UUID = "0d9f4c3b-2a1e-4f6d-9c8b-7a6e5d4c3b2a"
@@ -25,8 +25,8 @@ def home(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("node-adapter")
 
 
-def test_a_node_init_spec_runs_to_prefetch_which_records_the_commit(home):
-    model = build_tiny_model(engine_python(home), home, home / "tiny", arch="llama")
+def test_a_node_init_spec_runs_to_prefetch_which_records_the_commit(home, tmp_path_factory):
+    model = shared_tiny_model(tmp_path_factory)
     snapshot = hub_cache(home, model, HUB_ID, COMMIT, ref="main")
     project = home / "project"
     project.mkdir()
