@@ -157,6 +157,7 @@ class FoundationConfig(DistributedSettings):
     log_interval_steps: int = Field(10, ge=1, le=1_000_000)
     seed: int = Field(1337, ge=0, le=2**31 - 1)
     finetune_steps: int = Field(100, ge=0, le=10_000_000)
+    finetune_corpus_rows: int = Field(0, ge=0, le=4_096, description="Rows of the pretraining token cache added to every SFT step (replay): the step's loss is the chat loss plus the next-token loss on these rows, so SFT keeps what pretraining taught while it learns the chat form. 0: SFT trains on chat rows only. Needs this run's token cache, so not with init_model.")
     rl_steps: int = Field(0, ge=0, le=10_000_000)
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     compile: bool = Field(False, description="torch.compile the model for pretraining.")
@@ -229,6 +230,14 @@ class FoundationConfig(DistributedSettings):
         if value > 0 and info.data.get("packing") == "stream":
             raise ValueError("applies to packing bos_aligned only (stream windows do not start at documents); "
                              "remove it or set packing to bos_aligned")
+        return value
+
+    @field_validator("finetune_corpus_rows")
+    @classmethod
+    def _replay_needs_a_token_cache(cls, value: int, info: ValidationInfo) -> int:
+        if value > 0 and info.data.get("init_model") is not None:
+            raise ValueError("replays this run's pretraining token cache, and with foundation.init_model the run has "
+                             "none (nothing is pretrained here); set it to 0, or pretrain in this run")
         return value
 
     @field_validator("init_model")

@@ -26,7 +26,7 @@ PRETRAIN_FIELDS = (
 BATCH_SCALE_FLOOR = 1.0
 
 SFT_FIELDS = ("finetune_learning_rate", "finetune_steps", "batch_size", "sequence_length", "weight_decay", "gradient_clip", "seed",
-              "bf16")
+              "bf16", "finetune_corpus_rows")
 
 
 RATE_FIELDS = ("learning_rate", "finetune_learning_rate")

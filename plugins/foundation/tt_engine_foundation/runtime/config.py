@@ -61,6 +61,7 @@ class FoundationSettings(DistributedSettings):
     log_interval_steps: int = 10
     seed: int = 1337
     finetune_steps: int = 100
+    finetune_corpus_rows: int = 0
     rl_steps: int = 0
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     compile: bool = False

@@ -2,7 +2,9 @@
 
 AdamW at `foundation.finetune_learning_rate` (FoundationSettings.finetune_peak_rate), linear decay to zero
 over `finetune_steps`; batches of `batch_size` rows in a seeded order, padded with
-`<|pad|>` (padding and prompt tokens are ignored by the loss).
+`<|pad|>` (padding and prompt tokens are ignored by the loss). With `finetune_corpus_rows` > 0 every
+step also trains on that many rows of the pretraining token cache (runtime/replay.py): their loss is added
+to the chat loss, its own backward pass before the chat one (the accumulation pattern pretraining uses).
 
 Under torchrun every rank draws the same batch and computes rows
 `rank::world_size` of it; its loss is its supervised-token loss sum over the
@@ -41,6 +43,7 @@ from tt_engine_foundation.runtime import resume
 from tt_engine_foundation.runtime import tokenizer
 from tt_engine_foundation.runtime.chat import fit_example, sequence_error
 from tt_engine_foundation.runtime.optim import build_adamw, set_lr
+from tt_engine_foundation.runtime.replay import Replay
 
 IGNORE = -100
 
@@ -119,16 +122,18 @@ class SftCheckpoints:
         return checkpoint.config_fingerprint(self.config)
 
 
-def sft_config(cfg: FoundationSettings, peak_lr: float, rows: Sequence[Mapping[str, Any]], input_model: Path) -> dict:
+def sft_config(cfg: FoundationSettings, peak_lr: float, rows: Sequence[Mapping[str, Any]], input_model: Path,
+               replay: Optional[Replay] = None) -> dict:
     """Everything the SFT weights depend on: the input weights (their sha256 in the model's manifest, which
     a re-run pretraining with identical weights keeps), the rows, formats.weights.SFT_FIELDS (the learning
-    rate as used)."""
+    rate as used) and, with replay, the token cache's sha256."""
     manifest = json.loads((input_model / MANIFEST).read_text(encoding="utf-8"))
     weights = [f["sha256"] for f in manifest.get("files", []) if f.get("path") == "model.safetensors"]
     return {
         "input_weights_sha256": weights[0] if weights else None,
         "rows_sha256": hashlib.sha256(json.dumps(list(rows), sort_keys=True).encode("utf-8")).hexdigest(),
         **used_settings(cfg, SFT_FIELDS, peak_lr),
+        **({"replay_token_cache_sha256": replay.token_cache_sha256} if replay is not None else {}),
     }
 
 
@@ -143,8 +148,10 @@ def run_sft(
     on_step: Optional[Callable[[int, int, float, float], None]],
     checkpoints: SftCheckpoints,
     stats: Optional[dict] = None,
+    replay: Optional[Replay] = None,
 ) -> list[tuple[int, float]]:
-    """Fine-tune `model` in place; returns the losses. `stats` receives `trimmed_rows` (rows that lost user text)."""
+    """Fine-tune `model` in place; returns the (chat) losses. `stats` receives `trimmed_rows` (rows that lost
+    user text) and, with `replay`, `corpus_loss` (the last step's corpus loss)."""
     seq = cfg.sequence_length
     steps = cfg.finetune_steps
     examples, trimmed = build_examples(tok, rows, seq)
@@ -189,17 +196,26 @@ def run_sft(
                 picked.append(examples[int(order[cursor])])
                 cursor += 1
             stopping = stop_requested()
+            corpus = torch.zeros((), device=device)
+            if replay is not None:
+                with distributed.no_sync(net, True), distributed.collective("SFT replay gradient"):
+                    corpus = replay.loss(net, step, pad, device, autocast_dtype, dist.rank, dist.world_size)
+                    corpus.backward()
+            corpus_value = float(corpus.detach())
             if dist.enabled:
                 with distributed.collective("SFT gradient all-reduce"):
                     loss = _rank_loss(net, picked, pad, device, autocast_dtype, dist.rank, dist.world_size)
                     loss.backward()
-                stats = torch.stack([loss.detach() / dist.world_size, torch.tensor(float(stopping), device=device)])
-                value_t, stops = distributed.all_reduce_sum(stats, "SFT loss and stop-flag all-reduce").tolist()
+                flags = torch.stack([loss.detach() / dist.world_size, torch.tensor(float(stopping), device=device),
+                                     corpus.detach() / dist.world_size])
+                value_t, stops, corpus_value = distributed.all_reduce_sum(flags, "SFT loss and stop-flag all-reduce").tolist()
                 stopping = stops > 0
             else:
                 x, y = collate(picked, pad)
                 loss = supervised_loss(model, x.to(device), y.to(device), autocast_dtype)
                 loss.backward()
+            if replay is not None and stats is not None:
+                stats["corpus_loss"] = corpus_value
             if clip > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
             optimizer.step()

@@ -123,6 +123,26 @@ def open_tokens(bin_path: Path, manifest: Mapping[str, Any]) -> np.ndarray:
     return np.memmap(bin_path, dtype=np.dtype(manifest["dtype"]), mode="r")
 
 
+def open_training_data(cfg, layout) -> tuple[np.ndarray, Optional[np.ndarray], dict[str, Any]]:
+    """The run's verified token cache (FoundationSettings `cfg`, config.Layout `layout`): (tokens, the
+    BOS-aligned packing table or None with `packing: stream`, the manifest). Pretraining and SFT replay
+    read it this way; a missing or changed cache is a failed stage that says which stage to rerun."""
+    manifest = read_manifest(layout.tokens_manifest)
+    if manifest is None:
+        raise StageError(f"{layout.tokens_manifest}: token cache manifest is missing; run the token_cache stage")
+    verify(layout.tokens_bin, manifest)
+    tokens = open_tokens(layout.tokens_bin, manifest)
+    if cfg.packing != "bos_aligned":
+        return tokens, None, manifest
+    from tt_engine_foundation.runtime import packing
+
+    verify_packing(layout.tokens_packing, manifest)
+    if manifest["packing"]["row_tokens"] != cfg.sequence_length + 1:
+        raise StageError(f"{layout.tokens_packing}: packed for rows of {manifest['packing']['row_tokens']} "
+                         "tokens, not sequence_length + 1; rerun the token_cache stage")
+    return tokens, packing.read_table(layout.tokens_packing, manifest["packing"]["chunks"]), manifest
+
+
 class Windows:
     """Deterministic sample order: non-overlapping windows of seq+1 tokens, reshuffled per epoch from the seed."""
 

@@ -33,20 +33,7 @@ def main(request: FoundationRequest) -> dict[str, Any]:
     cfg = request.cfg
     lay = request.layout
     check_fits(tok, cfg.sequence_length, request.system_message, request.answers)  # sequence_length may have changed since the tokenizer stage: exit 2 before training
-    manifest = token_cache.read_manifest(lay.tokens_manifest)
-    if manifest is None:
-        raise protocol.StageError(f"{lay.tokens_manifest}: token cache manifest is missing; run the token_cache stage")
-    token_cache.verify(lay.tokens_bin, manifest)
-    tokens = token_cache.open_tokens(lay.tokens_bin, manifest)
-    packing_table = None
-    if cfg.packing == "bos_aligned":
-        from tt_engine_foundation.runtime import packing
-
-        token_cache.verify_packing(lay.tokens_packing, manifest)
-        if manifest["packing"]["row_tokens"] != cfg.sequence_length + 1:
-            raise protocol.StageError(f"{lay.tokens_packing}: packed for rows of {manifest['packing']['row_tokens']} "
-                                      "tokens, not sequence_length + 1; rerun the token_cache stage")
-        packing_table = packing.read_table(lay.tokens_packing, manifest["packing"]["chunks"])
+    tokens, packing_table, manifest = token_cache.open_training_data(cfg, lay)
     model_cfg = config_for_depth(cfg.depth, cfg.vocab_size, cfg.sequence_length, cfg.qk_norm, **tokenizer.special_ids(tok))
     peak_lr = cfg.pretrain_learning_rate()
     data = {"token_cache_sha256": manifest["file"]["sha256"], "tokenizer_sha256": file_sha256(lay.tokenizer_json)}

@@ -1,4 +1,5 @@
-"""Stage `sft`: chat fine-tuning of the pretrained model (or `init_model`) on the training rows (assistant tokens only).
+"""Stage `sft`: chat fine-tuning of the pretrained model (or `init_model`) on the training rows (assistant tokens only),
+with `finetune_corpus_rows` rows of the pretraining token cache replayed in every step (runtime/replay.py).
 
 With world size > 1 the plugin starts it under torchrun (DistributedDataParallel);
 the first rank of each node writes the model and the result.
@@ -36,7 +37,9 @@ def sft_rows(request: FoundationRequest) -> list[dict]:
 
 
 def main(request: FoundationRequest) -> dict[str, Any]:
+    from tt_engine_foundation.runtime import tokenizer
     from tt_engine_foundation.runtime.model_io import load_model_dir, save_model_dir
+    from tt_engine_foundation.runtime.replay import open_replay
     from tt_engine_foundation.runtime.sft import SftCheckpoints, run_sft, sft_config
     from tt_engine_foundation.runtime.torchsetup import autocast_dtype, open_stage
     from tt_stagekit.promptfit import trimmed_note
@@ -48,20 +51,23 @@ def main(request: FoundationRequest) -> dict[str, Any]:
     model = load_model_dir(lay.base_model, device)
     peak_lr = cfg.finetune_peak_rate(model.cfg.hidden_size)
     every = cfg.log_interval_steps
+    stats: dict = {}
 
     def on_step(step: int, total: int, loss: float, lr: float) -> None:
         if step % every == 0 or step == total:
-            protocol.progress(step, total, "step", {"loss": loss, "lr": lr})
+            extra = {"corpus_loss": stats["corpus_loss"]} if "corpus_loss" in stats else {}
+            protocol.progress(step, total, "step", {"loss": loss, "lr": lr, **extra})
 
-    protocol.log(f"SFT on {len(rows)} training rows for {cfg.finetune_steps} steps")
+    replay = open_replay(cfg, lay, tokenizer.special_id(tok, tokenizer.BOS), tokenizer.special_id(tok, tokenizer.PAD))
+    protocol.log(f"SFT on {len(rows)} training rows for {cfg.finetune_steps} steps"
+                 + (f", replaying {replay.rows} pretraining rows per step" if replay is not None else ""))
     input_model = lay.base_model
     checkpoints = SftCheckpoints(
-        directory=lay.sft_checkpoints, config=sft_config(cfg, peak_lr, rows, input_model),
+        directory=lay.sft_checkpoints, config=sft_config(cfg, peak_lr, rows, input_model, replay),
         every_steps=cfg.checkpoint_interval_steps, keep=cfg.keep_checkpoints,
     )
-    stats: dict = {}
     losses = run_sft(model, tok, rows, cfg, peak_lr, device, autocast_dtype(cfg, device),
-                     on_step, checkpoints, stats)
+                     on_step, checkpoints, stats, replay)
     model_dir = lay.model_dir("sft")
     if protocol.speaks():
         save_model_dir(
@@ -71,6 +77,10 @@ def main(request: FoundationRequest) -> dict[str, Any]:
     metrics = {"sft.steps": len(losses), "sft.trimmed_rows": stats["trimmed_rows"]}
     if losses:
         metrics["sft.final_loss"] = losses[-1][1]
+    if replay is not None:
+        metrics["sft.corpus_rows_per_step"] = replay.rows
+        if "corpus_loss" in stats:
+            metrics["sft.final_corpus_loss"] = stats["corpus_loss"]
     notes = [trimmed_note(stats["trimmed_rows"], len(rows), "SFT training rows", "foundation.sequence_length",
                           cfg.sequence_length)] if stats["trimmed_rows"] else []
     for note in notes:
