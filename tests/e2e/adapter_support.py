@@ -13,8 +13,11 @@ import os
 import shutil
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
+
+from foundation_support import snapshot
 
 TT_BIN = shutil.which("tt", path=str(Path(sys.executable).parent)) or "tt"
 
@@ -71,15 +74,20 @@ def build_tiny_model(python: str, home: Path, outdir: Path, arch: str = "llama")
     return outdir
 
 
-def shared_tiny_model(tmp_path_factory) -> Path:
+@contextmanager
+def shared_tiny_model(tmp_path_factory) -> Iterator[Path]:
     """The tiny llama base model, built once per test session rather than once per module (~10 s of CPU each,
-    docs/testing.md "Shared work"): one folder beside the session's pytest-xdist workers' own, built under a
-    lock by whichever module asks first and renamed into place whole. The build is deterministic (seeded), and
-    runs only read their base model, so every module gets the same weights it would have built itself."""
+    docs/testing.md "CPU time"), for a module fixture to yield from: `with shared_tiny_model(f) as model:`.
+
+    One folder beside the session's pytest-xdist workers' own, built under a lock by whichever module asks first
+    and renamed into place whole. The build is deterministic (seeded), so every module gets the weights it would
+    have built itself, as long as no module changes the folder: its files' digests, recorded at the build, are
+    checked when a module takes the folder and again when it is done with it, and a change fails that module
+    (naming the files) instead of reaching the modules after it."""
     root = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         root = root.parent  # the session's folder, above each worker's popen-gwN
-    target = root / "shared-tiny-llama"
+    target, recorded = root / "shared-tiny-llama", root / "shared-tiny-llama.json"
     with open(root / "shared-tiny-llama.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not target.is_dir():
@@ -87,8 +95,19 @@ def shared_tiny_model(tmp_path_factory) -> Path:
             shutil.rmtree(home, ignore_errors=True)
             home.mkdir()
             built = build_tiny_model(engine_python(home), home, home / "tiny-llama", arch="llama")
+            recorded.write_text(json.dumps(snapshot(built)))
             built.rename(target)
-    return target
+    want = json.loads(recorded.read_text())
+    _assert_unchanged(target, want, "before this module took it")
+    yield target
+    _assert_unchanged(target, want, "while this module had it (by it, or by a module on another worker)")
+
+
+def _assert_unchanged(model: Path, want: dict[str, list], when: str) -> None:
+    got = {name: list(entry) for name, entry in snapshot(model).items()}
+    changed = sorted(name for name in want.keys() | got.keys() if want.get(name) != got.get(name))
+    assert not changed, (f"the session's shared tiny model {model} was changed {when}: {changed}; a module that "
+                         "needs a changed base model must change its own copy (shutil.copytree)")
 
 
 def hub_cache(home: Path, model: Path, repo: str, commit: str, ref: str = "main") -> Path:

@@ -20,6 +20,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -41,8 +42,9 @@ def python(home) -> str:
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory) -> Path:
-    return shared_tiny_model(tmp_path_factory)
+def model(tmp_path_factory) -> Iterator[Path]:
+    with shared_tiny_model(tmp_path_factory) as model:
+        yield model
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -45,8 +46,9 @@ def home(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory) -> Path:
-    return shared_tiny_model(tmp_path_factory)
+def model(tmp_path_factory) -> Iterator[Path]:
+    with shared_tiny_model(tmp_path_factory) as model:
+        yield model
 
 
 def run(home: Path, model: Path, name: str, **extra) -> dict:

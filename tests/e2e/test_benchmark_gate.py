@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -36,9 +38,14 @@ metric_list:
 
 
 @pytest.fixture(scope="module")
-def damaged(tmp_path_factory) -> dict:
+def model(tmp_path_factory) -> Iterator[Path]:
+    with shared_tiny_model(tmp_path_factory) as model:
+        yield model
+
+
+@pytest.fixture(scope="module")
+def damaged(tmp_path_factory, model) -> dict:
     home = tmp_path_factory.mktemp("benchmark-gate")
-    model = shared_tiny_model(tmp_path_factory)
     folder = home / "spec"
     task_dir = folder / "benchmarks" / "reviews"
     task_dir.mkdir(parents=True)

@@ -17,6 +17,7 @@ import json
 import signal
 import subprocess
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -32,8 +33,9 @@ def home(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory) -> Path:
-    return shared_tiny_model(tmp_path_factory)
+def model(tmp_path_factory) -> Iterator[Path]:
+    with shared_tiny_model(tmp_path_factory) as model:
+        yield model
 
 
 def train_losses(run_dir: Path) -> list[list[float]]:

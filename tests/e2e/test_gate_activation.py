@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -59,8 +60,13 @@ def python(home) -> str:
 
 
 @pytest.fixture(scope="module")
-def gated(home, python, tmp_path_factory) -> dict:
-    model = shared_tiny_model(tmp_path_factory)
+def model(tmp_path_factory) -> Iterator[Path]:
+    with shared_tiny_model(tmp_path_factory) as model:
+        yield model
+
+
+@pytest.fixture(scope="module")
+def gated(home, python, model) -> dict:
     folder = home / "spec"
     folder.mkdir()
     (folder / "general.jsonl").write_text(_general_rows({}))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -25,8 +26,13 @@ def home(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("node-adapter")
 
 
-def test_a_node_init_spec_runs_to_prefetch_which_records_the_commit(home, tmp_path_factory):
-    model = shared_tiny_model(tmp_path_factory)
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> Iterator[Path]:
+    with shared_tiny_model(tmp_path_factory) as model:
+        yield model
+
+
+def test_a_node_init_spec_runs_to_prefetch_which_records_the_commit(home, model):
     snapshot = hub_cache(home, model, HUB_ID, COMMIT, ref="main")
     project = home / "project"
     project.mkdir()
