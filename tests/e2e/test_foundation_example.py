@@ -10,10 +10,10 @@ import shutil
 
 from foundation_support import REPO, tt
 
-# Held-out exact match measured (README.md): 8/11 at the spec's seed on main (10/11 before the per-group AdamW
-# betas), 4/11 at seed 2. The floor (4 of 11) fails when SFT forgets the pretrained sums (finetune_learning_rate
-# 2e-3 for 300 steps: 0/11; 1e-3 for 150: 3/11) or does not teach the chat form (3e-4 for 60 steps: 0/11).
-EXACT_MATCH_FLOOR = 0.3
+# Held-out exact match measured with the spec's SFT (400 steps at 5e-4, 4 corpus rows replayed per step; README.md):
+# 7/11 at the spec's seed 1337, 6/11 at seeds 2 and 3, 5/11 at seed 4. The floor (5 of 11) fails when SFT forgets
+# the pretrained sums (finetune_learning_rate 2e-3 for 200 steps without replay: 2/11 at seed 1337).
+EXACT_MATCH_FLOOR = 0.4
 REQUIRED = [
     "pretrain.final_loss", "pretrain.tokens_per_second", "pretrain.steps", "bpb.value", "bpb.source",
     "sft.final_loss", "chat_eval.exact_match", "chat_eval.count", "rl.mean_reward",
