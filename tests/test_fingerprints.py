@@ -98,6 +98,20 @@ def _state(spec, compiled, run_dir: Path) -> dict:
     return {"engine": "foundation", "stages": stages}
 
 
+def sft_onward_decisions_after(tmp_path: Path, **change) -> dict:
+    """How a finished run of the default foundation spec is planned after `change` to its foundation block:
+    {stage: decision}, asserted to reuse every pretraining stage and rerun every tuning stage."""
+    from tt_host.runs.store import RunDir
+
+    run = RunDir(tmp_path / "run")
+    state = _state(*foundation_spec(tmp_path), run.path)
+    spec, compiled = foundation_spec(tmp_path, **change)
+    decisions = {d.stage: d for d in decide(chain(ENGINE, spec, compiled), state, run, spec)}
+    assert [decisions[n].action for n in PRETRAINING] == ["reuse"] * len(PRETRAINING)
+    assert [decisions[n].action for n in TUNING] == ["rerun"] * len(TUNING)
+    return decisions
+
+
 def test_decide_reuses_pretraining_reruns_tuning_and_refuses_depth(tmp_path):
     from tt_host.runs.store import RunDir
 

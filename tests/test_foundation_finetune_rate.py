@@ -10,11 +10,9 @@ import pytest
 
 from badinput_support import assert_refused, in_process_tt, snapshot
 from conftest import write_spec
-from test_fingerprints import PRETRAINING, TUNING, _state, foundation_spec, prints
+from test_fingerprints import PRETRAINING, TUNING, foundation_spec, prints, sft_onward_decisions_after
 from tt_engine_foundation.plugin import ENGINE
 from tt_host.runs.fingerprint import chain
-from tt_host.runs.plan import decide
-from tt_host.runs.store import RunDir
 
 
 def test_finetune_rate_reaches_sft_onward_and_learning_rate_no_longer_does(tmp_path):
@@ -30,12 +28,7 @@ def test_finetune_rate_reaches_sft_onward_and_learning_rate_no_longer_does(tmp_p
 
 
 def test_a_finished_run_reruns_only_sft_onward_for_a_new_finetune_rate(tmp_path):
-    run = RunDir(tmp_path / "run")
-    state = _state(*foundation_spec(tmp_path), run.path)
-    spec, compiled = foundation_spec(tmp_path, finetune_learning_rate=0.003)
-    decisions = {d.stage: d for d in decide(chain(ENGINE, spec, compiled), state, run, spec)}
-    assert [decisions[n].action for n in PRETRAINING] == ["reuse"] * len(PRETRAINING)
-    assert [decisions[n].action for n in TUNING] == ["rerun"] * len(TUNING)
+    decisions = sft_onward_decisions_after(tmp_path, finetune_learning_rate=0.003)
     assert "foundation.finetune_learning_rate" in decisions["sft"].reason
 
 

@@ -9,12 +9,8 @@ import json
 import pytest
 
 from badinput_support import assert_refused, in_process_tt, snapshot
-from test_fingerprints import PRETRAINING, TUNING, _state, foundation_spec, prints
+from test_fingerprints import PRETRAINING, TUNING, foundation_spec, prints, sft_onward_decisions_after
 from test_foundation_finetune_rate import small_foundation_spec
-from tt_engine_foundation.plugin import ENGINE
-from tt_host.runs.fingerprint import chain
-from tt_host.runs.plan import decide
-from tt_host.runs.store import RunDir
 
 
 def test_replay_rows_reach_sft_onward_only(tmp_path):
@@ -26,12 +22,7 @@ def test_replay_rows_reach_sft_onward_only(tmp_path):
 
 
 def test_a_finished_run_reruns_sft_onward_for_new_replay_rows(tmp_path):
-    run = RunDir(tmp_path / "run")
-    state = _state(*foundation_spec(tmp_path), run.path)
-    spec, compiled = foundation_spec(tmp_path, finetune_corpus_rows=2)
-    decisions = {d.stage: d for d in decide(chain(ENGINE, spec, compiled), state, run, spec)}
-    assert [decisions[n].action for n in PRETRAINING] == ["reuse"] * len(PRETRAINING)
-    assert [decisions[n].action for n in TUNING] == ["rerun"] * len(TUNING)
+    decisions = sft_onward_decisions_after(tmp_path, finetune_corpus_rows=2)
     assert "foundation.finetune_corpus_rows" in decisions["sft"].reason
 
 
