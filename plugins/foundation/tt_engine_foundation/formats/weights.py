@@ -17,7 +17,7 @@ PRETRAIN_FIELDS = (
     "depth", "vocab_size", "sequence_length", "learning_rate", "weight_decay", "warmup_steps", "min_lr_ratio",
     "pretrain_steps", "batch_size", "gradient_accumulation_steps", "gradient_clip", "seed", "bf16",
     "optimizer", "lr_schedule", "warmdown_fraction", "packing", "qk_norm",
-    "document_start_share",
+    "document_start_share", "cpu_bf16",
 )
 
 # The derived pretraining rates' batch factor never falls below this (runtime/hyperparams.py). A stage input
@@ -26,7 +26,7 @@ PRETRAIN_FIELDS = (
 BATCH_SCALE_FLOOR = 1.0
 
 SFT_FIELDS = ("finetune_learning_rate", "finetune_steps", "batch_size", "sequence_length", "weight_decay", "gradient_clip", "seed",
-              "bf16", "finetune_corpus_rows")
+              "bf16", "finetune_corpus_rows", "cpu_bf16")
 
 
 RATE_FIELDS = ("learning_rate", "finetune_learning_rate")

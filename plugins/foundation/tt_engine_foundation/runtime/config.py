@@ -55,6 +55,7 @@ class FoundationSettings(DistributedSettings):
     warmdown_fraction: float = 0.5
     gradient_clip: float = 1.0
     bf16: bool = True
+    cpu_bf16: bool = False
     checkpoint_interval_steps: int = 100
     checkpoint_interval_seconds: float = 1800.0
     keep_checkpoints: int = 3

@@ -40,7 +40,8 @@ def is_hidden_matrix(name: str, p: torch.Tensor) -> bool:
     return p.ndim == 2 and name.startswith("model.layers.")
 
 
-def build_muon_adamw(model: torch.nn.Module, rates: MuonRates, device) -> "MuonAdamW":
+def build_muon_adamw(model: torch.nn.Module, rates: MuonRates, device, ns_bf16: bool = False) -> "MuonAdamW":
+    """`ns_bf16`: Muon's iteration in bf16 on the CPU too (it always is on CUDA), for steps computed in bf16."""
     matrices, embedding, head, norms = [], [], [], []
     for name, p in model.named_parameters():
         if not p.requires_grad:
@@ -58,6 +59,7 @@ def build_muon_adamw(model: torch.nn.Module, rates: MuonRates, device) -> "MuonA
           "base_weight_decay": rates.matrix_weight_decay}],
         lr=rates.matrix_lr, weight_decay=rates.matrix_weight_decay, momentum=rates.momentum_end, nesterov=True,
     )
+    muon.iteration_bf16 = ns_bf16
     adam_groups = [
         {"params": embedding, "lr": rates.embedding_lr, "base_lr": rates.embedding_lr, "weight_decay": 0.0,
          "betas": rates.embedding_betas},

@@ -18,7 +18,6 @@ however the batch is split into forwards.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import time
@@ -36,7 +35,7 @@ from tt_engine_foundation.runtime.config import FoundationSettings
 from tt_engine_foundation.runtime import resume
 from tt_engine_foundation.runtime.loss import cross_entropy
 from tt_engine_foundation.runtime.model import GPT, ModelConfig
-from tt_engine_foundation.runtime import schedule
+from tt_engine_foundation.runtime import schedule, torchsetup
 from tt_engine_foundation.runtime.hyperparams import muon_rates
 from tt_engine_foundation.runtime.optim import build_adamw, build_muon_adamw
 from tt_engine_foundation.runtime.packing import PAD_TARGET, PackedRows, inputs_and_targets
@@ -55,13 +54,14 @@ def training_config(cfg: FoundationSettings, model_cfg: ModelConfig, peak_lr: fl
     }
 
 
-def build_optimizer(cfg: FoundationSettings, model: GPT, peak_lr: float, device):
-    """`foundation.optimizer`: AdamW at `peak_lr`, or Muon + AdamW with `peak_lr` as Muon's matrix rate."""
+def build_optimizer(cfg: FoundationSettings, model: GPT, peak_lr: float, device, compute_dtype=None):
+    """`foundation.optimizer`: AdamW at `peak_lr`, or Muon + AdamW with `peak_lr` as Muon's matrix rate (its
+    Newton-Schulz iteration in bf16 where the steps compute in bf16, `compute_dtype`)."""
     if cfg.optimizer == "adamw":
         return build_adamw(model, peak_lr, cfg.weight_decay, device)
     width = model.cfg.hidden_size
     rates = muon_rates(width, model.cfg.num_hidden_layers, model.cfg.vocab_size, cfg.tokens_per_step, peak_lr)
-    return build_muon_adamw(model, rates, device)
+    return build_muon_adamw(model, rates, device, ns_bf16=compute_dtype == torch.bfloat16)
 
 
 def _append_jsonl(path: Path, row: Mapping[str, Any]) -> None:
@@ -101,7 +101,8 @@ def run_pretraining(
     model.init_weights(seed)
     model.gradient_checkpointing = cfg.gradient_checkpointing
     model.to(device)
-    optimizer = build_optimizer(cfg, model, peak_lr, device)
+    compute_dtype = torchsetup.training_autocast_dtype(cfg, device)
+    optimizer = build_optimizer(cfg, model, peak_lr, device, compute_dtype)
     if choice.path is not None:
         state = resume.restore(choice.path, model, optimizer, device)
         log(f"resumed pretraining from {choice.path} at step {state.step}"
@@ -119,10 +120,7 @@ def run_pretraining(
     else:
         windows = Windows(tokens, seq, seed)
     tokens_per_step = batch * accum * seq  # the global batch, whatever the world size
-    use_bf16 = cfg.bf16 and device.type == "cuda"
-    autocast = (
-        torch.autocast(device_type="cuda", dtype=torch.bfloat16) if use_bf16 else contextlib.nullcontext()
-    )
+    autocast = torchsetup.autocast(compute_dtype, device)
     step_fn = ddp
     if cfg.compile:
         step_fn = torch.compile(ddp)

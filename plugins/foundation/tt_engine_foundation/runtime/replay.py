@@ -16,13 +16,12 @@ single-process one. With 0 rows (the default) nothing here runs and SFT is uncha
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
 
-from tt_engine_foundation.runtime import token_cache
+from tt_engine_foundation.runtime import token_cache, torchsetup
 from tt_engine_foundation.runtime.config import FoundationSettings, Layout
 from tt_engine_foundation.runtime.loss import cross_entropy
 from tt_engine_foundation.runtime.packing import PAD_TARGET, inputs_and_targets
@@ -52,8 +51,7 @@ class Replay:
         x, y = inputs[mine], targets[mine]
         if len(x) == 0:  # more ranks than rows: take part in the all-reduce with a zero-weight row
             x, y = inputs[:1], torch.full_like(targets[:1], PAD_TARGET)
-        cuda = autocast_dtype is not None and device.type == "cuda"
-        with torch.autocast(device_type="cuda", dtype=autocast_dtype) if cuda else contextlib.nullcontext():
+        with torchsetup.autocast(autocast_dtype, device):
             logits = model(x.to(device))
         here = int((y != PAD_TARGET).sum())
         if here == 0:  # nothing to score on this rank: a zero that still reaches every weight (DDP's all-reduce)

@@ -40,7 +40,7 @@ from tt_engine_foundation.formats.weights import SFT_FIELDS, used_settings
 from tt_engine_foundation.runtime import checkpoint
 from tt_engine_foundation.runtime.config import FoundationSettings
 from tt_engine_foundation.runtime import resume
-from tt_engine_foundation.runtime import tokenizer
+from tt_engine_foundation.runtime import tokenizer, torchsetup
 from tt_engine_foundation.runtime.chat import fit_example, sequence_error
 from tt_engine_foundation.runtime.optim import build_adamw, set_lr
 from tt_engine_foundation.runtime.replay import Replay
@@ -80,9 +80,7 @@ def collate(examples: Sequence[tuple[list[int], list[int]]], pad_id: int) -> tup
 
 
 def supervised_loss(model, x: torch.Tensor, y: torch.Tensor, autocast_dtype, reduction: str = "mean") -> torch.Tensor:
-    device = x.device
-    ctx = torch.autocast(device_type="cuda", dtype=autocast_dtype) if autocast_dtype is not None and device.type == "cuda" else _null()
-    with ctx:
+    with torchsetup.autocast(autocast_dtype, x.device):
         logits = model(x)
     return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), y.reshape(-1), ignore_index=IGNORE,
                            reduction=reduction)
@@ -97,14 +95,6 @@ def _rank_loss(model, picked, pad: int, device, autocast_dtype, rank: int, world
         y.fill_(IGNORE)
     total = supervised_loss(model, x.to(device), y.to(device), autocast_dtype, reduction="sum")
     return total * (world / max(1, supervised))
-
-
-class _null:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 @dataclass

@@ -41,7 +41,7 @@ def main(request: FoundationRequest) -> dict[str, Any]:
     from tt_engine_foundation.runtime.model_io import load_model_dir, save_model_dir
     from tt_engine_foundation.runtime.replay import open_replay
     from tt_engine_foundation.runtime.sft import SftCheckpoints, run_sft, sft_config
-    from tt_engine_foundation.runtime.torchsetup import autocast_dtype, open_stage
+    from tt_engine_foundation.runtime.torchsetup import open_stage, training_autocast_dtype
     from tt_stagekit.promptfit import trimmed_note
 
     device, tok = open_stage(request, distributed=True)
@@ -66,7 +66,7 @@ def main(request: FoundationRequest) -> dict[str, Any]:
         directory=lay.sft_checkpoints, config=sft_config(cfg, peak_lr, rows, input_model, replay),
         every_steps=cfg.checkpoint_interval_steps, keep=cfg.keep_checkpoints,
     )
-    losses = run_sft(model, tok, rows, cfg, peak_lr, device, autocast_dtype(cfg, device),
+    losses = run_sft(model, tok, rows, cfg, peak_lr, device, training_autocast_dtype(cfg, device),
                      on_step, checkpoints, stats, replay)
     model_dir = lay.model_dir("sft")
     if protocol.speaks():
