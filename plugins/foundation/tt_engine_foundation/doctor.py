@@ -68,6 +68,45 @@ def _bf16_check(spec: FoundationSpec, device: Check) -> Iterator[Check]:
                     "set foundation.bf16 to false to say so, or use a GPU with bf16 (compute capability 8.0+)")
 
 
+CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # /proc/cpuinfo's names for the units foundation.cpu_bf16 needs
+
+
+def cpu_bf16_flags(cpuinfo: Optional[str]) -> Optional[set[str]]:
+    """Which of CPU_BF16_FLAGS a /proc/cpuinfo text lists; None without one (not Linux, unreadable)."""
+    if cpuinfo is None:
+        return None
+    flags: set[str] = set()
+    for line in cpuinfo.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() == "flags":
+            flags.update(value.split())
+    return flags & set(CPU_BF16_FLAGS)
+
+
+def _read_cpuinfo() -> Optional[str]:
+    try:
+        return Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def cpu_bf16_check(spec: FoundationSpec, device: str, cpuinfo: Optional[str]) -> Iterator[Check]:
+    """`foundation.cpu_bf16` on a CPU run: fail where the CPU lacks AMX and AVX-512 BF16 (the stage would refuse)."""
+    if not spec.foundation.cpu_bf16 or device not in ("cpu", "auto"):
+        return
+    found = cpu_bf16_flags(cpuinfo)
+    if found is None:
+        yield Check("foundation.cpu_bf16", "warn", "cannot read this CPU's features (no /proc/cpuinfo); the pretrain "
+                    "stage checks them through torch", "")
+    elif found:
+        yield Check("foundation.cpu_bf16", "ok", f"this CPU multiplies bf16 natively ({', '.join(sorted(found))})")
+    else:
+        status = "fail" if device == "cpu" else "warn"  # auto may still pick a GPU, where the setting is not read
+        yield Check("foundation.cpu_bf16", status, "this CPU has no native bf16 matrix unit (AMX or AVX-512 BF16): "
+                    "bf16 would train slower than float32 and the pretrain stage refuses it",
+                    "set foundation.cpu_bf16 to false")
+
+
 def parameters(depth: int, vocab_size: int) -> int:
     """Parameters of the model at `depth` (runtime/model.py's layout: width 64·depth, SwiGLU, untied head)."""
     width = depth * 64
@@ -132,4 +171,5 @@ def doctor_checks(engine: Engine, spec: Optional[FoundationSpec], device: str) -
     found = _presence_or_torch(engine, chosen)
     yield found
     yield from _bf16_check(spec, found)
+    yield from cpu_bf16_check(spec, (found.data or {}).get("device") or chosen, _read_cpuinfo())
     yield world_size_check("foundation.nproc_per_node", f, chosen)
