@@ -69,5 +69,8 @@ def test_a_step_is_the_same_whatever_the_forwards(tmp_path, one_forward, batch, 
     split, split_weights = train(tmp_path, batch, accum)
     for step, (a, b) in enumerate(zip(whole, split), 1):
         assert abs(a - b) <= TOLERANCE * abs(a), (step, a, b)
+    # atol: the rounding of a different summation order moves a few weights by ~2e-5 on some CPUs (one
+    # embedding entry of 4,096, seen on AVX-512: AdamW's normalised step carries a nearly cancelled
+    # gradient's rounding through); a wrong weighting of the forwards moves the losses above, by far more
     for name, value in weights.items():
-        assert torch.allclose(split_weights[name], value, rtol=1e-4, atol=1e-6), name
+        assert torch.allclose(split_weights[name], value, rtol=1e-4, atol=1e-4), name
