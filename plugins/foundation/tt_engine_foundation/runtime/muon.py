@@ -29,7 +29,10 @@ def orthogonalise(update: torch.Tensor, coefficients: tuple[float, float, float]
     `update` is one matrix (rows, cols) or a batch of them (n, rows, cols), each normalised and iterated on
     its own. In bf16 on CUDA, or where `bf16` says so; float32 otherwise."""
     dtype = torch.bfloat16 if update.is_cuda or bf16 else torch.float32
+    single = update.ndim == 2
     x = update.to(dtype)
+    if single:
+        x = x.unsqueeze(0)
     tall = x.size(-2) > x.size(-1)
     if tall:
         x = x.mT.contiguous()
@@ -37,14 +40,18 @@ def orthogonalise(update: torch.Tensor, coefficients: tuple[float, float, float]
     a, b, c = coefficients
     for _ in range(steps):
         gram = x @ x.mT
-        poly = torch.baddbmm(gram, gram, gram, beta=b, alpha=c) if x.ndim == 3 else \
-            torch.addmm(gram, gram, gram, beta=b, alpha=c)
-        x = torch.baddbmm(x, poly, x, beta=a) if x.ndim == 3 else torch.addmm(x, poly, x, beta=a)
-    return x.mT if tall else x
+        poly = torch.baddbmm(gram, gram, gram, beta=b, alpha=c)
+        x = torch.baddbmm(x, poly, x, beta=a)
+    x = x.mT if tall else x
+    return x[0] if single else x
 
 
 class Muon(torch.optim.Muon):
-    iteration_bf16 = False  # the Newton-Schulz iteration in bf16 off CUDA too (steps computed in bf16 on the CPU)
+    def __init__(self, params, *, iteration_bf16: bool = False, **options) -> None:
+        """torch.optim.Muon's `options`; `iteration_bf16`: the Newton-Schulz iteration in bf16 off CUDA too
+        (for steps computed in bf16 on the CPU)."""
+        super().__init__(params, **options)
+        self.iteration_bf16 = iteration_bf16
 
     @torch.no_grad()
     def step(self, closure=None):

@@ -58,8 +58,8 @@ def build_muon_adamw(model: torch.nn.Module, rates: MuonRates, device, ns_bf16: 
         [{"params": matrices, "lr": rates.matrix_lr, "base_lr": rates.matrix_lr,
           "base_weight_decay": rates.matrix_weight_decay}],
         lr=rates.matrix_lr, weight_decay=rates.matrix_weight_decay, momentum=rates.momentum_end, nesterov=True,
+        iteration_bf16=ns_bf16,
     )
-    muon.iteration_bf16 = ns_bf16
     adam_groups = [
         {"params": embedding, "lr": rates.embedding_lr, "base_lr": rates.embedding_lr, "weight_decay": 0.0,
          "betas": rates.embedding_betas},
