@@ -1,4 +1,4 @@
-"""The cross-run baseline cache (tt_host.runs.baseline_cache): a second run of an unchanged spec starts no
+"""The cross-run baseline cache (tt_host.evaluation.baseline_cache): a second run of an unchanged spec starts no
 baseline stage process and its report says whose baseline it reused; a changed instruction evaluates again.
 
 Host only: the echo test engine with its opt-in `baseline` stage (`echo.baseline`; the cache is host logic, the

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import echo_spec, write_spec
 from tt_engine_adapter.plugin import ENGINE
-from tt_host.runs import benchmark_gate
+from tt_host.evaluation import benchmark_gate
 from tt_host.runs.fingerprint import chain
 from tt_host.runs.plan import decide
 from tt_host.spec.compiler import compile_spec

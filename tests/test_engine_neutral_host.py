@@ -16,10 +16,9 @@ from conftest import echo_spec, write_spec
 
 HOST = Path(__file__).resolve().parents[1] / "tt_host"
 SHIPPED = re.compile(r"\b(foundation|adapter)s?\b|tt_engine_(foundation|adapter)|tt-engine-(foundation|adapter)", re.I)
-# The places tt_host may name a shipped engine: the engine a spec without `engine` is for, and the public
-# Pipeline v1 contract's runtime keyword (which engine runs that vocabulary its Engine record says).
-ALLOWED = {("spec/schema.py", 'DEFAULT_ENGINE = "adapter"'),
-           ("runs/pipeline_doc.py", 'CONTRACT_RUNTIME = "foundation"')}
+# The one place tt_host may name a shipped engine: the engine a spec without `engine` is for. (A pipeline document's
+# runtime keyword is the one an engine declares in its record, `PipelineVocabulary.runtime`.)
+ALLOWED = {("spec/schema.py", 'DEFAULT_ENGINE = "adapter"')}
 
 
 def test_tt_host_source_names_no_shipped_engine():

@@ -17,15 +17,19 @@ REPO = Path(__file__).resolve().parents[1]
 
 # Bottom to top: a wing may import the wings before it, never one after it.
 WINGS = (
-    ("tt_host", "tt_host.errors", "tt_host.fsutil", "tt_host.ids", "tt_host.runs.layout"),  # no tt_host imports
+    ("tt_host", "tt_host.canonical", "tt_host.errors", "tt_host.fsutil", "tt_host.ids",
+     "tt_host.runs.layout"),  # no tt_host imports
     ("tt_host.engine", "tt_host.hookspecs"),  # the plugin API's records and hooks
     ("tt_host.plugins",),
     ("tt_host.spec",),
     ("tt_host.engines",),
     ("tt_host.models",),
     ("tt_host.synthesis",),
+    ("tt_host.evaluation",),
+    ("tt_host.pipelines",),
     ("tt_host.runs",),
     ("tt_host.checks",),
+    ("tt_host.api",),  # the plugins' front door (tests/architecture/test_front_door.py)
     ("tt_host.cli",),
 )
 

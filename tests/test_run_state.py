@@ -3,7 +3,7 @@
 The fixtures in tests/fixtures/run-json/ are run.json files written by the host before RunState existed
 (real runs of the echo engine: one failed at a stage, one refused by the stage as invalid input, one
 finished and resumed with every stage reused). Each reads into a RunState and writes back byte for byte;
-and a state built the way tt_host.runs.pipeline builds one, a stage taken through its life, has the keys
+and a state built the way tt_host.runs.drive builds one, a stage taken through its life, has the keys
 of those files in their order.
 """
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tt_host.runs import scoring
+from tt_host.evaluation import scoring
 
 
 @pytest.mark.parametrize(

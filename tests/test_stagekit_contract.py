@@ -49,9 +49,9 @@ def test_exit_codes_have_one_definition():
     assert found == []
     assert (C.EXIT_OK, C.EXIT_FAILED, C.EXIT_INVALID, C.EXIT_INTERRUPTED) == (0, 1, 2, 130)
     from tt_host.engines import runner
-    from tt_host.runs import pipeline
+    from tt_host.runs import drive
 
-    assert runner.EXIT_INTERRUPTED is pipeline.EXIT_INTERRUPTED is P.EXIT_INTERRUPTED is C.EXIT_INTERRUPTED
+    assert runner.EXIT_INTERRUPTED is drive.EXIT_INTERRUPTED is P.EXIT_INTERRUPTED is C.EXIT_INTERRUPTED
     assert P.InvalidInput is C.InvalidInput and P.StageError is C.StageError and P.Interrupted is C.Interrupted
 
 

@@ -99,7 +99,7 @@ class Stage:
         return list(self.launch(spec)) if self.launch is not None else ["-m", self.module]
 
 
-GATE_SIDES = ("baseline", "candidate")  # the two sides of the general-regression gate (tt_host.runs.gate)
+GATE_SIDES = ("baseline", "candidate")  # the two sides of the general-regression gate (tt_host.evaluation.general_gate)
 
 
 def gate_side(stage: Stage) -> Optional[str]:

@@ -1,6 +1,6 @@
 """`tt pipeline init|validate|plan|run`: pipeline documents (tunedtensor.pipeline.json, Pipeline v1) over a spec.
 
-The document is tt_host.runs.pipeline_doc's; its steps become the engine's stages by tt_host.runs.pipeline_steps;
+The document is tt_host.pipelines.document's; its steps become the engine's stages by tt_host.pipelines.steps;
 the run is `tt run`'s limited to those stages. Without a document (no -f and no ./tunedtensor.pipeline.json)
 `tt pipeline run --spec S --resume DIR` is `tt run S --resume DIR`, the form the long-run guide uses.
 """
@@ -15,7 +15,6 @@ import typer
 
 from tt_host.cli.common import JsonOption, console, emit_json, err, escape, fail, os_errors_refused, show_table
 from tt_host.cli.running import SPEC_DEFAULT, ConfigOption, dry_run, load_valid, run_spec
-from tt_host.runs.pipeline_doc import CONTRACT_RUNTIME
 
 app = typer.Typer(no_args_is_help=True, help="Pipeline documents (tunedtensor.pipeline.json): init, validate, plan, run.")
 
@@ -31,9 +30,17 @@ def _ids(values: Optional[list[str]]) -> list[str]:
     return [part.strip() for value in values or [] for part in value.split(",") if part.strip()]
 
 
+def _runtimes() -> tuple[str, ...]:
+    """The runtime keywords of the installed engines' pipeline vocabularies."""
+    from tt_host.pipelines.steps import runtimes
+    from tt_host.plugins import plugins
+
+    return runtimes(plugins().engines.values())
+
+
 def _read(file: Path, json_mode: bool) -> dict[str, Any]:
     """The normalized document; an unreadable or invalid one ends the command (exit 2) naming each problem."""
-    from tt_host.runs.pipeline_doc import DocumentError, check_local, normalize
+    from tt_host.pipelines.document import DocumentError, check_local, normalize
     from tt_host.spec.loading import read_json
 
     with os_errors_refused(json_mode):
@@ -41,7 +48,7 @@ def _read(file: Path, json_mode: bool) -> dict[str, Any]:
     if raw is None:
         fail("; ".join(e.msg for e in errors), json_mode=json_mode)
     try:
-        normalized = normalize(raw)
+        normalized = normalize(raw, _runtimes())
         check_local(normalized)
     except DocumentError as exc:
         fail(f"{file}: invalid pipeline: " + "; ".join(exc.problems), json_mode=json_mode, problems=exc.problems)
@@ -54,19 +61,32 @@ def _document(file: Optional[Path], json_mode: bool) -> Optional[dict[str, Any]]
     return _read(file, json_mode) if file is not None else None
 
 
-@app.command()
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def init(
+    ctx: typer.Context,
     directory: Path = typer.Argument(Path("."), help="Folder to write tunedtensor.pipeline.json in."),
-    from_scratch: bool = typer.Option(False, f"--{CONTRACT_RUNTIME}", help=f"The contract's from-scratch recipe "
-                                      f"(default-{CONTRACT_RUNTIME}) instead of default-local."),
     json_mode: bool = JsonOption,
 ) -> None:
-    """Write the canonical pipeline document: default-local (baseline, train, candidate, compare) or the
-    from-scratch recipe. Never overwrites."""
+    """Write the canonical pipeline document: default-local (baseline, train, candidate, compare), or with
+    --RUNTIME (an installed engine's pipeline runtime, `tt engines list`) the contract's from-scratch recipe
+    default-RUNTIME. Never overwrites."""
     from tt_host.fsutil import write_text_atomic
-    from tt_host.runs.pipeline_doc import canonical_local, canonical_runtime
+    from tt_host.pipelines.document import canonical_local, canonical_runtime
 
-    document = canonical_runtime() if from_scratch else canonical_local()
+    declared = _runtimes()
+    extra = list(ctx.args)  # the --RUNTIME flags, and DIR when it came after one of them (click reads the flag as DIR)
+    if str(directory).startswith("-"):
+        extra, directory = [str(directory)] + extra, Path(".")
+    if directory == Path(".") and sum(not arg.startswith("-") for arg in extra) == 1:
+        directory = Path(next(arg for arg in extra if not arg.startswith("-")))
+        extra.remove(str(directory))
+    chosen = [arg[2:] for arg in extra if arg.startswith("--") and arg[2:] in declared]
+    unknown = [arg for arg in extra if not (arg.startswith("--") and arg[2:] in declared)]
+    if unknown or len(chosen) > 1:
+        flags = ", ".join(f"--{name}" for name in declared) or "none installed"
+        fail(f"tt pipeline init: unexpected {' '.join(unknown or [f'--{name}' for name in chosen])} (the from-scratch recipes: {flags})",
+             json_mode=json_mode)
+    document = canonical_runtime(chosen[0]) if chosen else canonical_local()
     target = directory / DOCUMENT.name
     with os_errors_refused(json_mode):
         if target.exists() or target.is_symlink():
@@ -96,8 +116,8 @@ def validate(file: Optional[Path] = typer.Argument(None, help="The pipeline docu
 
 def _steps(document: Optional[dict[str, Any]], loaded, only: list[str], skip: list[str], json_mode: bool):
     """(selected steps, each step's stages, the stages to run, warnings); without a document, every stage."""
-    from tt_host.runs.pipeline_doc import DocumentError, select
-    from tt_host.runs.pipeline_steps import setting_warnings, stages_for
+    from tt_host.pipelines.document import DocumentError, select
+    from tt_host.pipelines.steps import setting_warnings, stages_for
 
     if document is None:
         if only or skip:
@@ -144,7 +164,7 @@ def run(
 ) -> None:
     """Run the steps of a pipeline document over a spec (without one: every stage, as `tt run --resume`). Each
     evaluate and compare step writes <run>/evaluations/<step>.json."""
-    from tt_host.runs.pipeline_steps import write_evaluations
+    from tt_host.pipelines.steps import write_evaluations
 
     document = _document(file, json_mode)
     if document is None:

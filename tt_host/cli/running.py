@@ -1,7 +1,7 @@
 """Running a spec from the command line, shared by `tt run` and `tt pipeline run`: load it, print its warnings or
 errors, preview (`--dry-run`) or execute it, print the outcome.
 
-`only` (a pipeline document's stages, tt_host.runs.pipeline_steps) limits a run to some stages; `after` is told the
+`only` (a pipeline document's stages, tt_host.pipelines.steps) limits a run to some stages; `after` is told the
 finished outcome while the run is still locked (the pipeline writes each step's evaluation file there) and returns
 extra fields for the `--json` object.
 """
@@ -57,7 +57,7 @@ def load_valid(spec: Path, json_mode: bool, config: Optional[Path] = None):
 def dry_run(loaded, resume: Optional[Path], json_mode: bool, only: Optional[frozenset[str]] = None,
             extra: Optional[dict[str, Any]] = None) -> None:
     """Print what `tt run` would do with each stage; create nothing. Exit 2 when it would refuse."""
-    from tt_host.runs.pipeline import preview
+    from tt_host.runs.plan import preview
 
     run_dir, exists, decisions = preview(loaded, resume.absolute() if resume else None, only)
     refused = any(d.action == "refuse" for d in decisions)
@@ -80,7 +80,7 @@ def run_spec(spec: Path, resume: Optional[Path], device: Optional[str], json_mod
              config: Optional[Path] = None, wait: bool = True) -> None:
     """`prepared`: (plugins, loaded spec) when the caller has loaded it already."""
     from tt_host.runs.progress import reporter
-    from tt_host.runs.pipeline import execute
+    from tt_host.runs.drive import execute
 
     if device is not None and device not in DEVICES:
         fail(f"--device must be one of {', '.join(DEVICES)}, not {device!r}", json_mode=json_mode)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from tt_host.runs.scoring import read_predictions, score
+from tt_host.evaluation.scoring import read_predictions, score
 from tt_host.runs.store import RunDir
 from tt_host.spec.split import prompt_digest
 

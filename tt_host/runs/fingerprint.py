@@ -14,6 +14,7 @@ import hashlib
 import json
 from typing import Any, NamedTuple, Sequence
 
+from tt_host.canonical import canonical
 from tt_host.engine import Engine, Stage, gate_side
 from tt_host.spec.compiler import CompiledSpec
 from tt_host.spec.schema import BehaviorSpec
@@ -23,10 +24,6 @@ from tt_host.synthesis import stage as synthesis_stage
 SPEC_TEXT_NAMES = {"system_message_sha256": "the instruction (system_prompt, guidelines, constraints)",
                    "rows_sha256": "examples", "synthesis": "synthesis (the teacher's rows)"}
 SYNTHESIS_KEY = "_synthesis"
-
-
-def canonical(data: Any) -> str:
-    return json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
 def rows_digest(compiled: CompiledSpec) -> str:

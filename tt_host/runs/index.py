@@ -1,7 +1,7 @@
 """The run index: every run tt started or resumed, wherever its folder, found by id from any directory.
 
 One small JSON record per run folder, `$TT_HOME/runs/<id>-<path hash>.json` ({id, run_dir, spec_path, engine,
-created_at, indexed_at}), written atomically when a run starts or resumes (tt_host.runs.pipeline). Two folders
+created_at, indexed_at}), written atomically when a run starts or resumes (tt_host.runs.drive). Two folders
 with the same name (two projects' `experiment-1`) are two records. The folder is the truth: a record whose
 folder was moved or deleted is listed as missing, never trusted for more than where the run was.
 """

@@ -41,7 +41,7 @@ class RunCall:
     reporter: QuietReporter
     digest: str
     existed: bool
-    observers: Optional[Observers] = None  # set once the run's state exists (tt_host.runs.pipeline)
+    observers: Optional[Observers] = None  # set once the run's state exists (tt_host.runs.drive)
     info: Optional[RunInfo] = None  # what observers are told about the run
 
 

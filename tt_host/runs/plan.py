@@ -16,17 +16,28 @@ For every stage of the plan one `Decision`:
   reused, so the stages after it can read it).
 
 `tt run` acts on these decisions (refusing before anything is written) and
-`tt run --dry-run` prints them.
+`tt run --dry-run` prints them (`preview`). Below them, what the run is before it is locked: its folder's
+default name, its engine and the split it keeps (`kept_split`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+import json
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Optional
 
-from tt_host.runs.fingerprint import OUTSIDE_CHAIN_KEYS, PlannedStage, changed_keys, needs
+from tt_host.canonical import canonical
+from tt_host.runs import layout
+from tt_host.runs.fingerprint import OUTSIDE_CHAIN_KEYS, PlannedStage, chain, changed_keys, needs
+from tt_host.runs.opening import RunRefused, check_run_path, refuse_foreign
 from tt_host.runs.state import STARTED
 from tt_host.runs.store import RunDir
+from tt_host.spec.compiler import compile_spec
+from tt_host.spec.loading import LoadedSpec
+from tt_host.spec.split import RecordedSplit, legacy_split
 
 
 @dataclass(frozen=True)
@@ -135,3 +146,57 @@ def refusal(decisions: list[Decision]) -> Optional[str]:
         if decision.action == "refuse":
             return f"stage {decision.stage!r} is {decision.reason}"
     return None
+
+
+# ------------------------------------------------------------------ the run folder, its engine and its split
+
+def new_run_id(spec_sha: str) -> str:
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + f"-{spec_sha[:8]}"
+
+
+def default_run_dir(spec_path: Path, run_id: str) -> Path:
+    return spec_path.parent.joinpath(*layout.RUNS_FOLDER, run_id)
+
+
+def spec_digest(loaded: LoadedSpec) -> str:
+    return hashlib.sha256(canonical(loaded.spec.model_dump(mode="json")).encode()).hexdigest()
+
+
+def same_engine(state: dict[str, Any], loaded: LoadedSpec) -> None:
+    if state.get("engine") != loaded.engine.name:
+        raise RunRefused(
+            f"run directory was made by engine {state.get('engine')!r}, the spec asks for {loaded.engine.name!r}; "
+            "use a new run directory"
+        )
+
+
+def kept_split(loaded: LoadedSpec, state: dict[str, Any], run: RunDir) -> LoadedSpec:
+    """The spec compiled with the split the existing run started with (tt_host.spec.split): recorded in
+    run.json, or, for a run made before splits were recorded, the old rule applied to its spec.json."""
+    recorded = RecordedSplit.from_json(state.get("split"))
+    if recorded is None:
+        try:
+            recorded = legacy_split(json.loads(run.spec_json.read_text(encoding="utf-8")))
+        except (OSError, ValueError, AttributeError):
+            return loaded
+    return replace(loaded, compiled=compile_spec(loaded.spec, recorded))
+
+
+def preview(loaded: LoadedSpec, run_dir: Optional[Path],
+            only: Optional[frozenset[str]] = None) -> tuple[Path, bool, list[Decision]]:
+    """What `execute` would do, without locking or writing anything: (run dir, exists, decisions).
+    Raises RunRefused for a folder that is not a run directory or one made by another engine."""
+    plan = chain(loaded.engine, loaded.spec, loaded.compiled)
+    if run_dir is None:
+        run_dir = default_run_dir(loaded.path, new_run_id(spec_digest(loaded)))
+        return run_dir, False, decide(plan, None, None, loaded.spec, only)
+    check_run_path(run_dir)
+    run = RunDir(run_dir)
+    if not run.exists():
+        refuse_foreign(run)
+        return run.path, False, decide(plan, None, None, loaded.spec, only)
+    state = run.load()
+    same_engine(state, loaded)
+    loaded = kept_split(loaded, state, run)
+    plan = chain(loaded.engine, loaded.spec, loaded.compiled)
+    return run.path, True, decide(plan, state, run, loaded.spec, only)

@@ -100,11 +100,11 @@ def render_markdown(report: dict[str, Any], charts: list[tuple[str, str]]) -> st
                      f"{'' if seconds is None else f'{seconds:.1f}'} |")
     lines.append("")
     if report.get("general_regression"):
-        from tt_host.runs.gate import markdown
+        from tt_host.evaluation.general_gate import markdown
 
         lines += markdown(report["general_regression"])
     if report.get("benchmarks"):
-        from tt_host.runs.benchmark_gate import markdown as benchmarks_markdown
+        from tt_host.evaluation.benchmark_gate import markdown as benchmarks_markdown
 
         lines += benchmarks_markdown(report["benchmarks"])
     if charts:

@@ -14,7 +14,7 @@ from typing import Any, Optional
 from tt_host.engine import Stage, gate_side
 from tt_host.models.registry import register
 from tt_host.runs.invoke import RunCall
-from tt_host.runs.scoring import read_predictions, score
+from tt_host.evaluation.scoring import read_predictions, score
 from tt_host.runs.state import RunState
 from tt_host.spec.general import GeneralSet
 from tt_stagekit.contract import StageResult

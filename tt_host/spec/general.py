@@ -8,7 +8,7 @@ rows (or is present in some and absent in others), a `system_prompt`
 that differs from the one embedded in the rows, and (`example_overlap`) a row
 whose user turn equals one of the spec's examples. Stages receive prompts only
 (`general_prompts`: ids and messages without the answer); the host keeps the
-references and scores the answers (tt_host.runs.gate). Nothing here writes.
+references and scores the answers (tt_host.evaluation.general_gate). Nothing here writes.
 """
 
 from __future__ import annotations

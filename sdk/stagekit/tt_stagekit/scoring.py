@@ -1,6 +1,6 @@
 """The answer metrics, one definition for the host and every engine: exact match, JSON-field match, token F1.
 
-The host scores held-out rows with these (tt_host.runs.scoring); engines use them
+The host scores held-out rows with these (tt_host.evaluation.scoring); engines use them
 where the host cannot look: the adapter for prebuilt test sets, the foundation
 RL reward. Stdlib only.
 

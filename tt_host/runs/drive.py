@@ -15,29 +15,28 @@ Order of work, so that invalid input never creates anything:
 
 from __future__ import annotations
 
-import hashlib
-import json
 import signal
 import sys
-import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from tt_host import __version__
 from tt_host.engines import envs
 from tt_host.engines.runner import grace_seconds, ignore_further_stops
+from tt_host.evaluation import baseline_cache, benchmark_gate, general_gate
 from tt_host.fsutil import DiskFull
 from tt_host.models.registry import VerifyError
 from tt_host.plugins import Plugins
-from tt_host.runs import baseline_cache, benchmark_gate, gate, index, layout, state as states
+from tt_host.runs import index, state as states
 from tt_host.runs.diskfull import out_of_disk
-from tt_host.runs.fingerprint import PlannedStage, canonical, chain
+from tt_host.runs.fingerprint import PlannedStage, chain
 from tt_host.runs.host_stage import run_host_stage
-from tt_host.runs.invoke import RunCall, StageCall, StageOutcome, run_stage_call
+from tt_host.runs.invoke import RunCall, StageCall, StageOutcome, run_stage_call, stage_request
 from tt_host.runs.observers import Observers
-from tt_host.runs.opening import RunRefused, check_run_path, claim_new_run_dir, open_run, refuse_foreign
-from tt_host.runs.plan import Decision, decide, refusal
+from tt_host.runs.opening import RunRefused, check_run_path, claim_new_run_dir, open_run
+from tt_host.runs.plan import (Decision, decide, default_run_dir, kept_split, new_run_id, preview, refusal, same_engine,
+                               spec_digest)
 from tt_host.runs.progress import QuietReporter
 from tt_host.runs.report import build_report, write_report
 from tt_host.runs.results import Tally, take_result
@@ -45,9 +44,7 @@ from tt_host.runs.runinfo import RunInfo, enabled_observers
 from tt_host.runs.state import RunState, StageRecord
 from tt_host.runs.store import RunDir, now
 from tt_host.spec.general import GeneralSet
-from tt_host.spec.compiler import compile_spec
 from tt_host.spec.loading import LoadedSpec
-from tt_host.spec.split import RecordedSplit, legacy_split
 from tt_host.synthesis.stage import is_host_stage, teacher_problem
 from tt_stagekit.contract import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK
 
@@ -61,58 +58,6 @@ class RunOutcome:
     status: str
     report: dict[str, Any] = field(default_factory=dict)
     error: Optional[str] = None
-
-
-def new_run_id(spec_sha: str) -> str:
-    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + f"-{spec_sha[:8]}"
-
-
-def default_run_dir(spec_path: Path, run_id: str) -> Path:
-    return spec_path.parent.joinpath(*layout.RUNS_FOLDER, run_id)
-
-
-def spec_digest(loaded: LoadedSpec) -> str:
-    return hashlib.sha256(canonical(loaded.spec.model_dump(mode="json")).encode()).hexdigest()
-
-
-def _same_engine(state: dict[str, Any], loaded: LoadedSpec) -> None:
-    if state.get("engine") != loaded.engine.name:
-        raise RunRefused(
-            f"run directory was made by engine {state.get('engine')!r}, the spec asks for {loaded.engine.name!r}; "
-            "use a new run directory"
-        )
-
-
-def kept_split(loaded: LoadedSpec, state: dict[str, Any], run: RunDir) -> LoadedSpec:
-    """The spec compiled with the split the existing run started with (tt_host.spec.split): recorded in
-    run.json, or, for a run made before splits were recorded, the old rule applied to its spec.json."""
-    recorded = RecordedSplit.from_json(state.get("split"))
-    if recorded is None:
-        try:
-            recorded = legacy_split(json.loads(run.spec_json.read_text(encoding="utf-8")))
-        except (OSError, ValueError, AttributeError):
-            return loaded
-    return replace(loaded, compiled=compile_spec(loaded.spec, recorded))
-
-
-def preview(loaded: LoadedSpec, run_dir: Optional[Path],
-            only: Optional[frozenset[str]] = None) -> tuple[Path, bool, list[Decision]]:
-    """What `execute` would do, without locking or writing anything: (run dir, exists, decisions).
-    Raises RunRefused for a folder that is not a run directory or one made by another engine."""
-    plan = chain(loaded.engine, loaded.spec, loaded.compiled)
-    if run_dir is None:
-        run_dir = default_run_dir(loaded.path, new_run_id(spec_digest(loaded)))
-        return run_dir, False, decide(plan, None, None, loaded.spec, only)
-    check_run_path(run_dir)
-    run = RunDir(run_dir)
-    if not run.exists():
-        refuse_foreign(run)
-        return run.path, False, decide(plan, None, None, loaded.spec, only)
-    state = run.load()
-    _same_engine(state, loaded)
-    loaded = kept_split(loaded, state, run)
-    plan = chain(loaded.engine, loaded.spec, loaded.compiled)
-    return run.path, True, decide(plan, state, run, loaded.spec, only)
 
 
 def execute(
@@ -133,20 +78,43 @@ def execute(
     if run_dir is not None:
         check_run_path(run_dir)
     digest = spec_digest(loaded)
+    problems = problem_sink(reporter)
     run = RunDir(run_dir if run_dir is not None else claim_new_run_dir(default_run_dir(loaded.path, new_run_id(digest))))
-    with open_run(run, grace_seconds() if wait else 0.0, _observer_problems(reporter), made=run_dir is None) as existed:
+    with open_run(run, grace_seconds() if wait else 0.0, problems, made=run_dir is None) as existed:
         state = run.load() if existed else None
         if state is not None:
-            _same_engine(state, loaded)
+            same_engine(state, loaded)
             loaded = kept_split(loaded, state, run)
         plan = chain(loaded.engine, loaded.spec, loaded.compiled)
         decisions = decide(plan, state, run if existed else None, loaded.spec, only)
         if message := refusal(decisions) or teacher_problem(loaded.spec, decisions):
             raise RunRefused(message)
-        outcome = _drive(RunCall(loaded, plugins, run, device, reporter, digest, existed), plan, decisions)
+        outcome = _drive(_Start(loaded, plugins, run, device, reporter, problems, digest, existed), plan, decisions)
         if on_finish is not None:
             on_finish(outcome)
         return outcome
+
+
+def problem_sink(reporter: QuietReporter) -> Callable[[str], None]:
+    """Where a problem that does not stop the run is shown (an observer's, the run index's): the progress
+    display, or stderr when there is none (--json)."""
+    if type(reporter) is QuietReporter:
+        return lambda text: print(f"tt: {text}", file=sys.stderr, flush=True)
+    return lambda text: reporter.message(text, "yellow")
+
+
+@dataclass(frozen=True)
+class _Start:
+    """What `execute` hands `_drive`: the locked run before its environment and state exist."""
+
+    loaded: LoadedSpec
+    plugins: Plugins
+    run: RunDir
+    device: Optional[str]
+    reporter: QuietReporter
+    problems: Callable[[str], None]
+    digest: str
+    existed: bool
 
 
 class _TermAsInterrupt:
@@ -167,63 +135,65 @@ class _TermAsInterrupt:
             signal.signal(signal.SIGTERM, self.previous)
 
 
-def _drive(call: RunCall, plan: list[PlannedStage], decisions: list[Decision]) -> RunOutcome:
-    """Make the environment ready, open the run's state, run or reuse each stage, write the report."""
+def _drive(start: _Start, plan: list[PlannedStage], decisions: list[Decision]) -> RunOutcome:
+    """Make the environment ready, open the run's state, build the run's record, run or reuse each stage,
+    write the report."""
     with _TermAsInterrupt():
         try:
-            call.reporter.message(f"preparing the {call.loaded.engine.name} environment…")
-            env = envs.ensure_env(call.loaded.engine, log=lambda line: None)
+            start.reporter.message(f"preparing the {start.loaded.engine.name} environment…")
+            env = envs.ensure_env(start.loaded.engine, log=lambda line: None)
             if env.built:
-                call.reporter.message(f"built environment {env.path.name} in {env.seconds:.0f}s")
+                start.reporter.message(f"built environment {env.path.name} in {env.seconds:.0f}s")
         except KeyboardInterrupt:
-            return RunOutcome(EXIT_INTERRUPTED, call.run.path, states.RUN_INTERRUPTED,
+            return RunOutcome(EXIT_INTERRUPTED, start.run.path, states.RUN_INTERRUPTED,
                               error="interrupted while building the environment")
         except envs.EnvBuildError as exc:
-            return RunOutcome(EXIT_FAILED, call.run.path, states.RUN_FAILED, error=str(exc))
+            return RunOutcome(EXIT_FAILED, start.run.path, states.RUN_FAILED, error=str(exc))
 
     try:
-        call.run.reserve()  # room for run.json and the report should the disk fill (tt_host.runs.diskfull)
-        state = _open_state(call, env, plan)
+        start.run.reserve()  # room for run.json and the report should the disk fill (tt_host.runs.diskfull)
+        state = _open_state(start, env, plan)
     except DiskFull as exc:
-        return RunOutcome(EXIT_FAILED, call.run.path, states.RUN_FAILED,
-                          error=out_of_disk(call.run, None, exc, call.loaded.path, call.existed or call.run.exists()))
-    _index(call, state)
-    call = replace(call, observers=Observers(call.plugins, _observer_problems(call.reporter)),
-                   info=_run_info(call, state))
-    for name in call.observers.unknown(call.info.observers):
-        installed = ", ".join(call.observers.names) or "none"
-        _observer_problems(call.reporter)(f"observers.{name}: no installed observer plugin is named {name!r} or "
-                                          f"'observer-{name}' (installed: {installed}); check the spelling or "
-                                          "`tt engines install` it")
-    call.observers.run_start(call.info)
+        return RunOutcome(EXIT_FAILED, start.run.path, states.RUN_FAILED,
+                          error=out_of_disk(start.run, None, exc, start.loaded.path, start.existed or start.run.exists()))
+    _index(start, state)
+    observers = Observers(start.plugins, start.problems)
+    call = RunCall(start.loaded, start.plugins, start.run, start.device, start.reporter, start.digest, start.existed,
+                   observers, _run_info(start, state))
+    for name in observers.unknown(call.info.observers):
+        installed = ", ".join(observers.names) or "none"
+        start.problems(f"observers.{name}: no installed observer plugin is named {name!r} or "
+                       f"'observer-{name}' (installed: {installed}); check the spelling or "
+                       "`tt engines install` it")
+    observers.run_start(call.info)
     try:
         return _stages(call, env, state, plan, decisions)
     except DiskFull as exc:  # a write of the host found no space: one clear error, run.json failed
         return RunOutcome(EXIT_FAILED, call.run.path, states.RUN_FAILED,
                           error=out_of_disk(call.run, state, exc, call.loaded.path, True))
     finally:
-        call.observers.close()
+        observers.close()
 
 
-def _open_state(call: RunCall, env: envs.EnvInfo, plan: list[PlannedStage]) -> RunState:
+def _open_state(start: _Start, env: envs.EnvInfo, plan: list[PlannedStage]) -> RunState:
     """The run's state (run.json): created for a new run, brought up to date for a resumed one."""
-    engine, spec, compiled, run = call.loaded.engine, call.loaded.spec, call.loaded.compiled, call.run
-    if not call.existed:
+    engine, spec, compiled, run = start.loaded.engine, start.loaded.spec, start.loaded.compiled, start.run
+    if not start.existed:
         state = RunState(
             id=run.path.name, engine=engine.name, engine_distribution=engine.distribution,
             engine_version=engine.distribution_version, host_version=__version__, spec_name=spec.name,
-            spec_path=str(call.loaded.path), spec_sha256=call.digest,
+            spec_path=str(start.loaded.path), spec_sha256=start.digest,
             system_message_sha256=compiled.system_message_sha256, split=compiled.split.to_json(), env_key=env.key,
             created_at=now(),
             stages={planned.stage.name: StageRecord() for planned in plan},
-            extra={"spec_id": call.loaded.spec_id} if call.loaded.spec_id else {},
+            extra={"spec_id": start.loaded.spec_id} if start.loaded.spec_id else {},
         )
         run.create(state, spec.model_dump(mode="json"))
         return state
     state = run.load_state()
-    if state.spec_sha256 != call.digest:
+    if state.spec_sha256 != start.digest:
         run.write_spec(spec.model_dump(mode="json"))
-        state.spec_sha256 = call.digest
+        state.spec_sha256 = start.digest
     state.status = states.RUN_RUNNING
     state.split = compiled.split.to_json()  # the started split, with any new examples' sides added
     state.env_key = env.key
@@ -233,27 +203,20 @@ def _open_state(call: RunCall, env: envs.EnvInfo, plan: list[PlannedStage]) -> R
     return state
 
 
-def _index(call: RunCall, state: RunState) -> None:
+def _index(start: _Start, state: RunState) -> None:
     """Note the run in $TT_HOME's run index (tt_host.runs.index); a failure to is said, never fatal."""
     try:
-        index.record(call.run.path, state.id, str(call.loaded.path), call.loaded.engine.name, state.created_at)
+        index.record(start.run.path, state.id, str(start.loaded.path), start.loaded.engine.name, state.created_at)
     except OSError as exc:
-        _observer_problems(call.reporter)(f"could not note the run in the run index ({index.index_dir()}): {exc}; "
-                                          "`tt runs list` finds it only from its own folder")
+        start.problems(f"could not note the run in the run index ({index.index_dir()}): {exc}; "
+                       "`tt runs list` finds it only from its own folder")
 
 
-def _observer_problems(reporter: QuietReporter):
-    """Where an observer's problem is shown: the progress display, or stderr when there is none (--json)."""
-    if type(reporter) is QuietReporter:
-        return lambda text: print(f"tt: {text}", file=sys.stderr, flush=True)
-    return lambda text: reporter.message(text, "yellow")
-
-
-def _run_info(call: RunCall, state: RunState) -> RunInfo:
-    loaded = call.loaded
-    return RunInfo(run_dir=call.run.path, run_id=state.id, spec_name=loaded.spec.name, engine=loaded.engine.name,
+def _run_info(start: _Start, state: RunState) -> RunInfo:
+    loaded = start.loaded
+    return RunInfo(run_dir=start.run.path, run_id=state.id, spec_name=loaded.spec.name, engine=loaded.engine.name,
                    spec=loaded.spec.model_dump(mode="json"), system_message=loaded.compiled.system_message,
-                   system_message_sha256=loaded.compiled.system_message_sha256, resumed=call.existed,
+                   system_message_sha256=loaded.compiled.system_message_sha256, resumed=start.existed,
                    observers=enabled_observers(loaded.spec.observers))
 
 
@@ -315,21 +278,24 @@ def _stages(call: RunCall, env: envs.EnvInfo, state: RunState, plan: list[Planne
 
 def _cached_or_run(stage_call: StageCall, runner, inputs: dict[str, Any], record: StageRecord, tally: Tally,
                    run_id: str) -> StageOutcome:
-    """The stage's outcome: taken from the cross-run baseline cache when it may be (tt_host.runs.baseline_cache,
+    """The stage's outcome: taken from the cross-run baseline cache when it may be (tt_host.evaluation.baseline_cache,
     no stage process started), else from running it (and then kept in the cache)."""
-    key = baseline_cache.cache_key(stage_call, inputs) if baseline_cache.applies(stage_call) else None
-    cached = baseline_cache.lookup(stage_call, key) if key else None
-    if cached is not None:
-        name = stage_call.stage.name
-        record.extra["reused_from"] = cached.from_run
-        tally.actions[name] = f"reused from run {cached.from_run}"
-        tally.notes.append(f"baseline reused from run {cached.from_run} ({name}: same base model, prompts, "
-                           "generation settings and engine environment)")
-        stage_call.run_call.reporter.message(f"{name}: baseline reused from run {cached.from_run}", "dim")
-        return StageOutcome(cached.result, EXIT_OK, None, 0.0)
+    run, stage, loaded = stage_call.run_call.run, stage_call.stage, stage_call.run_call.loaded
+    key = None
+    if baseline_cache.applies(stage, stage_call.resume):
+        request = stage_request(stage_call, run.stage_dir(stage.name), run.result_path(stage.name)).to_json()
+        key = baseline_cache.cache_key(loaded.engine, stage_call.env.key, stage, loaded.spec, inputs, request, run.path)
+        cached = baseline_cache.lookup(key, run.stage_dir(stage.name), run.result_path(stage.name), request)
+        if cached is not None:
+            record.extra["reused_from"] = cached.from_run
+            tally.actions[stage.name] = f"reused from run {cached.from_run}"
+            tally.notes.append(f"baseline reused from run {cached.from_run} ({stage.name}: same base model, prompts, "
+                               "generation settings and engine environment)")
+            stage_call.run_call.reporter.message(f"{stage.name}: baseline reused from run {cached.from_run}", "dim")
+            return StageOutcome(cached.result, EXIT_OK, None, 0.0)
     outcome = runner(stage_call)
     if key and outcome.exit_code == EXIT_OK:
-        baseline_cache.store(stage_call, key, run_id)
+        baseline_cache.store(key, run.stage_dir(stage.name), run.path, stage.name, run_id)
     return outcome
 
 
@@ -344,7 +310,7 @@ def _finish(call: RunCall, state: RunState, tally: Tally, exit_code: int, error:
     run.save(state)
     report = build_report(state.to_json(), tally.metrics, tally.series, tally.notes, tally.models, tally.actions)
     if policy is not None:
-        report["general_regression"] = gate.evaluate(policy, general, tally.general_answers)
+        report["general_regression"] = general_gate.evaluate(policy, general, tally.general_answers)
         call.observers.event(str(run.path), "gate", {"type": "gate", **report["general_regression"]})
     benchmarks = call.loaded.spec.evaluation.benchmarks if call.loaded.spec.evaluation else None
     if benchmarks is not None:

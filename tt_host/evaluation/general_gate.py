@@ -3,7 +3,7 @@
 Both models answer the same prompts in the engine's evaluation stages
 (`general_prompts` in the request, `general_predictions` in the result); the
 host joins the answers to the references it kept back and scores them with
-the held-out scorer (tt_host.runs.scoring): score = mean token F1, pass rate =
+the held-out scorer (tt_host.evaluation.scoring): score = mean token F1, pass rate =
 exact-match rate. The gate passes when
 
     baseline score − candidate score ≤ max_score_drop   and
@@ -21,7 +21,7 @@ import html
 from typing import Any, Optional
 
 from tt_host.engine import GATE_SIDES
-from tt_host.runs.scoring import exact_match, score
+from tt_host.evaluation.scoring import exact_match, score
 from tt_host.spec.general import GeneralSet
 from tt_host.spec.schema import GeneralRegression
 

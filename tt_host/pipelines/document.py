@@ -2,11 +2,13 @@
 
 A document is `{version: 1, name?, target?, runtime?, steps: 1..16}`. Steps: `train` (-> model), `evaluate {model:
 "base" | {from: "<step>.model"}, evaluator}` (-> report), `compare {before, after}` (-> comparison), and the
-from-scratch vocabulary (`runtime.engine` = CONTRACT_RUNTIME): `tokenize` (-> tokenizer), `pretrain`, `finetune`, `rl`
-(-> model) with the evaluators `bpb`, `chat`, `inference`. The rules are the contract's (its `src/index.ts`): a
+from-scratch vocabulary (`runtime.engine` naming an engine that declares it, `Engine.pipeline_vocabulary`): `tokenize`
+(-> tokenizer), `pretrain`, `finetune`, `rl` (-> model) with the evaluators `bpb`, `chat`, `inference`. The rules are the contract's (its `src/index.ts`): a
 reference points at an earlier step's output of the right kind, at most one `train`, ids unique and
 `^[a-z][a-z0-9_-]*$`, every step has a target. tt runs local steps only, so a step whose target is not `local` is
-refused too. Every problem is a `DocumentError` (exit 2) naming the step; nothing here touches a run.
+refused too. Every problem is a `DocumentError` (exit 2) naming the step; nothing here touches a run. The runtime
+keywords a document may use are the ones the installed engines declare (`runtimes`, read by the caller from their
+records), so this module names no engine.
 
 `normalize` returns the contract's normalized form (targets resolved, `evaluator` defaulted, the document's
 `target` dropped); `select` applies `--only` / `--skip` with the contract CLI's three refusals (unknown step,
@@ -16,16 +18,15 @@ empty selection, a step whose producer was left out).
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, Sequence
 
 from tt_host.errors import TTError
 
 VERSION = 1
 MAX_STEPS = 16
 TARGETS = ("local", "cloud")
-# The contract's one runtime keyword: a document with `runtime.engine` set to it uses the from-scratch vocabulary
-# below. Which engine runs that vocabulary, and with which stages, its Engine record says (`pipeline_vocabulary`).
-CONTRACT_RUNTIME = "foundation"
+# A document whose `runtime.engine` names an engine's declared runtime keyword (`PipelineVocabulary.runtime`) uses the
+# from-scratch vocabulary below; that engine's record says with which stages it runs each step.
 USES = ("train", "evaluate", "compare", "tokenize", "pretrain", "finetune", "rl")
 RUNTIME_USES = ("tokenize", "pretrain", "finetune", "rl")
 EVALUATORS = ("behavior", "bpb", "chat", "inference")
@@ -59,13 +60,25 @@ class DocumentError(TTError, ValueError):
         super().__init__("invalid pipeline: " + "; ".join(problems))
 
 
-def uses_runtime_vocabulary(document: dict[str, Any]) -> bool:
-    """Whether the document is a from-scratch recipe (its runtime keyword, or any of that vocabulary's steps)."""
-    return (document.get("runtime") or {}).get("engine") == CONTRACT_RUNTIME or any(
+def declared_runtime(document: dict[str, Any]) -> Optional[str]:
+    """The document's `runtime.engine` keyword, if it gives one."""
+    return (document.get("runtime") or {}).get("engine")
+
+
+def uses_runtime_vocabulary(document: dict[str, Any], runtimes: Sequence[str]) -> bool:
+    """Whether the document is a from-scratch recipe (a declared runtime keyword, or any of that vocabulary's steps)."""
+    return declared_runtime(document) in runtimes or any(
         step.get("uses") in RUNTIME_USES for step in document.get("steps", []))
 
 
-def _structure(doc: Any) -> list[str]:
+def _runtime_name(document: dict[str, Any], runtimes: Sequence[str]) -> str:
+    """How a message names the runtime a from-scratch step needs: the document's, else the one installed engine's."""
+    if declared_runtime(document) in runtimes:
+        return declared_runtime(document)
+    return runtimes[0] if len(runtimes) == 1 else "/".join(runtimes) or "<an engine with a pipeline vocabulary>"
+
+
+def _structure(doc: Any, runtimes: Sequence[str]) -> list[str]:
     """The schema's checks (strict objects, types, bounds), each as `path: message`."""
     if not isinstance(doc, dict):
         return ["the pipeline document must be a JSON object"]
@@ -78,8 +91,9 @@ def _structure(doc: Any) -> list[str]:
         problems.append("name: must be a string of 1 to 120 characters")
     if "target" in doc and doc["target"] not in TARGETS:
         problems.append("target: must be 'local' or 'cloud'")
-    if "runtime" in doc and doc["runtime"] != {"engine": CONTRACT_RUNTIME}:
-        problems.append(f"runtime: must be {{\"engine\": \"{CONTRACT_RUNTIME}\"}}")
+    if "runtime" in doc and doc["runtime"] not in [{"engine": name} for name in runtimes]:
+        problems.append("runtime: must be " + " or ".join(f"{{\"engine\": \"{name}\"}}" for name in runtimes)
+                        if runtimes else "runtime: no installed engine declares a pipeline runtime")
     steps = doc.get("steps")
     if not isinstance(steps, list) or not 1 <= len(steps) <= MAX_STEPS:
         return problems + [f"steps: must be a list of 1 to {MAX_STEPS} steps"]
@@ -139,12 +153,12 @@ def _producer(consumer: str, reference: dict[str, str], kind: str, seen: dict[st
     return producer
 
 
-def _semantics(doc: dict[str, Any]) -> list[dict[str, Any]]:
+def _semantics(doc: dict[str, Any], runtimes: Sequence[str]) -> list[dict[str, Any]]:
     """The contract's rules over a structurally valid document, in its order; the normalized steps."""
-    runtime_declared = (doc.get("runtime") or {}).get("engine") == CONTRACT_RUNTIME
-    from_scratch = uses_runtime_vocabulary(doc)
-    if from_scratch and not runtime_declared:
-        raise DocumentError([f"{CONTRACT_RUNTIME} steps require runtime.engine to be '{CONTRACT_RUNTIME}'"])
+    runtime = _runtime_name(doc, runtimes)
+    from_scratch = uses_runtime_vocabulary(doc, runtimes)
+    if from_scratch and declared_runtime(doc) not in runtimes:
+        raise DocumentError([f"{runtime} steps require runtime.engine to be '{runtime}'"])
     seen: dict[str, dict[str, Any]] = {}
     steps, trains = [], 0
     for raw in doc["steps"]:
@@ -160,14 +174,14 @@ def _semantics(doc: dict[str, Any]) -> list[dict[str, Any]]:
         evaluator = step["with"]["evaluator"] if uses == "evaluate" else None
         if from_scratch:
             if target != "local":
-                raise DocumentError([f"{CONTRACT_RUNTIME} step '{sid}' must target local execution"])
+                raise DocumentError([f"{runtime} step '{sid}' must target local execution"])
             if uses == "train":
-                raise DocumentError([f"{CONTRACT_RUNTIME} pipelines cannot include a train step; use pretrain, "
+                raise DocumentError([f"{runtime} pipelines cannot include a train step; use pretrain, "
                                      "finetune, or rl"])
             if evaluator == "behavior":
-                raise DocumentError([f"{CONTRACT_RUNTIME} evaluate step '{sid}' cannot use the behavior evaluator"])
+                raise DocumentError([f"{runtime} evaluate step '{sid}' cannot use the behavior evaluator"])
         elif uses in RUNTIME_USES or (evaluator not in (None, "behavior")):
-            raise DocumentError([f"step '{sid}' requires runtime.engine '{CONTRACT_RUNTIME}' for {evaluator or uses}"])
+            raise DocumentError([f"step '{sid}' requires runtime.engine '{runtime}' for {evaluator or uses}"])
         if uses == "train":
             trains += 1
             if trains > 1:
@@ -200,12 +214,13 @@ def _semantics(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return steps
 
 
-def normalize(doc: Any) -> dict[str, Any]:
-    """The contract's normalized document; DocumentError for anything it refuses."""
-    problems = _structure(doc)
+def normalize(doc: Any, runtimes: Sequence[str]) -> dict[str, Any]:
+    """The contract's normalized document; DocumentError for anything it refuses. `runtimes`: the runtime keywords
+    the installed engines declare."""
+    problems = _structure(doc, runtimes)
     if problems:
         raise DocumentError(problems)
-    steps = _semantics(doc)
+    steps = _semantics(doc, runtimes)
     out: dict[str, Any] = {"version": VERSION}
     if doc.get("name"):
         out["name"] = doc["name"]
@@ -261,13 +276,14 @@ def canonical_local() -> dict[str, Any]:
     ]}
 
 
-def canonical_runtime() -> dict[str, Any]:
-    """The contract's smoke recipe for its from-scratch vocabulary (`default-` + CONTRACT_RUNTIME)."""
+def canonical_runtime(runtime: str) -> dict[str, Any]:
+    """The contract's smoke recipe for its from-scratch vocabulary under an engine's runtime keyword (`default-` +
+    runtime)."""
     def evaluate(sid: str, source: str, evaluator: str) -> dict[str, Any]:
         return {"id": sid, "uses": "evaluate", "target": "local",
                 "with": {"model": {"from": f"{source}.model"}, "evaluator": evaluator}}
 
-    return {"version": VERSION, "name": f"default-{CONTRACT_RUNTIME}", "runtime": {"engine": CONTRACT_RUNTIME},
+    return {"version": VERSION, "name": f"default-{runtime}", "runtime": {"engine": runtime},
             "steps": [
         {"id": "tokenize", "uses": "tokenize", "target": "local"},
         {"id": "pretrain", "uses": "pretrain", "target": "local", "with": {

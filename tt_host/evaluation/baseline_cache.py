@@ -29,11 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from tt_host.canonical import canonical
+from tt_host.engine import Engine, Stage
 from tt_host.fsutil import make_private_dir, sha256_file, write_json_atomic
 from tt_host.models.registry import tt_home
-from tt_host.runs import layout
-from tt_host.runs.fingerprint import canonical
-from tt_host.runs.invoke import StageCall, stage_request
+from tt_host.runs.layout import REQUEST, RESULT
+from tt_host.spec.schema import BehaviorSpec
 
 FOLDER = "baseline-cache"
 ENTRY = "cache-entry.json"
@@ -46,9 +47,9 @@ class CachedBaseline:
     from_run: str
 
 
-def applies(call: StageCall) -> bool:
+def applies(stage: Stage, resume: bool) -> bool:
     """Whether the stage may take its outputs from the cache (and give them to it)."""
-    return call.stage.evaluates == "baseline" and not call.resume and os.environ.get("TT_NO_BASELINE_CACHE") != "1"
+    return stage.evaluates == "baseline" and not resume and os.environ.get("TT_NO_BASELINE_CACHE") != "1"
 
 
 def _portable(value: Any, run_dir: Path) -> Any:
@@ -70,14 +71,13 @@ def _portable(value: Any, run_dir: Path) -> Any:
     return value
 
 
-def cache_key(call: StageCall, inputs: dict[str, Any]) -> str:
-    run_call, stage = call.run_call, call.stage
-    engine = run_call.loaded.engine
-    request = stage_request(call, run_call.run.stage_dir(stage.name), run_call.run.result_path(stage.name)).to_json()
+def cache_key(engine: Engine, env_key: str, stage: Stage, spec: BehaviorSpec, inputs: dict[str, Any],
+              request: dict[str, Any], run_dir: Path) -> str:
+    """The key of a stage's baseline: `request` is its request.json as the host would write it in `run_dir`."""
     body = {key: value for key, value in request.items() if key not in RUN_FIELDS}
-    body["stages"] = {name: _portable(earlier["result"], run_call.run.path) for name, earlier in body["stages"].items()}
-    payload = {"engine": engine.name, "engine_version": engine.distribution_version, "env_key": call.env.key,
-               "stage": stage.name, "module": stage.module, "arguments": list(stage.arguments(run_call.loaded.spec)),
+    body["stages"] = {name: _portable(earlier["result"], run_dir) for name, earlier in body["stages"].items()}
+    payload = {"engine": engine.name, "engine_version": engine.distribution_version, "env_key": env_key,
+               "stage": stage.name, "module": stage.module, "arguments": list(stage.arguments(spec)),
                "inputs": inputs, "request": body}
     return hashlib.sha256(canonical(payload).encode()).hexdigest()
 
@@ -86,25 +86,22 @@ def cache_dir(key: str) -> Path:
     return tt_home() / FOLDER / key
 
 
-def lookup(call: StageCall, key: str) -> Optional[CachedBaseline]:
+def lookup(key: str, stage_dir: Path, result_path: Path, request: dict[str, Any]) -> Optional[CachedBaseline]:
     """Copy a cached baseline into the stage's folder (with this run's request.json); None on a miss."""
     folder = cache_dir(key)
     try:
         entry = json.loads((folder / ENTRY).read_text(encoding="utf-8"))
-        result = json.loads((folder / "stage" / layout.RESULT).read_text(encoding="utf-8"))
+        result = json.loads((folder / "stage" / RESULT).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if not isinstance(entry, dict) or not isinstance(result, dict) or result.get("status") != "completed":
         return None
-    run = call.run_call.run
-    stage_dir = run.stage_dir(call.stage.name)
     shutil.rmtree(stage_dir, ignore_errors=True)
     shutil.copytree(folder / "stage", stage_dir)
     origin = str(Path(str(entry.get("run_dir"))) / str(entry.get("stage")))
     result = _moved(result, origin, str(stage_dir))  # paths into the origin's stage folder name this run's copy
-    write_json_atomic(run.result_path(call.stage.name), result)
-    write_json_atomic(stage_dir / layout.REQUEST, stage_request(call, stage_dir, run.result_path(call.stage.name))
-                      .to_json())
+    write_json_atomic(result_path, result)
+    write_json_atomic(stage_dir / REQUEST, request)
     return CachedBaseline(result, str(entry.get("run_id")))
 
 
@@ -118,7 +115,7 @@ def _moved(value: Any, origin: str, here: str) -> Any:
     return value
 
 
-def store(call: StageCall, key: str, run_id: str) -> None:
+def store(key: str, stage_dir: Path, run_dir: Path, stage: str, run_id: str) -> None:
     """Keep a completed baseline's stage folder (all but its request) under `key`; an existing entry stays."""
     folder = cache_dir(key)
     if folder.exists():
@@ -127,11 +124,9 @@ def store(call: StageCall, key: str, run_id: str) -> None:
     partial = folder.parent / f".{key}.partial-{os.getpid()}"
     shutil.rmtree(partial, ignore_errors=True)
     try:
-        shutil.copytree(call.run_call.run.stage_dir(call.stage.name), partial / "stage",
-                        ignore=lambda where, names: [layout.REQUEST] if Path(where) ==
-                        call.run_call.run.stage_dir(call.stage.name) else [])
-        write_json_atomic(partial / ENTRY, {"run_id": run_id, "run_dir": str(call.run_call.run.path),
-                                            "stage": call.stage.name})
+        shutil.copytree(stage_dir, partial / "stage",
+                        ignore=lambda where, names: [REQUEST] if Path(where) == stage_dir else [])
+        write_json_atomic(partial / ENTRY, {"run_id": run_id, "run_dir": str(run_dir), "stage": stage})
         os.rename(partial, folder)
     except OSError:  # the cache is an optimisation: a full disk or a race with another run only loses it
         shutil.rmtree(partial, ignore_errors=True)

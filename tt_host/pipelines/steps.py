@@ -5,7 +5,8 @@ any engine: `train` is every stage that evaluates nothing (e.g. prepare, prefetc
 `evaluate {model: "base"}` is the stages that evaluate the base model (`Stage.evaluates == "baseline"`) with the
 model stages before them; `evaluate {model: {from: train.model}}` the other evaluating stages with theirs;
 `compare` runs nothing (it reads two evaluations). The from-scratch vocabulary's steps map onto the stages the
-engine's record names (`Engine.pipeline_vocabulary`). The run itself is `tt run`'s (tt_host.runs.pipeline) limited to these stages: a stage of the
+engine's record names (`Engine.pipeline_vocabulary`). The run itself is `tt run`'s (tt_host.runs.drive) limited to these
+stages: a stage of the
 engine outside them is reused when it finished earlier with the same inputs and left as it is otherwise, so a
 partial or repeated pipeline reuses what is finished.
 
@@ -16,13 +17,19 @@ stages and metrics (a compare step: both sides and the difference).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 from tt_host.engine import Engine, Stage
 from tt_host.fsutil import make_private_dir, write_json_atomic
-from tt_host.runs.pipeline_doc import CONTRACT_RUNTIME, DocumentError, uses_runtime_vocabulary
+from tt_host.pipelines.document import DocumentError, declared_runtime
 
 EVALUATIONS = "evaluations"
+
+
+def runtimes(engines: Iterable[Engine]) -> tuple[str, ...]:
+    """The runtime keywords the engines declare (`PipelineVocabulary.runtime`), sorted: what a document's
+    `runtime.engine` may name."""
+    return tuple(sorted({e.pipeline_vocabulary.runtime for e in engines if e.pipeline_vocabulary is not None}))
 
 
 def _evaluating(stage: Stage) -> bool:
@@ -62,9 +69,10 @@ def stages_for(engine: Engine, spec: Any, steps: list[dict[str, Any]], document:
     """Each selected step's own stages (in the engine's order). Refuses a vocabulary that is not the engine's, a
     step the engine has no stage for, and a step whose every stage this spec turns off."""
     vocabulary = engine.pipeline_vocabulary
-    from_scratch = uses_runtime_vocabulary(document)
-    if from_scratch != (vocabulary is not None and vocabulary.runtime == CONTRACT_RUNTIME):
-        kind = f"a {CONTRACT_RUNTIME}" if from_scratch else "a behavior (train/evaluate/compare)"
+    runtime = declared_runtime(document)  # normalized: a from-scratch document always declares its runtime
+    from_scratch = runtime is not None
+    if from_scratch != (vocabulary is not None) or (from_scratch and runtime != vocabulary.runtime):
+        kind = f"a {runtime}" if from_scratch else "a behavior (train/evaluate/compare)"
         raise DocumentError([f"the pipeline is {kind} recipe, but the spec is for the {engine.name} engine; use a "
                              "matching recipe (`tt pipeline init`) or leave out -f"])
     names = [s.name for s in engine.stages]
