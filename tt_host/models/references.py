@@ -39,6 +39,8 @@ class ModelRefError(TTError):
 
 @dataclass
 class ResolvedModel:
+    """A verified model: its folder, id, kind, engine, how it is served, its run and its system message."""
+
     form: str  # how it is served: tt_host.engine.SERVE_EXPORT, SERVE_ON_BASE, SERVE_HF or SERVE_OWN
     path: Path
     model_id: str
@@ -197,6 +199,7 @@ def registered_id(reference: str) -> str:
 
 
 def resolve_registered(model_id: str) -> ResolvedModel:
+    """A registered model (its id, unique prefix or `ID@n`) as a ResolvedModel; ModelRefError when there is none."""
     model_id = registered_id(model_id)
     try:
         entry = registry.get_version(model_id)

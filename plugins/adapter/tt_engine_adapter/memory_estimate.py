@@ -97,7 +97,7 @@ def available_cpu_bytes() -> Optional[int]:
 def memory_check(hp: Any, folder: Optional[Path], where: str, available: Optional[int], compute_bytes: int,
                  fp16: bool = False):
     """A doctor Check: the estimated peak against `available` bytes on `where` ("cuda: <GPU>" or "cpu")."""
-    from tt_host.engine import Check
+    from tt_host.api import Check
 
     config = read_config(folder) if folder is not None else None
     if config is None or not available:

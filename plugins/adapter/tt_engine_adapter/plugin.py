@@ -12,10 +12,8 @@ import platform
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from tt_host.engine import SERVE_HF, SERVE_ON_BASE, Check, Engine, Export, ModelKind, Serve, Stage
-from tt_host.hookspecs import hookimpl
-from tt_host.checks.preflight import torch_device_check, world_size_check
-from tt_host.spec.schema import BehaviorSpec, DistributedSettings
+from tt_host.api import (SERVE_HF, SERVE_ON_BASE, BehaviorSpec, Check, DistributedSettings, Engine, Export, ModelKind,
+                         Serve, Stage, hookimpl, torch_device_check, world_size_check)
 
 from tt_engine_adapter import memory_estimate
 from tt_engine_adapter.formats import fingerprint

@@ -13,8 +13,7 @@ from typing import Any, ClassVar, Literal, Optional, Union
 
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from tt_host.spec.compiler import compile_validated_so_far
-from tt_host.spec.schema import BehaviorSpec, DistributedSettings, StrictModel, Text, resolve_path
+from tt_host.api import BehaviorSpec, DistributedSettings, StrictModel, Text, compile_validated_so_far, resolve_path
 
 from tt_engine_adapter import lengthcheck
 from tt_engine_adapter.formats import fingerprint, rows

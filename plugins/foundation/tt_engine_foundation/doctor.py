@@ -13,8 +13,7 @@ import platform
 from pathlib import Path
 from typing import Iterable, Iterator, Optional
 
-from tt_host.engine import Check, DiskNeed, Engine
-from tt_host.checks.preflight import torch_device_check, world_size_check
+from tt_host.api import Check, DiskNeed, Engine, torch_device_check, world_size_check
 
 from tt_engine_foundation.formats.shards import list_shards
 from tt_engine_foundation.spec import FoundationSpec

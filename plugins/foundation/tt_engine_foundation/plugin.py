@@ -11,8 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from tt_host.engine import SERVE_EXPORT, SERVE_HF, Engine, Export, ModelKind, PipelineVocabulary, Stage
-from tt_host.hookspecs import hookimpl
+from tt_host.api import SERVE_EXPORT, SERVE_HF, Engine, Export, ModelKind, PipelineVocabulary, Stage, hookimpl
 
 from tt_stagekit.files import file_sha256
 from tt_stagekit.launcher import stage_arguments

@@ -16,7 +16,7 @@ from typing import ClassVar, Literal, Optional
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from tt_host.spec.schema import BehaviorSpec, DistributedSettings, Text, resolve_path, symlink_in
+from tt_host.api import BehaviorSpec, DistributedSettings, Text, resolve_path, symlink_in
 from tt_stagekit.chatrows import read_chat_file
 from tt_stagekit.promptfit import length_message, words
 from tt_stagekit.userinput import loads, os_reason, special_kind
@@ -98,7 +98,7 @@ FOUNDATION_KINDS = ("foundation-base", "foundation-sft", "foundation-rl")
 def resolve_init_model(value: str, info: ValidationInfo) -> str:
     """A registered model id, a foundation model folder or a run directory (its pretrained base), as the
     absolute path of a verified foundation model folder."""
-    from tt_host.models import references as modelref
+    from tt_host.api import ModelRefError, from_folder, resolve_registered
 
     text = value.strip()
     local = resolve_path(text, info)
@@ -108,10 +108,10 @@ def resolve_init_model(value: str, info: ValidationInfo) -> str:
             raise ValueError(f"run directory {local.parent.parent} has no pretrained model (pretrain/model)")
     try:
         if local is not None and local.exists():
-            resolved = modelref.from_folder(local)
+            resolved = from_folder(local)
         else:
-            resolved = modelref.resolve_registered(text)
-    except modelref.ModelRefError as exc:
+            resolved = resolve_registered(text)
+    except ModelRefError as exc:
         raise ValueError(str(exc)) from None
     if resolved.kind not in FOUNDATION_KINDS:  # the kinds name the engine; `form` says how a model is served
         raise ValueError(f"{resolved.path} is a {resolved.kind!r} model, not a foundation model folder "
@@ -298,7 +298,7 @@ class FoundationSpec(BehaviorSpec):
         least one token, plus the row's 7 special tokens (with an empty user
         message). The tokenizer stage checks the exact length (exit 2).
         """
-        from tt_host.spec.compiler import compile_validated_so_far
+        from tt_host.api import compile_validated_so_far
 
         system = compile_validated_so_far(info)
         answers = [example.output for example in info.data.get("examples", [])]
@@ -313,8 +313,8 @@ class FoundationSpec(BehaviorSpec):
         """A dataset row's leading system message must be the compiled one (it leads every row anyway), and no
         row may share a prompt with an example: the host holds some examples out, and SFT would train on it."""
         if self.foundation.sft_datasets:
-            from tt_host.spec.compiler import compile_system_message
-            from tt_host.spec.split import example_keys, overlapping_example
+            from tt_host.api import compile_system_message
+            from tt_stagekit.chatrows import example_keys, overlapping_example
 
             system = compile_system_message(self)
             examples = example_keys(e.input for e in self.examples)

@@ -11,9 +11,7 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
-from tt_host.engine import SERVE_OWN, Check, Engine, Export, ModelKind, Serve, Stage
-from tt_host.hookspecs import hookimpl
-from tt_host.spec.schema import BehaviorSpec, StrictModel
+from tt_host.api import SERVE_OWN, BehaviorSpec, Check, Engine, Export, ModelKind, Serve, Stage, StrictModel, hookimpl
 
 
 class EchoConfig(StrictModel):
