@@ -39,8 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins" / "founda
 import torch  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 
-from tt_engine_foundation.runtime import checkpoint as ckpt
-from tt_engine_foundation.runtime import checkpoint_choice  # noqa: E402
+from tt_engine_foundation.runtime import checkpoints as ckpt  # noqa: E402
 from tt_engine_foundation.runtime.loss import cross_entropy  # noqa: E402
 from tt_engine_foundation.runtime.model import GPT, config_for_depth  # noqa: E402
 from tt_engine_foundation.runtime.optim import build_adamw  # noqa: E402
@@ -139,7 +138,7 @@ def main() -> None:
             size = sum(p.stat().st_size for p in path.iterdir())
             shutil.rmtree(target)
         start = time.perf_counter()
-        ok, reason, _ = checkpoint_choice.verify(path)
+        ok, reason, _ = ckpt.verify(path)
         verify_s = time.perf_counter() - start
         os.sync()
         alone = train_steps(model, opt, args.vocab, args.overlap_steps)

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins" / "founda
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from tt_engine_foundation.runtime import checkpoint as ckpt  # noqa: E402
+from tt_engine_foundation.runtime import checkpoints as ckpt  # noqa: E402
 from tt_engine_foundation.runtime.model import GPT, config_for_depth, derived_learning_rate  # noqa: E402
 from tt_engine_foundation.runtime.pretrain import run_pretraining  # noqa: E402
 from tt_stagekit import protocol  # noqa: E402

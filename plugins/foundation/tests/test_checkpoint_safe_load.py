@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from tt_engine_foundation.runtime import checkpoint as ckpt
+from tt_engine_foundation.runtime import checkpoints as ckpt
 from tt_stagekit.protocol import InvalidInput
 
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from tt_engine_foundation.runtime import checkpoint as ckpt
-from tt_engine_foundation.runtime import checkpoint_choice
+from tt_engine_foundation.runtime import checkpoints as ckpt
 from tt_engine_foundation.runtime.model import GPT, config_for_depth
 from tt_engine_foundation.runtime.optim import build_adamw
 
@@ -45,7 +44,7 @@ def test_background_save_writes_the_state_at_save_time(tmp_path):
     state.step = 99
     saver.wait()
 
-    ok, reason, metadata = checkpoint_choice.verify(path)
+    ok, reason, metadata = ckpt.verify(path)
     assert ok, reason
     assert path.name == "step-000000002" and metadata["step"] == 2
     fresh, fresh_optimizer = _trained_model(steps=0)

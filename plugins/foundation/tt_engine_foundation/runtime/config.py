@@ -167,7 +167,7 @@ class Layout:
         return self.run_dir / stage / "model"
 
     def has_pretrain_checkpoints(self) -> bool:
-        from tt_engine_foundation.runtime.checkpoint import list_steps
+        from tt_engine_foundation.runtime.checkpoints import list_steps
 
         return bool(list_steps(self.checkpoints))
 

@@ -30,9 +30,8 @@ from tt_stagekit import distributed
 from tt_stagekit.protocol import Interrupted, StageError, log, progress, stop_requested
 
 from tt_engine_foundation.formats.weights import PRETRAIN_FIELDS, used_settings
-from tt_engine_foundation.runtime import checkpoint
+from tt_engine_foundation.runtime import checkpoints
 from tt_engine_foundation.runtime.config import FoundationSettings
-from tt_engine_foundation.runtime import resume
 from tt_engine_foundation.runtime.loss import cross_entropy
 from tt_engine_foundation.runtime.model import GPT, ModelConfig
 from tt_engine_foundation.runtime import schedule, torchsetup
@@ -85,14 +84,14 @@ def run_pretraining(
     backup_dir: Optional[Path],
     heartbeat_path: Path,
     packing_table: Optional[np.ndarray] = None,
-) -> tuple[GPT, checkpoint.TrainerState, dict[str, Any]]:
+) -> tuple[GPT, checkpoints.TrainerState, dict[str, Any]]:
     """Train (or continue) to cfg.pretrain_steps; returns model, final state and run figures.
 
     Under torchrun every rank runs this with the same arguments (see tt_stagekit.distributed):
     rank 0 alone chooses the checkpoint, writes checkpoints and heartbeats.
     """
     ctx = distributed.context()
-    choice = resume.choose(checkpoint_dir, backup_dir, fingerprint, config)
+    choice = checkpoints.choose(checkpoint_dir, backup_dir, fingerprint, config)
 
     seed = cfg.seed
     torch.manual_seed(seed)
@@ -104,11 +103,11 @@ def run_pretraining(
     compute_dtype = torchsetup.training_autocast_dtype(cfg, device)
     optimizer = build_optimizer(cfg, model, peak_lr, device, compute_dtype)
     if choice.path is not None:
-        state = resume.restore(choice.path, model, optimizer, device)
+        state = checkpoints.restore(choice.path, model, optimizer, device)
         log(f"resumed pretraining from {choice.path} at step {state.step}"
             + (f" with {ctx.world_size} processes" if ctx.enabled else ""))
     else:
-        state = checkpoint.TrainerState()
+        state = checkpoints.TrainerState()
     ddp = distributed.wrap(model, device)
 
     total = cfg.pretrain_steps
@@ -130,13 +129,13 @@ def run_pretraining(
     every_seconds = cfg.checkpoint_interval_seconds
     keep = cfg.keep_checkpoints
 
-    saver = checkpoint.Saver(checkpoint_dir, keep, backup_dir)
+    saver = checkpoints.Saver(checkpoint_dir, keep, backup_dir)
 
     def save() -> Path:
         state.scheduler = {"kind": cfg.lr_schedule, "optimizer": cfg.optimizer, "step": state.step, "total": total,
                            "peak_lr": peak_lr, "warmup_steps": cfg.warmup_steps, "min_lr_ratio": cfg.min_lr_ratio,
                            "warmdown_fraction": cfg.warmdown_fraction}
-        return resume.save(saver, model, optimizer, state, config, fingerprint)
+        return checkpoints.save(saver, model, optimizer, state, config, fingerprint)
 
     model.train()
     started = time.monotonic()

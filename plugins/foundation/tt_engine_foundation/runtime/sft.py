@@ -37,9 +37,8 @@ from tt_stagekit.protocol import Interrupted, InvalidInput, StageError, log, sto
 from tt_stagekit.manifest import MANIFEST
 
 from tt_engine_foundation.formats.weights import SFT_FIELDS, used_settings
-from tt_engine_foundation.runtime import checkpoint
+from tt_engine_foundation.runtime import checkpoints as ckpt
 from tt_engine_foundation.runtime.config import FoundationSettings
-from tt_engine_foundation.runtime import resume
 from tt_engine_foundation.runtime import tokenizer, torchsetup
 from tt_engine_foundation.runtime.chat import fit_example, sequence_error
 from tt_engine_foundation.runtime.optim import build_adamw, set_lr
@@ -109,7 +108,7 @@ class SftCheckpoints:
 
     @property
     def fingerprint(self) -> str:
-        return checkpoint.config_fingerprint(self.config)
+        return ckpt.config_fingerprint(self.config)
 
 
 def sft_config(cfg: FoundationSettings, peak_lr: float, rows: Sequence[Mapping[str, Any]], input_model: Path,
@@ -153,10 +152,10 @@ def run_sft(
     optimizer = build_adamw(model, peak_lr, cfg.weight_decay, device)
     dist = distributed.context()
     first, cursor, epoch, losses = 0, 0, 0, []
-    saver = checkpoint.Saver(checkpoints.directory, checkpoints.keep)
-    choice = resume.choose(checkpoints.directory, None, checkpoints.fingerprint, checkpoints.config)
+    saver = ckpt.Saver(checkpoints.directory, checkpoints.keep)
+    choice = ckpt.choose(checkpoints.directory, None, checkpoints.fingerprint, checkpoints.config)
     if choice.path is not None:  # before DDP wraps the model: its start-up broadcast shares rank 0's weights
-        position = resume.restore(choice.path, model, optimizer, device).scheduler
+        position = ckpt.restore(choice.path, model, optimizer, device).scheduler
         first, cursor, epoch = position["step"], position["cursor"], position["epoch"]
         losses = [(int(s), float(v)) for s, v in position["losses"]]
         log(f"SFT resumed from {choice.path.name} at step {first}/{steps}")
@@ -169,9 +168,9 @@ def run_sft(
     def save(step: int) -> Path:
         position = {"kind": "sft_linear_decay", "step": step, "total": steps, "cursor": cursor, "epoch": epoch,
                     "losses": [[s, v] for s, v in losses]}
-        state = checkpoint.TrainerState(step=step, samples_consumed=step * batch, last_loss=losses[-1][1] if losses else None,
-                                        scheduler=position)
-        return resume.save(saver, model, optimizer, state, checkpoints.config, checkpoints.fingerprint)
+        state = ckpt.TrainerState(step=step, samples_consumed=step * batch, last_loss=losses[-1][1] if losses else None,
+                                  scheduler=position)
+        return ckpt.save(saver, model, optimizer, state, checkpoints.config, checkpoints.fingerprint)
 
     try:
         for step in range(first, steps):

@@ -19,7 +19,7 @@ from tt_engine_foundation.runtime.config import FoundationRequest
 
 
 def main(request: FoundationRequest) -> dict[str, Any]:
-    from tt_engine_foundation.runtime import checkpoint
+    from tt_engine_foundation.runtime import checkpoints
     from tt_stagekit import distributed
     from tt_engine_foundation.runtime import token_cache
     from tt_engine_foundation.runtime import tokenizer
@@ -38,7 +38,7 @@ def main(request: FoundationRequest) -> dict[str, Any]:
     peak_lr = cfg.pretrain_learning_rate()
     data = {"token_cache_sha256": manifest["file"]["sha256"], "tokenizer_sha256": file_sha256(lay.tokenizer_json)}
     config = training_config(cfg, model_cfg, peak_lr, data)
-    fingerprint = checkpoint.config_fingerprint(config)
+    fingerprint = checkpoints.config_fingerprint(config)
     backup_root = cfg.checkpoint_backup_dir
     backup_dir = backup_root / request.run_dir.name if backup_root is not None else None
     world = distributed.context().world_size
@@ -81,7 +81,7 @@ def main(request: FoundationRequest) -> dict[str, Any]:
     return {
         "metrics": metrics,
         "series": {"pretrain.loss": read_series(lay.heartbeats, state.step)},
-        "outputs": {"model": str(model_dir), "checkpoint": str(lay.checkpoints / checkpoint.step_name(state.step)),
+        "outputs": {"model": str(model_dir), "checkpoint": str(lay.checkpoints / checkpoints.step_name(state.step)),
                     "config_fingerprint": fingerprint},
         "artifacts": [{"kind": "foundation-base", "path": str(model_dir), "manifest": MANIFEST}],
         "notes": notes,

@@ -15,30 +15,32 @@ from typing import Any, Mapping, Optional
 from tt_stagekit import distributed
 from tt_stagekit.protocol import log
 
-from tt_engine_foundation.runtime import checkpoint, checkpoint_choice
+from tt_engine_foundation.runtime.checkpoints.choice import ResumeChoice, choose_resume
+from tt_engine_foundation.runtime.checkpoints.writer import (Saver, TrainerState, load, read_trainer, remove_partial,
+                                                             rng_state, set_rng_state, step_name, trainer_state)
 
 
-def choose(directory: Path, backup_dir: Optional[Path], fingerprint: str, config: Mapping[str, Any]) -> checkpoint_choice.ResumeChoice:
-    """The newest intact checkpoint with this fingerprint (see checkpoint_choice.choose_resume); notes are logged,
+def choose(directory: Path, backup_dir: Optional[Path], fingerprint: str, config: Mapping[str, Any]) -> ResumeChoice:
+    """The newest intact checkpoint with this fingerprint (see choice.choose_resume); notes are logged,
     then unfinished saves left by a killed process are deleted."""
-    choice = distributed.on_main(lambda: checkpoint_choice.choose_resume(directory, backup_dir, fingerprint, config), "checkpoint choice")
+    choice = distributed.on_main(lambda: choose_resume(directory, backup_dir, fingerprint, config), "checkpoint choice")
     for note in choice.notes:
         log(note, "warning")
     if distributed.context().is_main:
-        for partial in checkpoint.remove_partial(directory) + checkpoint.remove_partial(backup_dir):
+        for partial in remove_partial(directory) + remove_partial(backup_dir):
             log(f"removed {partial}: a checkpoint save that was cut short (the process was killed mid-write)")
     return choice
 
 
-def restore(path: Path, model, optimizer, device) -> checkpoint.TrainerState:
+def restore(path: Path, model, optimizer, device) -> TrainerState:
     """Load a checkpoint into every rank. Each rank gets back its own RNG state when the world size is the
     one the checkpoint was written with; otherwise rank 0's (the training loops draw no random numbers that
     depend on the rank, so a changed world size continues the same global batches in the same order)."""
     ctx = distributed.context()
     payload = None
     if ctx.is_main:
-        checkpoint.load(path, model, optimizer, device)
-        trainer = checkpoint.read_trainer(path)
+        load(path, model, optimizer, device)
+        trainer = read_trainer(path)
         payload = (distributed.on_cpu(optimizer.state_dict()) if ctx.enabled else None, trainer)
     payload = distributed.broadcast_object(payload, "checkpoint hand-over")
     optimizer_state, trainer = payload
@@ -46,20 +48,20 @@ def restore(path: Path, model, optimizer, device) -> checkpoint.TrainerState:
         optimizer.load_state_dict(optimizer_state)
     rngs = trainer["rank_rng"]
     if int(trainer["world_size"]) == ctx.world_size:
-        checkpoint.set_rng_state(rngs[ctx.rank])
+        set_rng_state(rngs[ctx.rank])
     else:
-        checkpoint.set_rng_state(rngs[0])
+        set_rng_state(rngs[0])
         if ctx.is_main:
             log(f"checkpoint written by {trainer['world_size']} process(es), resumed by {ctx.world_size}: "
                 "same global batches and order; every rank starts from rank 0's RNG state")
-    return checkpoint.trainer_state(trainer)
+    return trainer_state(trainer)
 
 
-def save(saver: checkpoint.Saver, model, optimizer, state: checkpoint.TrainerState, config: Mapping[str, Any],
+def save(saver: Saver, model, optimizer, state: TrainerState, config: Mapping[str, Any],
          fingerprint: str) -> Path:
     """Checkpoint `state.step` (every rank calls this; rank 0 writes, with every rank's RNG)."""
     ctx = distributed.context()
-    rank_rng = distributed.gather_objects(checkpoint.rng_state(), "RNG gather for the checkpoint") if ctx.enabled else None
+    rank_rng = distributed.gather_objects(rng_state(), "RNG gather for the checkpoint") if ctx.enabled else None
     if not ctx.is_main:
-        return saver.directory / checkpoint.step_name(state.step)
+        return saver.directory / step_name(state.step)
     return saver.save(model, optimizer, state, config, fingerprint, rank_rng)

@@ -6,7 +6,7 @@ RNG of every rank, the world size, counters; tensors and plain data only, read
 back with `weights_only=True`) and `metadata.json` (step, samples consumed, tokens seen, last
 loss, the config and its fingerprint, and every file's size and sha256).
 It is built in a hidden temporary folder and renamed into place, so a
-folder named `step-*` is complete unless the disk lies; checkpoint_choice.verify
+folder named `step-*` is complete unless the disk lies; choice.verify
 checks the sizes and hashes anyway, and chooses which one a run resumes from. Old checkpoints are rolled to `keep`; a copy goes to
 the backup folder when one is set. Resume never deletes anything: a damaged
 folder that would be overwritten is moved aside.
