@@ -7,29 +7,27 @@ names a run's checkpoint with `config_fingerprint` and `step_name`, and `list_st
 is here for the tests and benches that check those pieces. Code outside this package imports from
 here, never a submodule:
 
-- `writer`: the crash-safe save (staging buffers, background writer, atomic rename, rolling, backup)
-  and reading a checkpoint back.
+- `folder`: what a `step-*` folder holds (file names, `TrainerState`, RNG states, the fingerprint) and
+  reading one back (`load`, `load_plain`: tensors and plain data only).
+- `writer`: the crash-safe save (staging buffers, background writer, atomic rename, rolling, backup).
 - `choice`: `verify` one checkpoint folder, `choose_resume` among them.
 - `ranks`: `choose`, `restore`, `save` across the ranks of a torchrun world (one process: the plain calls).
 """
 
 from tt_engine_foundation.runtime.checkpoints.choice import verify
-from tt_engine_foundation.runtime.checkpoints.ranks import choose, restore, save
-from tt_engine_foundation.runtime.checkpoints.writer import (
-    Saver,
-    Staging,
+from tt_engine_foundation.runtime.checkpoints.folder import (
     TrainerState,
     config_fingerprint,
     list_steps,
     load,
     load_plain,
     read_trainer,
-    remove_partial,
     rng_state,
-    roll,
     set_rng_state,
     step_name,
 )
+from tt_engine_foundation.runtime.checkpoints.ranks import choose, restore, save
+from tt_engine_foundation.runtime.checkpoints.writer import Saver, Staging, remove_partial, roll
 
 __all__ = [
     "Saver", "Staging", "TrainerState", "choose", "config_fingerprint", "list_steps", "load", "load_plain",

@@ -1,6 +1,6 @@
 """Which pretraining or SFT checkpoint a run resumes from: `verify` one folder, `choose_resume` among them.
 
-A checkpoint (writer.py) is intact when its metadata lists every file with the size and sha256 it
+A checkpoint (folder.py) is intact when its metadata lists every file with the size and sha256 it
 has. The newest intact one with the run's configuration fingerprint is chosen, local before backup; damaged
 ones are passed over with a note; one written with another configuration is refused before anything changes.
 """
@@ -15,7 +15,7 @@ from typing import Any, Mapping, Optional
 from tt_stagekit.contract import InvalidInput, StageError
 from tt_stagekit.files import file_sha256
 
-from tt_engine_foundation.runtime.checkpoints.writer import FILES, list_steps
+from tt_engine_foundation.runtime.checkpoints.folder import FILES, list_steps
 
 
 def verify(path: Path) -> tuple[bool, str, Optional[dict[str, Any]]]:

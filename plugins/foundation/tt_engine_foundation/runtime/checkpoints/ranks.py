@@ -16,8 +16,9 @@ from tt_stagekit import distributed
 from tt_stagekit.protocol import log
 
 from tt_engine_foundation.runtime.checkpoints.choice import ResumeChoice, choose_resume
-from tt_engine_foundation.runtime.checkpoints.writer import (Saver, TrainerState, load, read_trainer, remove_partial,
-                                                             rng_state, set_rng_state, step_name, trainer_state)
+from tt_engine_foundation.runtime.checkpoints.folder import (TrainerState, load, read_trainer, rng_state, set_rng_state,
+                                                             step_name, trainer_state)
+from tt_engine_foundation.runtime.checkpoints.writer import Saver, remove_partial
 
 
 def choose(directory: Path, backup_dir: Optional[Path], fingerprint: str, config: Mapping[str, Any]) -> ResumeChoice:
