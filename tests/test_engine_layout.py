@@ -12,7 +12,9 @@ engine (docs/plugins.md):
 - `formats/`, the code both sides read, imports only the standard library,
   `tt_stagekit` and `formats/` itself;
 - no module imports itself back through others (no circle; the foundation's
-  doctor.py and plugin.py once imported each other).
+  doctor.py and plugin.py once imported each other);
+- the foundation's checkpoints (`runtime/checkpoints/`) are imported through
+  the package, never one of its submodules, by anything outside it.
 
 `testing/` (test helpers for the engine's tests and tt's end-to-end tests) is
 neither side and is not checked. Every import counts, a function's lazy one too.
@@ -128,6 +130,25 @@ def test_shipped_engine_is_split_by_interpreter(engine):
     assert (root / "plugin.py").is_file() and (root / SHARED / "__init__.py").is_file()
     assert not layout_problems(root), "\n".join(layout_problems(root))
     assert circles(graph(root.parent, root.name)) == []
+
+
+def test_foundation_checkpoints_are_imported_through_their_package():
+    """runtime/checkpoints/ has one entry point, its __init__: no module outside it (the engine's, the engine's
+    tests, tt's tests, the benches) imports one of its submodules."""
+    root = SHIPPED["foundation"]
+    package = "tt_engine_foundation.runtime.checkpoints"
+    submodules = {f"{package}.{path.stem}" for path in (root / "runtime" / "checkpoints").glob("*.py")}
+    found = [(f"{i.module}:{i.line}", i.target) for i in imports(root) if not i.module.startswith(package)]
+    for path in sorted([*(root.parent / "tests").rglob("*.py"), *(REPO / "tests").rglob("*.py"),
+                        *(REPO / "bench").rglob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            where = f"{path.relative_to(REPO)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.ImportFrom) and node.module:
+                found += [(where, node.module)] + [(where, f"{node.module}.{alias.name}") for alias in node.names]
+            elif isinstance(node, ast.Import):
+                found += [(where, alias.name) for alias in node.names]
+    wrong = [f"{where} imports {target}" for where, target in found if target in submodules - {f"{package}.__init__"}]
+    assert not wrong, "import tt_engine_foundation.runtime.checkpoints itself:\n" + "\n".join(wrong)
 
 
 def test_scaffolded_engine_is_split_by_interpreter(scaffolded):
