@@ -48,6 +48,7 @@ def test_new_package_installs_next_to_tt_and_runs(tmp_path):
     # the stage reads a typed request, as the shipped engines' stages do (train.passes below comes through it)
     assert "class DemoRequest(StageRequest):" in stage_source and "request.spec.demo" in stage_source
     assert "run_main(main, request_type=DemoRequest)" in stage_source
+    assert "return StageResult(" in stage_source  # the typed result, never a hand-built dict
 
     venv = tmp_path / "venv"
     uv = uv_binary()
@@ -71,6 +72,8 @@ def test_new_package_installs_next_to_tt_and_runs(tmp_path):
     report = json.loads((run_dir / "report.json").read_text())
     assert report["status"] == "completed" and report["engine"] == "demo"
     assert report["metrics"]["train.passes"] == 2 and report["metrics"]["demo.count"] >= 1
+    written = json.loads((run_dir / "train" / "result.json").read_text())
+    assert list(written) == ["status", "metrics", "series", "outputs", "artifacts", "notes", "predictions"]
     assert json.loads((run_dir / "run.json").read_text())["env_key"] == demo["env_key"]
     assert (Path(demo["env_path"]) / ".tt-env-complete.json").is_file()
 

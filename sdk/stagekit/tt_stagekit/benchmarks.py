@@ -140,13 +140,21 @@ def run(model, tokenizer, benchmarks: Benchmarks, system_message: str, batch_siz
     return out
 
 
-def score_into(result: dict[str, Any], side: str, model, tokenizer, benchmarks: Benchmarks, system_message: str,
-               batch_size: int, max_length: Optional[int]) -> None:
-    """Run the benchmarks as one gate side's stage does: result.json `benchmarks` (docs/protocol.md), the
-    `<side>.benchmark_seconds` metric, a progress event per task."""
+def score(metrics: dict[str, Any], side: str, model, tokenizer, benchmarks: Benchmarks, system_message: str,
+          batch_size: int, max_length: Optional[int]) -> dict[str, dict[str, float]]:
+    """Run the benchmarks as one gate side's stage does: returns result.json `benchmarks` (docs/protocol.md,
+    `StageResult.benchmarks`), records the `<side>.benchmark_seconds` metric in `metrics`, a progress event per task."""
     from tt_stagekit.protocol import progress
 
     started = time.perf_counter()
-    result["benchmarks"] = run(model, tokenizer, benchmarks, system_message, batch_size, max_length,
-                               lambda done, count, task: progress(done, count, "benchmark task"))
-    result.setdefault("metrics", {})[f"{side}.benchmark_seconds"] = round(time.perf_counter() - started, 3)
+    scores = run(model, tokenizer, benchmarks, system_message, batch_size, max_length,
+                 lambda done, count, task: progress(done, count, "benchmark task"))
+    metrics[f"{side}.benchmark_seconds"] = round(time.perf_counter() - started, 3)
+    return scores
+
+
+def score_into(result: dict[str, Any], side: str, model, tokenizer, benchmarks: Benchmarks, system_message: str,
+               batch_size: int, max_length: Optional[int]) -> None:
+    """`score` for a stage that returns its result as a dict: `benchmarks` and the metric go into `result`."""
+    result["benchmarks"] = score(result.setdefault("metrics", {}), side, model, tokenizer, benchmarks, system_message,
+                                 batch_size, max_length)

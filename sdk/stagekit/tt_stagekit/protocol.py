@@ -162,19 +162,20 @@ def read_request(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
 def write_result(request: Any, result: Mapping[str, Any] | StageResult) -> None:
     """result.json with the protocol's defaults for what the stage left out (first rank of each node only).
 
-    `request` is the request's dict or its typed StageRequest; `result` a StageResult or the dict a stage
-    body returned (written as `contract.result_body` orders it)."""
+    `request` is the request's dict or its typed StageRequest; `result` the StageResult a stage body returned
+    (stages build one, with `Artifact` records), or a dict, which engines written before StageResult still
+    return (written as `contract.result_body` orders it, the same bytes as the StageResult of the same fields)."""
     if not speaks():
         return
     path = request["result_path"] if isinstance(request, Mapping) else request.result_path
     atomic_write_json(path, result_body(result.to_json() if isinstance(result, StageResult) else result))
 
 
-def run_main(body: Callable[[Any], Mapping[str, Any]], argv: Optional[Sequence[str]] = None,
+def run_main(body: Callable[[Any], StageResult | Mapping[str, Any]], argv: Optional[Sequence[str]] = None,
              request_type: Optional[type] = None) -> None:
     """A stage module's entry point: `if __name__ == "__main__": run_main(main)`.
 
-    Reads the request, calls the stage's `main(request)`, writes the result it returns and exits with the
+    Reads the request, calls the stage's `main(request)`, writes the StageResult it returns and exits with the
     protocol's code. (`tt_host.engines.runner.run_stage` is the other side: it starts this process.)
 
     With `request_type` (a `tt_stagekit.stageconfig.StageRequest` dataclass) `body` receives the request

@@ -19,13 +19,14 @@ import time
 
 from tt_engine_adapter.runtime import model_source
 from tt_engine_adapter.runtime.config import AdapterRequest
+from tt_stagekit.contract import StageResult
 from tt_stagekit.files import atomic_write_jsonl
 from tt_stagekit.protocol import log, progress, run_main, StageError
 
 model_source.go_offline()
 
 
-def main(request: AdapterRequest) -> dict:
+def main(request: AdapterRequest) -> StageResult:
     from tt_stagekit.scoring import score_pairs
     from tt_engine_adapter.runtime.data import read_jsonl, with_system
     from tt_engine_adapter.runtime.generate import generate
@@ -77,28 +78,29 @@ def main(request: AdapterRequest) -> dict:
         atomic_write_jsonl(stage_dir / "predictions-test.jsonl", answers)
         metrics.update(score_pairs([a["prediction"] for a in answers],
                                 [r["messages"][-1]["content"] for r in test_rows], f"{prefix}.test"))
-    result = {"metrics": metrics, "predictions": "predictions.jsonl",
-              "outputs": {"predictions": str(stage_dir / "predictions.jsonl")}}
+    general_predictions = None
     if general:
         answers = generate(model, tokenizer, general, on_batch=on_batch(len(prompts) + len(test_rows)), stats=stats,
                            **settings)
         trimmed += stats["trimmed_prompts"]
         atomic_write_jsonl(stage_dir / "predictions-general.jsonl", answers)
-        result["general_predictions"] = "predictions-general.jsonl"
+        general_predictions = "predictions-general.jsonl"
     benchmarks = request.spec.evaluation.benchmarks if request.spec.evaluation else None
+    scores = None
     if benchmarks is not None:
-        from tt_stagekit.benchmarks import score_into
+        from tt_stagekit.benchmarks import score
 
-        score_into(result, prefix, model, tokenizer, benchmarks, system, hp.eval_batch_size, hp.max_seq_length)
+        scores = score(metrics, prefix, model, tokenizer, benchmarks, system, hp.eval_batch_size, hp.max_seq_length)
     metrics[f"{prefix}.trimmed_prompts"] = trimmed
-    if trimmed:
-        result["notes"] = [trimmed_note(trimmed, total, f"{prefix} evaluation prompts",
-                                        "hyperparameters.max_seq_length", hp.max_seq_length)]
+    notes = [trimmed_note(trimmed, total, f"{prefix} evaluation prompts", "hyperparameters.max_seq_length",
+                          hp.max_seq_length)] if trimmed else []
     log(f"{prefix}: {len(predictions)} held-out prompts answered" +
         (f", {len(test_rows)} prebuilt test prompts" if test_rows else "") +
         (f", {len(general)} general-regression prompts" if general else "") +
         (f", {len(benchmarks.tasks)} benchmark tasks" if benchmarks is not None else ""))
-    return result
+    return StageResult(metrics=metrics, outputs={"predictions": str(stage_dir / "predictions.jsonl")},
+                       notes=tuple(notes), predictions="predictions.jsonl", general_predictions=general_predictions,
+                       benchmarks=scores)
 
 
 if __name__ == "__main__":

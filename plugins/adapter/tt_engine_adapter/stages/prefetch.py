@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from tt_engine_adapter.runtime import model_source
 from tt_engine_adapter.runtime.config import AdapterRequest
+from tt_stagekit.contract import StageResult
 from tt_stagekit.promptfit import trimmed_note
 from tt_stagekit.protocol import log, run_main
 
 
-def main(request: AdapterRequest) -> dict:
+def main(request: AdapterRequest) -> StageResult:
     spec = request.spec
     if spec.is_local:
         model_source.go_offline()
@@ -43,19 +44,19 @@ def main(request: AdapterRequest) -> dict:
     pad = chat.pad_token_id(tokenizer)
     log(f"base model {base['name']} ready at {base['path']}; end-of-turn {tokenizer.convert_ids_to_tokens(eot)!r}, "
         f"pad {tokenizer.convert_ids_to_tokens(pad)!r}")
-    return {
-        "metrics": {
+    return StageResult(
+        metrics={
             "data.train_tokens": sum(len(e.input_ids) for e in encoded),
             "data.supervised_tokens": sum(e.supervised for e in encoded),
             "data.trimmed_rows": trimmed,
         },
-        "notes": notes,
-        "outputs": {
+        notes=tuple(notes),
+        outputs={
             "base_model": base,
             "end_of_turn_token": tokenizer.convert_ids_to_tokens(eot),
             "pad_token": tokenizer.convert_ids_to_tokens(pad),
         },
-    }
+    )
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from typing import Any
 
 from tt_engine_adapter.runtime.config import AdapterRequest
 from tt_engine_adapter.runtime.data import load_prebuilt, with_system
+from tt_stagekit.contract import StageResult
 from tt_stagekit.files import atomic_write_jsonl
 from tt_stagekit.protocol import InvalidInput, log, run_main
 
@@ -23,7 +24,7 @@ def _check_host_row(row: Any, index: int) -> None:
         raise InvalidInput(f"train_rows[{index}]: expected {{id, messages: [system?, user, assistant]}}")
 
 
-def main(request: AdapterRequest) -> dict:
+def main(request: AdapterRequest) -> StageResult:
     system = request.system_message
     stage_dir = request.stage_dir
     train = []
@@ -45,7 +46,7 @@ def main(request: AdapterRequest) -> dict:
             outputs[f"{split}_count"] = len(rows)
     log(f"{len(train)} training rows" + "".join(
         f", {outputs[f'{s}_count']} {s} rows" for s in ("validation", "test") if s in outputs))
-    return {"metrics": {"data.train_rows": len(train)}, "outputs": outputs}
+    return StageResult(metrics={"data.train_rows": len(train)}, outputs=outputs)
 
 
 if __name__ == "__main__":

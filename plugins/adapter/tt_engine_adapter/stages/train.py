@@ -17,13 +17,14 @@ import shutil
 
 from tt_engine_adapter.runtime import model_source
 from tt_engine_adapter.runtime.config import AdapterRequest
+from tt_stagekit.contract import Artifact, StageResult
 from tt_stagekit.files import REPLACE, publish_folder
 from tt_stagekit.protocol import InvalidInput, artifact, log, progress, run_main, speaks
 
 model_source.go_offline()
 
 
-def main(request: AdapterRequest) -> dict:
+def main(request: AdapterRequest) -> StageResult:
     from tt_engine_adapter.runtime import chat, checkpoint, manifest, memory
     from tt_stagekit import distributed
     from tt_engine_adapter.runtime.train import Evaluation, mean_loss, train, wrap_lora
@@ -90,7 +91,7 @@ def main(request: AdapterRequest) -> dict:
     }
     adapter_dir = stage_dir / "adapter"
     if not speaks():  # the node's first rank writes the adapter and the result
-        return {"metrics": metrics, "outputs": {"adapter": str(adapter_dir)}}
+        return StageResult(metrics=metrics, outputs={"adapter": str(adapter_dir)})
     if state.best_step is not None:  # evaluation during training: the best step's adapter is the one registered
         metrics.update({"train.validation_loss": round(state.best_loss, 6), "train.best_step": state.best_step,
                         "train.stopped_early": int(state.stopped_early)})
@@ -123,12 +124,12 @@ def main(request: AdapterRequest) -> dict:
     artifact("adapter", adapter_dir)
     log(f"adapter saved to {adapter_dir} (final loss {metrics.get('train.final_loss')}"
         + (f"; the best step {state.best_step} by validation loss" if state.best_step is not None else "") + ")")
-    return {
-        "metrics": metrics,
-        "series": {"train.loss": state.losses, **({"train.validation_loss": state.validation} if state.validation else {})},
-        "outputs": {"adapter": str(adapter_dir)},
-        "artifacts": [{"kind": "adapter", "path": str(adapter_dir), "manifest": manifest.MANIFEST}],
-    }
+    return StageResult(
+        metrics=metrics,
+        series={"train.loss": state.losses, **({"train.validation_loss": state.validation} if state.validation else {})},
+        outputs={"adapter": str(adapter_dir)},
+        artifacts=(Artifact(kind="adapter", path=str(adapter_dir), manifest=manifest.MANIFEST),),
+    )
 
 
 if __name__ == "__main__":

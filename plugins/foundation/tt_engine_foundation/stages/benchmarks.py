@@ -18,15 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from tt_stagekit import protocol
-from tt_stagekit.benchmarks import go_offline, score_into
+from tt_stagekit.benchmarks import go_offline, score as score_benchmarks
 
 from tt_engine_foundation.runtime.config import FoundationRequest
 
 BATCH = 16
 
 
-def score(request: FoundationRequest, folder: Path, device: Any, result: dict[str, Any]) -> None:
-    """Export `folder`, load the export with transformers and record its lm-eval scores in `result`."""
+def score(request: FoundationRequest, folder: Path, device: Any, metrics: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Export `folder`, load the export with transformers and return its lm-eval scores (result.json `benchmarks`);
+    the seconds they took go into `metrics`."""
     benchmarks = request.spec.evaluation.benchmarks
     go_offline()
     import torch
@@ -42,4 +43,5 @@ def score(request: FoundationRequest, folder: Path, device: Any, result: dict[st
         model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, local_files_only=True)
         model = model.to(device).eval()
         protocol.log(f"scoring the Hugging Face export of {folder} on {len(benchmarks.tasks)} benchmark task(s)")
-        score_into(result, request.stage, model, tokenizer, benchmarks, system, BATCH, request.cfg.sequence_length)
+        return score_benchmarks(metrics, request.stage, model, tokenizer, benchmarks, system, BATCH,
+                                request.cfg.sequence_length)

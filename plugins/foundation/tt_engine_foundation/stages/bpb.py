@@ -7,14 +7,13 @@ of trainers whose rows all start at a document, nanochat's), so either can be co
 
 from __future__ import annotations
 
-from typing import Any
-
 from tt_stagekit import protocol
+from tt_stagekit.contract import StageResult
 
 from tt_engine_foundation.runtime.config import FoundationRequest
 
 
-def main(request: FoundationRequest) -> dict[str, Any]:
+def main(request: FoundationRequest) -> StageResult:
     import numpy as np
     import torch
 
@@ -64,12 +63,12 @@ def main(request: FoundationRequest) -> dict[str, Any]:
     notes = list(cut)
     if source == "smoke":
         notes.append("BPB measured on the smoke corpus (training text, not held out): it proves the wiring, not capability")
-    return {
-        "metrics": {"bpb.value": out["bpb"], "bpb.source": source, "bpb.bytes": out["bytes"], "bpb.targets": out["targets"],
-                    "bpb.document_starts": starts["bpb"], "bpb.document_starts_bytes": starts["bytes"]},
-        "outputs": {"source": source, "path": str(validation) if validation is not None else None},
-        "notes": notes,
-    }
+    return StageResult(
+        metrics={"bpb.value": out["bpb"], "bpb.source": source, "bpb.bytes": out["bytes"], "bpb.targets": out["targets"],
+                 "bpb.document_starts": starts["bpb"], "bpb.document_starts_bytes": starts["bytes"]},
+        outputs={"source": source, "path": str(validation) if validation is not None else None},
+        notes=tuple(notes),
+    )
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 from tt_stagekit import protocol
+from tt_stagekit.contract import StageResult
 from tt_stagekit.files import atomic_write_bytes
 
 from tt_engine_foundation.runtime.config import FoundationRequest
@@ -23,7 +24,7 @@ from tt_engine_foundation.runtime.config import FoundationRequest
 EVAL_BATCH = 16
 
 
-def main(request: FoundationRequest) -> dict[str, Any]:
+def main(request: FoundationRequest) -> StageResult:
     from tt_engine_foundation.runtime import tokenizer
     from tt_engine_foundation.runtime.generate import generate
     from tt_engine_foundation.runtime.model_io import load_model_dir
@@ -62,30 +63,30 @@ def main(request: FoundationRequest) -> dict[str, Any]:
         atomic_write_bytes(target, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8"))
         return len(rows)
 
-    result: dict[str, Any] = {"outputs": {"model": str(folder), "max_new_tokens": budget},
-                              "metrics": {}}
+    metrics: dict[str, Any] = {}
+    predictions = general_predictions = scores = None
     answered = 0
     if not baseline:
         count = answer(list(request.eval_prompts), "predictions.jsonl")
         answered += count
         protocol.log(f"generated {count} predictions with the {source} model")
-        result.update(predictions="predictions.jsonl", metrics={"chat_eval.generated": count})
+        predictions, metrics = "predictions.jsonl", {"chat_eval.generated": count}
     general = list(request.general_prompts)
     if general:
         count = answer(general, "predictions-general.jsonl")
         answered += count
         protocol.log(f"answered {count} general-regression prompts with the {source} model")
-        result["general_predictions"] = "predictions-general.jsonl"
+        general_predictions = "predictions-general.jsonl"
     if request.spec.evaluation is not None and request.spec.evaluation.benchmarks is not None:
         from tt_engine_foundation.stages import benchmarks
 
         del model  # the export is loaded in its place
-        benchmarks.score(request, folder, device, result)
-    result["metrics"][f"{request.stage}.trimmed_prompts"] = trimmed
-    if trimmed:
-        result["notes"] = [trimmed_note(trimmed, answered, f"{request.stage} prompts",
-                                        "foundation.sequence_length minus the answer budget", seq - budget)]
-    return result
+        scores = benchmarks.score(request, folder, device, metrics)
+    metrics[f"{request.stage}.trimmed_prompts"] = trimmed
+    notes = (trimmed_note(trimmed, answered, f"{request.stage} prompts",
+                          "foundation.sequence_length minus the answer budget", seq - budget),) if trimmed else ()
+    return StageResult(metrics=metrics, outputs={"model": str(folder), "max_new_tokens": budget}, notes=notes,
+                       predictions=predictions, general_predictions=general_predictions, benchmarks=scores)
 
 
 if __name__ == "__main__":

@@ -9,16 +9,15 @@ runs `main`, the first rank of each node writes the model and the result.
 
 from __future__ import annotations
 
-from typing import Any
-
 from tt_stagekit import protocol
+from tt_stagekit.contract import Artifact, StageResult
 from tt_stagekit.files import file_sha256
 from tt_stagekit.manifest import MANIFEST
 
 from tt_engine_foundation.runtime.config import FoundationRequest
 
 
-def main(request: FoundationRequest) -> dict[str, Any]:
+def main(request: FoundationRequest) -> StageResult:
     from tt_engine_foundation.runtime import checkpoints
     from tt_stagekit import distributed
     from tt_engine_foundation.runtime import token_cache
@@ -78,14 +77,14 @@ def main(request: FoundationRequest) -> dict[str, Any]:
         notes.append("pretrained on the smoke corpus built from the spec: it proves the wiring, not capability")
     if figures["resumed_from"]:
         notes.append(f"pretraining resumed from {figures['resumed_from']}")
-    return {
-        "metrics": metrics,
-        "series": {"pretrain.loss": read_series(lay.heartbeats, state.step)},
-        "outputs": {"model": str(model_dir), "checkpoint": str(lay.checkpoints / checkpoints.step_name(state.step)),
-                    "config_fingerprint": fingerprint},
-        "artifacts": [{"kind": "foundation-base", "path": str(model_dir), "manifest": MANIFEST}],
-        "notes": notes,
-    }
+    return StageResult(
+        metrics=metrics,
+        series={"pretrain.loss": read_series(lay.heartbeats, state.step)},
+        outputs={"model": str(model_dir), "checkpoint": str(lay.checkpoints / checkpoints.step_name(state.step)),
+                 "config_fingerprint": fingerprint},
+        artifacts=(Artifact(kind="foundation-base", path=str(model_dir), manifest=MANIFEST),),
+        notes=tuple(notes),
+    )
 
 
 if __name__ == "__main__":

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from tt_stagekit import protocol
+from tt_stagekit.contract import Artifact, StageResult
 from tt_stagekit.manifest import MANIFEST
 
 from tt_engine_foundation.runtime.config import FoundationRequest
 
 
-def main(request: FoundationRequest) -> dict[str, Any]:
+def main(request: FoundationRequest) -> StageResult:
     from tt_engine_foundation.runtime.model_io import load_model_dir, save_model_dir
     from tt_engine_foundation.runtime.rl import run_rl
     from tt_engine_foundation.runtime.torchsetup import autocast_dtype, open_stage
@@ -36,15 +35,15 @@ def main(request: FoundationRequest) -> dict[str, Any]:
     )
     mean = sum(v for _, v in rewards) / max(1, len(rewards))
     trimmed = stats["trimmed_prompts"]
-    return {
-        "metrics": {"rl.mean_reward": mean, "rl.final_reward": rewards[-1][1] if rewards else 0.0, "rl.steps": len(rewards),
-                    "rl.trimmed_prompts": trimmed},
-        "notes": [trimmed_note(trimmed, len(rows), "RL prompts", "foundation.sequence_length minus the answer budget",
-                               stats["prompt_tokens"])] if trimmed else [],
-        "series": {"rl.reward": [[s, v] for s, v in rewards]},
-        "outputs": {"model": str(model_dir)},
-        "artifacts": [{"kind": "foundation-rl", "path": str(model_dir), "manifest": MANIFEST}],
-    }
+    return StageResult(
+        metrics={"rl.mean_reward": mean, "rl.final_reward": rewards[-1][1] if rewards else 0.0, "rl.steps": len(rewards),
+                 "rl.trimmed_prompts": trimmed},
+        notes=(trimmed_note(trimmed, len(rows), "RL prompts", "foundation.sequence_length minus the answer budget",
+                            stats["prompt_tokens"]),) if trimmed else (),
+        series={"rl.reward": [[s, v] for s, v in rewards]},
+        outputs={"model": str(model_dir)},
+        artifacts=(Artifact(kind="foundation-rl", path=str(model_dir), manifest=MANIFEST),),
+    )
 
 
 if __name__ == "__main__":

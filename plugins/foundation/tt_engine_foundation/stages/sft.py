@@ -7,9 +7,8 @@ the first rank of each node writes the model and the result.
 
 from __future__ import annotations
 
-from typing import Any
-
 from tt_stagekit import protocol
+from tt_stagekit.contract import Artifact, StageResult
 from tt_stagekit.manifest import MANIFEST
 
 from tt_engine_foundation.runtime.config import FoundationRequest
@@ -36,7 +35,7 @@ def sft_rows(request: FoundationRequest) -> list[dict]:
     return rows
 
 
-def main(request: FoundationRequest) -> dict[str, Any]:
+def main(request: FoundationRequest) -> StageResult:
     from tt_engine_foundation.runtime import tokenizer
     from tt_engine_foundation.runtime.model_io import load_model_dir, save_model_dir
     from tt_engine_foundation.runtime.replay import open_replay
@@ -88,13 +87,13 @@ def main(request: FoundationRequest) -> dict[str, Any]:
     if lay.init_model is not None:
         notes.append(f"SFT started from the foundation model {lay.init_model} (foundation.init_model): this run has "
                      "no tokenizer, token cache, pretraining or BPB stage of its own")
-    return {
-        "metrics": metrics,
-        "notes": notes,
-        "series": {"sft.loss": [[s, v] for s, v in losses]},
-        "outputs": {"model": str(model_dir)},
-        "artifacts": [{"kind": "foundation-sft", "path": str(model_dir), "manifest": MANIFEST}],
-    }
+    return StageResult(
+        metrics=metrics,
+        notes=tuple(notes),
+        series={"sft.loss": [[s, v] for s, v in losses]},
+        outputs={"model": str(model_dir)},
+        artifacts=(Artifact(kind="foundation-sft", path=str(model_dir), manifest=MANIFEST),),
+    )
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import numpy as np
 from typing import Any, Mapping
 
 from tt_stagekit import protocol
+from tt_stagekit.contract import StageResult
 from tt_stagekit.files import atomic_file, file_sha256
 from tt_engine_foundation.runtime import token_cache
 from tt_engine_foundation.runtime import tokenizer
@@ -23,7 +24,7 @@ from tt_engine_foundation.runtime.config import FoundationRequest
 from tt_engine_foundation.runtime.corpus import iter_run_corpus, run_corpus
 
 
-def main(request: FoundationRequest) -> dict[str, Any]:
+def main(request: FoundationRequest) -> StageResult:
     cfg = request.cfg
     lay = request.layout
     tok = tokenizer.load_run_tokenizer(lay.tokenizer_json)
@@ -102,18 +103,18 @@ def cut_note(max_chars: int, where: str) -> str:
             "out of the token cache); raise max_chars to pretrain on all of it")
 
 
-def _result(lay, manifest: Mapping[str, Any], seconds: float) -> dict[str, Any]:
+def _result(lay, manifest: Mapping[str, Any], seconds: float) -> StageResult:
     metrics = {"token_cache.tokens": manifest["token_count"], "token_cache.documents": manifest["documents"],
                "token_cache.chars": manifest["chars"], "token_cache.cut": bool(manifest.get("cut_at"))}
     if seconds > 0:
         metrics["token_cache.mb_per_second"] = manifest["chars"] / 1e6 / seconds
     notes = [cut_note(manifest["inputs"]["max_chars"], manifest["cut_at"])] if manifest.get("cut_at") else []
-    return {
-        "notes": notes,
-        "metrics": metrics,
-        "outputs": {"tokens": str(lay.tokens_bin), "manifest": str(lay.tokens_manifest),
-                    "sha256": manifest["file"]["sha256"], "token_count": manifest["token_count"]},
-    }
+    return StageResult(
+        notes=tuple(notes),
+        metrics=metrics,
+        outputs={"tokens": str(lay.tokens_bin), "manifest": str(lay.tokens_manifest),
+                 "sha256": manifest["file"]["sha256"], "token_count": manifest["token_count"]},
+    )
 
 
 if __name__ == "__main__":

@@ -13,9 +13,9 @@ Instruction plus the longest answer longer than foundation.sequence_length
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from tt_stagekit import protocol
+from tt_stagekit.contract import StageResult
 from tt_stagekit.files import atomic_write_bytes, atomic_write_json, file_sha256
 from tt_engine_foundation.runtime import tokenizer
 from tt_engine_foundation.runtime.chat import check_fits
@@ -23,7 +23,7 @@ from tt_engine_foundation.runtime.config import FoundationRequest
 from tt_engine_foundation.runtime.corpus import iter_run_corpus, tokenizer_source
 
 
-def main(request: FoundationRequest) -> dict[str, Any]:
+def main(request: FoundationRequest) -> StageResult:
     cfg = request.cfg
     lay = request.layout
     source = tokenizer_source(cfg.corpus_path, request.system_message, request.train_rows)
@@ -70,11 +70,11 @@ def main(request: FoundationRequest) -> dict[str, Any]:
     return _result(lay, vocab, counted["chars"])
 
 
-def _result(lay, vocab: int, chars: int) -> dict[str, Any]:
-    return {
-        "metrics": {"tokenizer.vocab_size": vocab, "tokenizer.train_chars": chars},
-        "outputs": {"tokenizer": str(lay.tokenizer_json), "sha256": file_sha256(lay.tokenizer_json)},
-    }
+def _result(lay, vocab: int, chars: int) -> StageResult:
+    return StageResult(
+        metrics={"tokenizer.vocab_size": vocab, "tokenizer.train_chars": chars},
+        outputs={"tokenizer": str(lay.tokenizer_json), "sha256": file_sha256(lay.tokenizer_json)},
+    )
 
 
 if __name__ == "__main__":
