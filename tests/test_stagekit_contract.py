@@ -4,6 +4,7 @@ tt_stagekit.manifest are the one folder publisher and the one manifest writer an
 from __future__ import annotations
 
 import ast
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -158,7 +159,7 @@ def test_serve_bounds_are_one_check_for_tt_serve_and_the_engines_server(change, 
     from tt_host.models.serve import ServeError, ServeOptions, check_options
 
     with pytest.raises(ServeError) as host:
-        check_options(ServeOptions(**change))
+        check_options(ServeOptions(request=C.ServeRequest(**change)))
     assert str(host.value) == message and host.value.exit_code == C.EXIT_INVALID
     with pytest.raises(C.InvalidInput) as direct:
         C.ServeRequest(**change).check_bounds()
@@ -180,13 +181,87 @@ def _engine_server_check():
     return check
 
 
+API_KEY_CASES = [  # (key, host, message)
+    ("short-key", "127.0.0.1", "the API key is 9 characters long; use at least 16 (make one with `python -c 'import "
+     "secrets; print(secrets.token_urlsafe(24))'`) and give it with --api-key-file FILE (the key alone on one line), "
+     "the TT_API_KEY environment variable or --api-key KEY"),
+    (None, "0.0.0.0", "refusing to listen on 0.0.0.0 without an API key: any address other than loopback needs one, "
+     "given with --api-key-file FILE (the key alone on one line), the TT_API_KEY environment variable or --api-key "
+     "KEY, and every request must then send 'Authorization: Bearer KEY'"),
+]
+
+
+@pytest.mark.parametrize("key,host,message", API_KEY_CASES, ids=["short", "public-without-key"])
+def test_api_key_rule_is_one_check_for_tt_serve_and_the_engines_server(key, host, message, tmp_path, monkeypatch):
+    """`tt serve` (exit 2, ServeError) and the adapter's server (the key in TT_SERVE_API_KEY) refuse a short key and
+    a public address without one with the stagekit's one message."""
+    from tt_host.models.serve import ServeError, ServeOptions, check_options
+    from tt_stagekit.addresses import check_api_key
+
+    with pytest.raises(C.InvalidInput) as direct:
+        check_api_key(key, host)
+    assert str(direct.value) == message
+    with pytest.raises(ServeError) as refused:
+        check_options(ServeOptions(request=C.ServeRequest(host=host), api_key=key))
+    assert str(refused.value) == message and refused.value.exit_code == C.EXIT_INVALID
+    check_api_key("k" * 16, host)  # a long enough key is taken anywhere
+    check_api_key(None, "::1")  # loopback needs none
+    server = _engine_server_check()
+    if server is not None:
+        (tmp_path / "config.json").write_text("{}")
+        if key is None:
+            monkeypatch.delenv("TT_SERVE_API_KEY", raising=False)
+        else:
+            monkeypatch.setenv("TT_SERVE_API_KEY", key)
+        with pytest.raises(C.InvalidInput) as engine:
+            server({"model_path": str(tmp_path), "model_name": "m", "host": host})
+        assert str(engine.value) == message
+
+
 def test_serve_defaults_are_tt_serves():
+    import inspect
+
+    from tt_host.cli.serve import serve
     from tt_host.models.serve import ServeOptions
 
-    options, request = ServeOptions(), C.ServeRequest()
+    request = C.ServeRequest()
+    assert ServeOptions().request == request
     assert (request.max_concurrency, request.port, request.max_queue, request.queue_timeout) == (8, 8000, 64, 60.0)
-    assert (options.max_concurrency, options.port, options.max_queue) == (8, 8000, 64)
     request.check_bounds()
+    # every `tt serve` option that is a request field takes the field's default
+    options = {name: param.default.default for name, param in inspect.signature(serve).parameters.items()
+               if hasattr(param.default, "default")}
+    fields = {f.name: f.default for f in dataclasses.fields(C.ServeRequest)}
+    shared = sorted(set(options) & set(fields))
+    assert shared == ["default_max_tokens", "device", "host", "max_batch_tokens", "max_concurrency",
+                      "max_connections", "max_queue", "port", "queue_timeout"]
+    assert {name: options[name] for name in shared} == {name: fields[name] for name in shared}
+
+
+def test_tt_serve_writes_its_one_serve_request_and_the_server_reads_it_back(tmp_path):
+    """The request file is `ServeRequest.to_json()` of the request the options built (the model filled in, the API
+    key never in it); parsed as the engine's server parses it, it is the same request."""
+    from tt_host.engine import SERVE_HF
+    from tt_host.models.references import ResolvedModel
+    from tt_host.models.serve import ServeOptions, build_request
+    from tt_stagekit.stageconfig import parse
+
+    key = "a-key-long-enough-0123"
+    options = ServeOptions(request=C.ServeRequest(host="0.0.0.0", port=0, allowed_hosts=("box.lan",), max_queue=3),
+                           api_key=key)
+    model = ResolvedModel(model_id="m-1", path=tmp_path / "model", kind="adapter", form=SERVE_HF, engine="adapter",
+                          system_message="Be brief.")
+    request = build_request(model, options, lambda line: None, tmp_path / "ready.json")
+    written = request.to_json()
+    assert written == {
+        "model_path": str(tmp_path / "model"), "adapter_path": None, "model_name": "m-1",
+        "system_message": "Be brief.", "host": "0.0.0.0", "port": 0, "max_concurrency": 8, "device": "auto",
+        "ready_file": str(tmp_path / "ready.json"), "allowed_hosts": ["box.lan"], "default_max_tokens": None,
+        "header_timeout": 10.0, "max_queue": 3, "queue_timeout": 60.0, "max_batch_tokens": None,
+        "max_connections": 1000, "send_timeout": 30.0, "body_timeout": 30.0}
+    assert list(written) == [f.name for f in dataclasses.fields(C.ServeRequest)]
+    assert key not in json.dumps(written)
+    assert parse(C.ServeRequest, json.loads(json.dumps(written)), "serve request") == request
 
 
 @pytest.mark.parametrize("policy", [F.REFUSE, F.REPLACE, F.KEEP])

@@ -10,7 +10,13 @@ from typing import Any, Optional
 import typer
 
 from tt_host.cli.common import JsonOption, console, err, os_errors_refused
-from tt_stagekit.contract import EXIT_INTERRUPTED
+from tt_stagekit.contract import EXIT_INTERRUPTED, ServeRequest
+
+
+def default(name: str) -> Any:
+    """An option's default: the ServeRequest field's, so `tt serve` and a server reading a request without the
+    field agree."""
+    return ServeRequest.__dataclass_fields__[name].default
 
 
 def show_event(event: dict[str, Any]) -> None:
@@ -37,34 +43,34 @@ def serve(
     ctx: typer.Context,
     model: str = typer.Argument(..., help="Registered model id, `active`, `base` (of the active model), run directory, "
                                                   "or model folder (an export too)."),
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; anything but loopback needs an API key."),
-    port: int = typer.Option(8000, "--port", help="Port to bind (0: any free port)."),
+    host: str = typer.Option(default("host"), "--host", help="Address to bind; anything but loopback needs an API key."),
+    port: int = typer.Option(default("port"), "--port", help="Port to bind (0: any free port)."),
     api_key: Optional[str] = typer.Option(None, "--api-key", envvar="TT_API_KEY", show_envvar=True,
                                           help="Require 'Authorization: Bearer KEY' on every /v1 request. On the "
                                                "command line it is visible in `ps`: prefer TT_API_KEY or "
                                                "--api-key-file."),
     api_key_file: Optional[Path] = typer.Option(None, "--api-key-file",
                                                 help="Read the API key from this file (the key alone on one line)."),
-    max_concurrency: int = typer.Option(8, "--max-concurrency",
+    max_concurrency: int = typer.Option(default("max_concurrency"), "--max-concurrency",
                                         help="Requests generated together in one batch (1: one at a time)."),
-    max_queue: int = typer.Option(64, "--max-queue", help="Requests that may wait for a place; more get 429."),
-    queue_timeout: float = typer.Option(60.0, "--queue-timeout",
+    max_queue: int = typer.Option(default("max_queue"), "--max-queue", help="Requests that may wait for a place; more get 429."),
+    queue_timeout: float = typer.Option(default("queue_timeout"), "--queue-timeout",
                                         help="Seconds a request may wait for a place before it gets 503."),
-    max_batch_tokens: Optional[int] = typer.Option(None, "--max-batch-tokens",
+    max_batch_tokens: Optional[int] = typer.Option(default("max_batch_tokens"), "--max-batch-tokens",
                                                    help="Bound on the batch's KV cache: requests x longest (prompt + "
                                                         "max_tokens) (default: max-concurrency x context)."),
-    max_connections: int = typer.Option(1000, "--max-connections",
+    max_connections: int = typer.Option(default("max_connections"), "--max-connections",
                                         help="Open connections allowed; one more closes the longest-idle one "
                                              "(503 when none is idle)."),
     allowed_host: list[str] = typer.Option([], "--allowed-host",
                                            help="Another name clients use for this server (Host header); "
                                                 "repeatable. The bound address is always allowed."),
-    default_max_tokens: Optional[int] = typer.Option(None, "--default-max-tokens",
+    default_max_tokens: Optional[int] = typer.Option(default("default_max_tokens"), "--default-max-tokens",
                                                      help="Answer budget of a request without max_tokens "
                                                           "(default: a quarter of the context, at most 256)."),
     no_spec_prompt: bool = typer.Option(False, "--no-spec-prompt",
                                         help="Do not apply the spec's compiled system message."),
-    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or mps."),
+    device: str = typer.Option(default("device"), "--device", help="auto, cpu, cuda or mps."),
     offline: bool = typer.Option(False, "--offline", help="Build engine environments from uv's cache only."),
     json_mode: bool = JsonOption,
 ) -> None:
@@ -88,11 +94,12 @@ def serve(
     elif api_key and getattr(ctx.get_parameter_source("api_key"), "name", "") == "COMMANDLINE":
         log("warning: --api-key on the command line is visible to every user of this machine (ps); "
             "use --api-key-file FILE or the TT_API_KEY environment variable", "warning")
-    options = ServeOptions(host=host, port=port, api_key=api_key or None, max_concurrency=max_concurrency,
-                           max_queue=max_queue, queue_timeout=queue_timeout, max_batch_tokens=max_batch_tokens,
-                           spec_prompt=not no_spec_prompt, device=device, offline=offline or None,
+    request = ServeRequest(host=host, port=port, max_concurrency=max_concurrency, device=device,
                            allowed_hosts=tuple(allowed_host), default_max_tokens=default_max_tokens,
+                           max_queue=max_queue, queue_timeout=queue_timeout, max_batch_tokens=max_batch_tokens,
                            max_connections=max_connections)
+    options = ServeOptions(request=request, api_key=api_key or None, spec_prompt=not no_spec_prompt,
+                           offline=offline or None)
 
     def on_event(event: dict[str, Any]) -> None:
         emit_line(event) if json_mode else show_event(event)

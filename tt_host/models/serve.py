@@ -12,8 +12,9 @@ The host:
    anything else;
 2. resolves MODEL (`tt_host.models.references`); a model served through its export is
    first exported to a Hugging Face folder (`tt_host.models.export.serving_folder`, cached);
-3. writes the request JSON into a private temporary folder (the API key goes
-   to the child through the environment, never into a file);
+3. writes the request (the one `ServeRequest` of the options, completed with
+   the model) into a private temporary folder (the API key goes to the child
+   through the environment, never into a file);
 4. runs the server in its own session with stdout parsed for JSON events (by a
    reader that survives its own errors, tt_host.engines.runner.OutputReader) and
    stderr (uvicorn's log) passed through; Ctrl-C / SIGTERM are forwarded
@@ -23,11 +24,11 @@ The host:
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import os
 import subprocess
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -38,7 +39,7 @@ from tt_host.fsutil import write_json_atomic
 from tt_host.models.references import ResolvedModel
 from tt_host.engines.isolation import python_command, python_env
 from tt_host.engines.runner import OutputReader, SignalForwarder, parse_event
-from tt_stagekit.addresses import is_loopback
+from tt_stagekit.addresses import check_api_key
 from tt_stagekit.contract import EXIT_INTERRUPTED, InvalidInput, ServeRequest
 
 KILL_AFTER_SECONDS = 30.0  # TT_SERVE_KILL_SECONDS overrides it (tests: a short grace instead of waiting 30 s)
@@ -50,46 +51,28 @@ class ServeError(TTError):
     exit_code = 2
 
 
-@dataclass
+@dataclasses.dataclass(frozen=True)
 class ServeOptions:
-    host: str = "127.0.0.1"
-    port: int = ServeRequest.port
-    api_key: Optional[str] = None
-    max_concurrency: int = ServeRequest.max_concurrency
-    max_queue: int = ServeRequest.max_queue
-    queue_timeout: float = ServeRequest.queue_timeout
-    max_batch_tokens: Optional[int] = None
+    """`tt serve`'s options: the server's settings as the ServeRequest it is handed (its model fields are filled
+    in once the model is resolved), and what only the host uses."""
+
+    request: ServeRequest = dataclasses.field(default_factory=ServeRequest)
+    api_key: Optional[str] = None  # to the server as TT_SERVE_API_KEY, never into the request file
     spec_prompt: bool = True
-    device: str = "auto"
     offline: Optional[bool] = None
-    allowed_hosts: tuple[str, ...] = ()
-    default_max_tokens: Optional[int] = None
-    max_connections: int = ServeRequest.max_connections
-
-
-MIN_API_KEY_CHARS = 16  # a shorter key is guessed (the engine's server refuses one too)
 
 
 def check_options(options: ServeOptions) -> None:
     """Refusals that need nothing but the options (exit 2, nothing started)."""
-    if not options.host:
+    request = options.request
+    if not request.host:
         raise ServeError("--host must not be empty")
-    if options.api_key is not None and len(options.api_key) < MIN_API_KEY_CHARS:
-        raise ServeError(f"the API key is {len(options.api_key)} characters long; use at least {MIN_API_KEY_CHARS} "
-                         "(e.g. `python -c 'import secrets; print(secrets.token_urlsafe(24))'`)")
-    if not is_loopback(options.host) and not options.api_key:
-        raise ServeError(f"refusing to listen on {options.host} without an API key: any address other than "
-                         "loopback needs --api-key KEY (or the TT_API_KEY environment variable), and every "
-                         "request must then send 'Authorization: Bearer KEY'")
-    bounds = ServeRequest(host=options.host, port=options.port, max_concurrency=options.max_concurrency,
-                          device=options.device, max_queue=options.max_queue, queue_timeout=options.queue_timeout,
-                          max_batch_tokens=options.max_batch_tokens, default_max_tokens=options.default_max_tokens,
-                          max_connections=options.max_connections)
     try:
-        bounds.check_bounds()  # the same check the engine's server makes on the request
+        check_api_key(options.api_key, request.host)  # the engine's server checks the key it gets the same way
+        request.check_bounds()  # the same check the engine's server makes on the request
     except InvalidInput as exc:
         raise ServeError(str(exc)) from None
-    for name in options.allowed_hosts:
+    for name in request.allowed_hosts or ():
         if not _host_name_ok(name):
             raise ServeError(f"--allowed-host {name!r}: give a host name or address without port or scheme "
                              "(e.g. --allowed-host myserver.lan)")
@@ -119,7 +102,8 @@ def read_api_key_file(path: Path) -> str:
 
 
 def build_request(model: ResolvedModel, options: ServeOptions, log: Callable[[str], None],
-                  ready_file: Optional[Path]) -> dict[str, Any]:
+                  ready_file: Optional[Path]) -> ServeRequest:
+    """The options' ServeRequest with the model to serve."""
     if model.form == SERVE_EXPORT:
         model_path, on_base = serving_folder(model, options.offline, log), None
     elif model.form == SERVE_ON_BASE:
@@ -128,16 +112,10 @@ def build_request(model: ResolvedModel, options: ServeOptions, log: Callable[[st
         model_path, on_base = model.path, None
     if options.spec_prompt and model.system_message is None:
         log(f"no spec system message is recorded for {model.model_id}; serving without one")
-    return {
-        "model_path": str(model_path), "adapter_path": str(on_base) if on_base else None,
-        "model_name": model.model_id,
-        "system_message": model.system_message if options.spec_prompt else None,
-        "host": options.host, "port": options.port, "max_concurrency": options.max_concurrency,
-        "device": options.device, "ready_file": str(ready_file) if ready_file else None,
-        "allowed_hosts": list(options.allowed_hosts), "default_max_tokens": options.default_max_tokens,
-        "max_queue": options.max_queue, "queue_timeout": options.queue_timeout,
-        "max_batch_tokens": options.max_batch_tokens, "max_connections": options.max_connections,
-    }
+    return dataclasses.replace(
+        options.request, model_path=str(model_path), adapter_path=str(on_base) if on_base else None,
+        model_name=model.model_id, system_message=model.system_message if options.spec_prompt else None,
+        ready_file=str(ready_file) if ready_file else None)
 
 
 def server_for(model: ResolvedModel) -> Engine:
@@ -165,15 +143,15 @@ def server_for(model: ResolvedModel) -> Engine:
 
 def run_server(model: ResolvedModel, options: ServeOptions, on_event: Callable[[dict[str, Any]], None],
                log: Callable[[str], None]) -> int:
-    """Serve until the server stops; returns the exit code (130 after Ctrl-C / SIGTERM)."""
-    check_options(options)
+    """Serve until the server stops; returns the exit code (130 after Ctrl-C / SIGTERM). `serve` checked the
+    options."""
     engine = server_for(model)
     assert engine.serve is not None
     python = engine_python(engine.name, options.offline, log)
     with tempfile.TemporaryDirectory(prefix="tt-serve-") as tmp:
         request = build_request(model, options, log, Path(tmp) / "ready.json")
         request_path = Path(tmp) / "serve-request.json"
-        write_json_atomic(request_path, request)
+        write_json_atomic(request_path, request.to_json())
         env = python_env(PYTHONUNBUFFERED="1")
         env.pop("TT_SERVE_API_KEY", None)
         if options.api_key:

@@ -237,6 +237,11 @@ class ServeRequest:
     send_timeout: float = 30.0
     body_timeout: float = 30.0
 
+    def to_json(self) -> dict[str, Any]:
+        """The request file as `tt serve` writes it: keys in field order, `allowed_hosts` as a list."""
+        return {f.name: list(value) if isinstance(value := getattr(self, f.name), tuple) else value
+                for f in dataclasses.fields(ServeRequest)}
+
     def check_bounds(self) -> None:
         """InvalidInput (exit 2) naming the first limit out of its range."""
         if not 0 <= self.port <= 65535:

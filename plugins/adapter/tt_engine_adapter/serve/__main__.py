@@ -18,7 +18,8 @@ and exit codes are tt_stagekit's. `max_concurrency` sequences are decoded togeth
 
 The API key comes from the environment (`TT_SERVE_API_KEY`), never from the
 request file; a key shorter than 16 characters, or a non-loopback host without
-a key, is refused (exit 2) before the model loads. At most `max_connections`
+a key, is refused (exit 2) before the model loads, by the same
+`tt_stagekit.addresses.check_api_key` that `tt serve` calls on its options. At most `max_connections`
 connections are open (`protocol`: the longest-idle one is closed for a new one),
 with the open-file limit raised to fit them (`fdlimit`). The model loads before the port is bound, so `/health`
 answers only when the server is ready; then one JSON line
@@ -40,7 +41,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from tt_stagekit.addresses import is_loopback
+from tt_stagekit.addresses import check_api_key
 from tt_stagekit.contract import EXIT_INTERRUPTED, EXIT_OK, ServeRequest
 from tt_stagekit.protocol import InvalidInput, StageError, emit, log, run_entry
 from tt_stagekit.stageconfig import parse
@@ -50,7 +51,6 @@ class Refused(InvalidInput):
     """Invalid request or unsafe settings: nothing was started (exit 2)."""
 
 
-MIN_API_KEY_CHARS = 16
 BACKLOG = 2048
 
 
@@ -78,13 +78,7 @@ def check(raw: Any) -> ServeRequest:
         raise Refused(f"{request.adapter_path}: not a PEFT adapter folder (no adapter_config.json)")
     if not all(h.strip() for h in request.allowed_hosts or ()):
         raise Refused("serve request: 'allowed_hosts' must be a list of host names")
-    key = os.environ.get("TT_SERVE_API_KEY")
-    if key and len(key) < MIN_API_KEY_CHARS:
-        raise Refused(f"the API key has {len(key)} characters; a key needs at least {MIN_API_KEY_CHARS} (make one "
-                      "with `python -c \"import secrets; print(secrets.token_urlsafe(32))\"`)")
-    if not is_loopback(request.host) and not key:
-        raise Refused(f"refusing to listen on {request.host} without an API key: any address other than "
-                      "loopback needs --api-key (or TT_API_KEY)")
+    check_api_key(os.environ.get("TT_SERVE_API_KEY"), request.host)
     return request
 
 
