@@ -18,7 +18,8 @@ empty selection, a step whose producer was left out).
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 from tt_host.errors import TTError
 
@@ -27,27 +28,45 @@ MAX_STEPS = 16
 TARGETS = ("local", "cloud")
 # A document whose `runtime.engine` names an engine's declared runtime keyword (`PipelineVocabulary.runtime`) uses the
 # from-scratch vocabulary below; that engine's record says with which stages it runs each step.
-USES = ("train", "evaluate", "compare", "tokenize", "pretrain", "finetune", "rl")
+REFERENCE_KEY, MODEL_KEY, EVALUATOR_KEY = "reference", "model-or-base", "evaluator"
+
+
+@dataclass(frozen=True)
+class StepKind:
+    """One step kind of the contract, the one definition of its shape: what it produces, its `with` keys in the
+    contract's order (an integer key's inclusive bounds, or what the key holds: a reference to an earlier step's
+    output, the evaluate step's model ("base" or a reference) or its evaluator), the keys it requires (a step that
+    requires any requires `with`)."""
+
+    output: str
+    keys: Mapping[str, Union[tuple[int, int], str]] = field(default_factory=dict)
+    required: tuple[str, ...] = ()
+
+
+STEPS_BOUNDS, BATCH_BOUNDS = (1, 10_000_000), (1, 1024)
+STEPS: dict[str, StepKind] = {
+    "train": StepKind("model"),
+    "evaluate": StepKind("report", {"model": MODEL_KEY, "evaluator": EVALUATOR_KEY}, ("model",)),
+    "compare": StepKind("comparison", {"before": REFERENCE_KEY, "after": REFERENCE_KEY}, ("before", "after")),
+    "tokenize": StepKind("tokenizer", {"vocabSize": (64, 65_536), "maxChars": (1_000, 2_000_000_000)}),
+    "pretrain": StepKind("model", {"tokenizer": REFERENCE_KEY, "depth": (1, 64), "steps": STEPS_BOUNDS,
+                                   "batchSize": BATCH_BOUNDS, "sequenceLength": (16, 8192), "nprocPerNode": (1, 16)},
+                         ("tokenizer",)),
+    "finetune": StepKind("model", {"model": REFERENCE_KEY, "steps": STEPS_BOUNDS, "batchSize": BATCH_BOUNDS},
+                         ("model",)),
+    "rl": StepKind("model", {"model": REFERENCE_KEY, "steps": STEPS_BOUNDS}, ("model",)),
+}
+USES = tuple(STEPS)
 RUNTIME_USES = ("tokenize", "pretrain", "finetune", "rl")
 EVALUATORS = ("behavior", "bpb", "chat", "inference")
 RUNTIME_EVALUATORS = ("bpb", "chat", "inference")
-OUTPUTS = {"train": "model", "evaluate": "report", "compare": "comparison", "tokenize": "tokenizer",
-           "pretrain": "model", "finetune": "model", "rl": "model"}
+OUTPUTS = {uses: kind.output for uses, kind in STEPS.items()}
+# An integer `with` key's bounds, whichever step holds it (the contract checks a value by its key alone).
+INT = {key: spec for kind in STEPS.values() for key, spec in kind.keys.items() if isinstance(spec, tuple)}
+REFERENCE_KEYS = tuple(dict.fromkeys(key for kind in STEPS.values() for key, spec in kind.keys.items()
+                                     if spec in (REFERENCE_KEY, MODEL_KEY)))
 STEP_ID = re.compile(r"^[a-z][a-z0-9_-]*$")
 REFERENCE = re.compile(r"^[a-z][a-z0-9_-]*\.[a-z][a-z0-9_]*$")
-INT = {"vocabSize": (64, 65_536), "maxChars": (1_000, 2_000_000_000), "depth": (1, 64), "steps": (1, 10_000_000),
-       "batchSize": (1, 1024), "sequenceLength": (16, 8192), "nprocPerNode": (1, 16)}
-WITH = {  # per step kind: its `with` keys, whether `with` is required, the reference keys
-    "train": (None, False, ()),
-    "evaluate": (("model", "evaluator"), True, ()),
-    "compare": (("before", "after"), True, ("before", "after")),
-    "tokenize": (("vocabSize", "maxChars"), False, ()),
-    "pretrain": (("tokenizer", "depth", "steps", "batchSize", "sequenceLength", "nprocPerNode"), True, ("tokenizer",)),
-    "finetune": (("model", "steps", "batchSize"), True, ("model",)),
-    "rl": (("model", "steps"), True, ("model",)),
-}
-REQUIRED = {"evaluate": ("model",), "compare": ("before", "after"), "pretrain": ("tokenizer",),
-            "finetune": ("model",), "rl": ("model",)}
 
 
 class DocumentError(TTError, ValueError):
@@ -108,7 +127,7 @@ def _step_structure(step: Any) -> list[str]:
     uses = step.get("uses")
     if uses not in USES:
         return [f"uses: must be one of {', '.join(USES)}"]
-    keys, with_required, _ = WITH[uses]
+    keys, required = STEPS[uses].keys, STEPS[uses].required
     allowed = ("id", "uses", "target") + (("with",) if keys else ())
     problems = [f"{key}: unknown field (misspelled?)" for key in step if key not in allowed]
     sid = step.get("id")
@@ -117,18 +136,18 @@ def _step_structure(step: Any) -> list[str]:
     if "target" in step and step["target"] not in TARGETS:
         problems.append("target: must be 'local' or 'cloud'")
     if "with" not in step:
-        return problems + (["with: required"] if with_required else [])
+        return problems + (["with: required"] if required else [])
     block = step["with"]
     if not isinstance(block, dict):
         return problems + ["with: must be an object"]
     problems += [f"with.{key}: unknown field (misspelled?)" for key in block if key not in keys]
-    problems += [f"with.{key}: required" for key in REQUIRED.get(uses, ()) if key not in block]
+    problems += [f"with.{key}: required" for key in required if key not in block]
     for key, value in block.items():
         if key in INT and not (type(value) is int and INT[key][0] <= value <= INT[key][1]):
             problems.append(f"with.{key}: must be an integer from {INT[key][0]} to {INT[key][1]}")
         elif key == "evaluator" and value not in EVALUATORS:
             problems.append(f"with.evaluator: must be one of {', '.join(EVALUATORS)}")
-        elif key in ("model", "before", "after", "tokenizer") and not (
+        elif key in REFERENCE_KEYS and not (
                 (key == "model" and uses == "evaluate" and value == "base") or _is_reference(value)):
             problems.append(f"with.{key}: artifact references must use {{\"from\": \"<step-id>.<output>\"}}"
                             + (" or \"base\"" if key == "model" and uses == "evaluate" else ""))
@@ -241,7 +260,7 @@ def check_local(normalized: dict[str, Any]) -> None:
 def references(step: dict[str, Any]) -> list[str]:
     """The producer step ids a step reads."""
     block = step.get("with") or {}
-    refs = [block[key] for key in ("model", "before", "after", "tokenizer") if isinstance(block.get(key), dict)]
+    refs = [block[key] for key in REFERENCE_KEYS if isinstance(block.get(key), dict)]
     return [ref["from"].rsplit(".", 1)[0] for ref in refs]
 
 
