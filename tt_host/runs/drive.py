@@ -6,7 +6,8 @@ Order of work, so that invalid input never creates anything:
    start R: tt_host.runs.opening) and, when it exists, checked (tt_host.runs.plan): a finished (or
    partly done) stage that may not be replaced whose inputs changed is refused, naming what changed,
    before any file is written;
-3. the engine environment is made ready;
+3. the engine environment is made ready, then the run's state (run.json, tt_host.runs.state) and its
+   record (`RunCall`: the spec, the folder, observers, what they are told), complete before the first stage;
 4. stages run in order (tt_host.runs.invoke); a verified completed stage with the same fingerprint is
    reused; a replaceable one whose inputs changed runs again; results are scored, artifacts registered
    at once (tt_host.runs.results);
@@ -35,8 +36,7 @@ from tt_host.runs.host_stage import run_host_stage
 from tt_host.runs.invoke import RunCall, StageCall, StageOutcome, run_stage_call, stage_request
 from tt_host.runs.observers import Observers
 from tt_host.runs.opening import RunRefused, check_run_path, claim_new_run_dir, open_run
-from tt_host.runs.plan import (Decision, decide, default_run_dir, kept_split, new_run_id, preview, refusal, same_engine,
-                               spec_digest)
+from tt_host.runs.plan import Decision, decide, default_run_dir, kept_split, new_run_id, refusal, same_engine, spec_digest
 from tt_host.runs.progress import QuietReporter
 from tt_host.runs.report import build_report, write_report
 from tt_host.runs.results import Tally, take_result
@@ -48,7 +48,7 @@ from tt_host.spec.loading import LoadedSpec
 from tt_host.synthesis.stage import is_host_stage, teacher_problem
 from tt_stagekit.contract import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK
 
-__all__ = ["RunOutcome", "RunRefused", "check_run_path", "execute", "preview"]
+__all__ = ["RunOutcome", "RunRefused", "check_run_path", "execute"]
 
 
 @dataclass
