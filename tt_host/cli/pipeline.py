@@ -84,7 +84,8 @@ def init(
     unknown = [arg for arg in extra if not (arg.startswith("--") and arg[2:] in declared)]
     if unknown or len(chosen) > 1:
         flags = ", ".join(f"--{name}" for name in declared) or "none installed"
-        fail(f"tt pipeline init: unexpected {' '.join(unknown or [f'--{name}' for name in chosen])} (the from-scratch recipes: {flags})",
+        given = " ".join(unknown or [f"--{name}" for name in chosen])
+        fail(f"tt pipeline init: unexpected {given} (the from-scratch recipes: {flags})",
              json_mode=json_mode)
     document = canonical_runtime(chosen[0]) if chosen else canonical_local()
     target = directory / DOCUMENT.name

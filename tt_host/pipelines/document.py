@@ -3,9 +3,9 @@
 A document is `{version: 1, name?, target?, runtime?, steps: 1..16}`. Steps: `train` (-> model), `evaluate {model:
 "base" | {from: "<step>.model"}, evaluator}` (-> report), `compare {before, after}` (-> comparison), and the
 from-scratch vocabulary (`runtime.engine` naming an engine that declares it, `Engine.pipeline_vocabulary`): `tokenize`
-(-> tokenizer), `pretrain`, `finetune`, `rl` (-> model) with the evaluators `bpb`, `chat`, `inference`. The rules are the contract's (its `src/index.ts`): a
-reference points at an earlier step's output of the right kind, at most one `train`, ids unique and
-`^[a-z][a-z0-9_-]*$`, every step has a target. tt runs local steps only, so a step whose target is not `local` is
+(-> tokenizer), `pretrain`, `finetune`, `rl` (-> model) with the evaluators `bpb`, `chat`, `inference`. The rules are
+the contract's (its `src/index.ts`): a reference points at an earlier step's output of the right kind, at most one
+`train`, ids unique and `^[a-z][a-z0-9_-]*$`, every step has a target. tt runs local steps only, so a step whose target is not `local` is
 refused too. Every problem is a `DocumentError` (exit 2) naming the step; nothing here touches a run. The runtime
 keywords a document may use are the ones the installed engines declare (`runtimes`, read by the caller from their
 records), so this module names no engine.

@@ -65,7 +65,8 @@ def _behavior_stages(engine: Engine, step: dict[str, Any]) -> tuple[list[str], l
     return [s.name for s in own], [name for s in own for name in _deps(engine, s)]
 
 
-def stages_for(engine: Engine, spec: Any, steps: list[dict[str, Any]], document: dict[str, Any]) -> dict[str, list[str]]:
+def stages_for(engine: Engine, spec: Any, steps: list[dict[str, Any]],
+               document: dict[str, Any]) -> dict[str, list[str]]:
     """Each selected step's own stages (in the engine's order). Refuses a vocabulary that is not the engine's, a
     step the engine has no stage for, and a step whose every stage this spec turns off."""
     vocabulary = engine.pipeline_vocabulary

@@ -36,7 +36,8 @@ from tt_host.runs.host_stage import run_host_stage
 from tt_host.runs.invoke import RunCall, StageCall, StageOutcome, run_stage_call, stage_request
 from tt_host.runs.observers import Observers
 from tt_host.runs.opening import RunRefused, check_run_path, claim_new_run_dir, open_run
-from tt_host.runs.plan import Decision, decide, default_run_dir, kept_split, new_run_id, refusal, same_engine, spec_digest
+from tt_host.runs.plan import (Decision, decide, default_run_dir, kept_split, new_run_id, refusal, same_engine,
+                               spec_digest)
 from tt_host.runs.progress import QuietReporter
 from tt_host.runs.report import build_report, write_report
 from tt_host.runs.results import Tally, take_result
@@ -79,8 +80,13 @@ def execute(
         check_run_path(run_dir)
     digest = spec_digest(loaded)
     problems = problem_sink(reporter)
-    run = RunDir(run_dir if run_dir is not None else claim_new_run_dir(default_run_dir(loaded.path, new_run_id(digest))))
-    with open_run(run, grace_seconds() if wait else 0.0, problems, made=run_dir is None) as existed:
+    if run_dir is None:
+        run_dir = claim_new_run_dir(default_run_dir(loaded.path, new_run_id(digest)))
+        made = True
+    else:
+        made = False
+    run = RunDir(run_dir)
+    with open_run(run, grace_seconds() if wait else 0.0, problems, made=made) as existed:
         state = run.load() if existed else None
         if state is not None:
             same_engine(state, loaded)
@@ -155,7 +161,8 @@ def _drive(start: _Start, plan: list[PlannedStage], decisions: list[Decision]) -
         state = _open_state(start, env, plan)
     except DiskFull as exc:
         return RunOutcome(EXIT_FAILED, start.run.path, states.RUN_FAILED,
-                          error=out_of_disk(start.run, None, exc, start.loaded.path, start.existed or start.run.exists()))
+                          error=out_of_disk(start.run, None, exc, start.loaded.path,
+                                            start.existed or start.run.exists()))
     _index(start, state)
     observers = Observers(start.plugins, start.problems)
     call = RunCall(start.loaded, start.plugins, start.run, start.device, start.reporter, start.digest, start.existed,
