@@ -1,7 +1,7 @@
 """The host-side "Low" findings of issue 30: spec and dataset files read with a size cap; a `tt serve` log line is
 shown as text, never read as rich markup; short API keys refused; model ids allocated under a lock; two
 `tt run SPEC` in the same second get two run folders; a spec's remote MLflow tracking URI needs the user's
-consent. (A spec name's escape sequences: tests/test_blank_text.py.)"""
+consent. (A spec name's escape sequences: tests/host/spec/test_blank_text.py.)"""
 
 from __future__ import annotations
 

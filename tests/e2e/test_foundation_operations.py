@@ -6,7 +6,7 @@
    uninterrupted one (1 process, and `nproc_per_node: 2`).
 2. `tt` SIGKILLed mid-pretraining: every stage process notices, checkpoints and exits within seconds;
    a `tt run --resume --no-wait` started while one still lives is refused naming its pid, then succeeds
-   (without --no-wait it waits for them: tests/test_late_stops.py).
+   (without --no-wait it waits for them: tests/host/runs/test_late_stops.py).
 
 Real `tt`, real stages, real torchrun; processes found through /proc. Every run waits at the step where the
 test stops it (TT_HOLD_AT_STEP), so it cannot finish first, and tt and every process under it are held still

@@ -4,7 +4,7 @@ typer, rich, pydantic, pluggy and the plugins take most of a second to import
 on a slow machine; the top-level help needs none of them. `render(width, colour)`
 draws the same characters (and, in colour, the same escape sequences) that
 typer's rich help prints for the app in tt_host.cli.main, from the data in
-tt_host.cli.toplevel; tests/test_fast_help.py compares the two at every width
+tt_host.cli.toplevel; tests/host/cli/test_fast_help.py compares the two at every width
 from MIN_WIDTH up and fails when they differ.
 
 `for_stdout()` answers only where the output is certain to be the same: a

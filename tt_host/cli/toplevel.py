@@ -2,7 +2,7 @@
 
 A copy of what the typer app in tt_host.cli.main declares: the root help, the
 root options and each command's summary (the first paragraph of its help).
-No plugin adds anything to the top-level help. tests/test_fast_help.py renders
+No plugin adds anything to the top-level help. tests/host/cli/test_fast_help.py renders
 the real app with typer at many widths, in colour and plain, and compares: a
 change to a command, its docstring or a sub-app's help fails it until this file
 says the same.

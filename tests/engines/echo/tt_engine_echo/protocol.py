@@ -3,7 +3,7 @@
 A test fault hook: with `TT_ECHO_KILL_AT=MODULE:N` in its environment, the stage
 whose main module is MODULE (e.g. `tt_engine_echo.stages.train`) kills itself
 (SIGKILL) at its Nth atomic write, after the temporary file is written and
-before it is renamed into place (tests/test_crash_points.py)."""
+before it is renamed into place (tests/host/runs/test_crash_points.py)."""
 
 from __future__ import annotations
 
