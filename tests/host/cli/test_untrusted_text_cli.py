@@ -1,4 +1,4 @@
-"""Text users control is shown literally and paths are never folded (issue 14, item 12).
+"""Text users control is shown literally and paths are never folded.
 
 Rich markup in a spec name, a path, a dataset key or an error message (`[/x]`,
 `[bold]`) must print as itself and never crash a command; a path printed to a

@@ -1,4 +1,4 @@
-"""No code from the working or run folder runs (issue 30, item 1): a `json.py` planted in a run folder is never
+"""No code from the working or run folder runs: a `json.py` planted in a run folder is never
 imported by the stages of `tt run --resume`, one in the folder `tt doctor` starts from never by the torch
 probe, a `sysconfig.py` never steers where wheel-mode engine files are copied, and a `uv.toml` in the
 current folder is never read by `tt engines install` or `tt engines prepare`.

@@ -1,4 +1,4 @@
-"""Files opened as files (issue 30, item 2): locks and appends never go through a symbolic link or into a FIFO;
+"""Files opened as files: locks and appends never go through a symbolic link or into a FIFO;
 an append after a torn last line (a kill mid-append) keeps the record it appends; a corrupt registry entry,
 history line or run.json is named (file, what is wrong, what to do) by every command that reads it, never a
 traceback and never a silent skip."""

@@ -1,4 +1,4 @@
-"""A full disk is a clear error (issue 30, item 4): one message naming the path and the space needed, run.json
+"""A full disk is a clear error: one message naming the path and the space needed, run.json
 left `failed` (or no run folder made), a report written, exit 1; and whatever a full disk or a kill leaves
 while a run folder is being created is never refused by the next `--resume`.
 

@@ -1,4 +1,4 @@
-"""Stops that arrive late, and a resume right after `kill -9` of `tt` (issue 30, item 5).
+"""Stops that arrive late, and a resume right after `kill -9` of `tt`.
 
 1. A supervisor signals the stage first and `tt` only later: once the stage has exited interrupted, copies of
    SIGTERM sent to `tt` (here: one every 10 ms until it exits) change nothing, and `tt` exits 130.

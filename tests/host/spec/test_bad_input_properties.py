@@ -1,4 +1,4 @@
-"""Property-based bad input (issue 14): random malformed specs, dataset rows and serving requests.
+"""Property-based bad input: random malformed specs, dataset rows and serving requests.
 
 For every generated input: no traceback, exit 2 (a 4xx for a request), the
 culprit named (the field's dotted path, `file:line`, or the request `param`),

@@ -1,4 +1,4 @@
-"""Bad dataset rows and corpora (issue 14, item 11): refused with file:line, never a traceback or a hang.
+"""Bad dataset rows and corpora: refused with file:line, never a traceback or a hang.
 
 The shared readers are tested directly (tt_stagekit.chatrows, the adapter's
 prebuilt datasets, the general-regression set, the foundation corpus) and

@@ -1,4 +1,4 @@
-"""Bad specs and run folders (issue 14, item 11): exit 2, the field or file named, `--json` is JSON, nothing made.
+"""Bad specs and run folders: exit 2, the field or file named, `--json` is JSON, nothing made.
 
 Each case runs `tt validate --json` (and, where it matters, `tt run --json`)
 in-process; the cases where a hang is the danger (a FIFO) go through the

@@ -1,4 +1,4 @@
-"""Blank is not content (issue 30, item 8): a text field that must carry content is refused when it is blank
+"""Blank is not content: a text field that must carry content is refused when it is blank
 after trimming (spaces, tabs, newlines), naming the field; `tt validate` exits 2 and nothing is made.
 
 The neutral fields through the echo engine, the engines' own through the shipped examples (adapter and
