@@ -67,6 +67,7 @@ INVALID = {
     "two train steps": (doc(TRAIN, {"id": "again", "uses": "train"}), (), "step 'again': Pipeline v1 supports at most one train"),
     "non-local target": (doc(TRAIN, {**CANDIDATE, "target": "cloud"}), (), "step 'candidate' targets 'cloud'"),
     "bad step id": (doc({"id": "Train", "uses": "train"}), (), "steps.0.id"),
+    "a with block on train": (doc({**TRAIN, "with": {"steps": 2}}), (), "steps.0.with: unknown field"),
     "foundation vocabulary on echo": (doc({"id": "tok", "uses": "tokenize"}, runtime={"engine": "foundation"}), (),
                                       "the pipeline is a foundation recipe"),
 }
