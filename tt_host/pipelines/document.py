@@ -233,6 +233,21 @@ def _semantics(doc: dict[str, Any], runtimes: Sequence[str]) -> list[dict[str, A
     return steps
 
 
+def vocabulary_problems(steps: Mapping[str, Any], settings: Mapping[str, Mapping[str, str]]) -> list[str]:
+    """What an engine's declared from-scratch vocabulary (`PipelineVocabulary.steps` and `.settings`) names that the
+    contract does not have: a step kind or evaluator outside it, a `with` key its step kind lacks."""
+    kinds = set(RUNTIME_USES) | set(RUNTIME_EVALUATORS)
+    problems = [f"steps: {kind!r} is no step kind or evaluator of the from-scratch vocabulary" for kind in steps
+                if kind not in kinds]
+    for uses, keys in settings.items():
+        if uses not in RUNTIME_USES:
+            problems.append(f"settings: {uses!r} is no step kind of the from-scratch vocabulary")
+            continue
+        problems += [f"settings.{uses}: {key!r} is no `with` key of a {uses} step" for key in keys
+                     if key not in STEPS[uses].keys]
+    return problems
+
+
 def normalize(doc: Any, runtimes: Sequence[str]) -> dict[str, Any]:
     """The contract's normalized document; DocumentError for anything it refuses. `runtimes`: the runtime keywords
     the installed engines declare."""

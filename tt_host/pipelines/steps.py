@@ -21,7 +21,7 @@ from typing import Any, Iterable, Optional
 
 from tt_host.engine import Engine, Stage
 from tt_host.fsutil import make_private_dir, write_json_atomic
-from tt_host.pipelines.document import DocumentError, declared_runtime
+from tt_host.pipelines.document import DocumentError, declared_runtime, vocabulary_problems
 
 EVALUATIONS = "evaluations"
 
@@ -76,6 +76,9 @@ def stages_for(engine: Engine, spec: Any, steps: list[dict[str, Any]],
         kind = f"a {runtime}" if from_scratch else "a behavior (train/evaluate/compare)"
         raise DocumentError([f"the pipeline is {kind} recipe, but the spec is for the {engine.name} engine; use a "
                              "matching recipe (`tt pipeline init`) or leave out -f"])
+    if from_scratch and (problems := vocabulary_problems(vocabulary.steps, vocabulary.settings)):
+        raise DocumentError([f"the {engine.name} engine's pipeline vocabulary does not speak Pipeline v1: "
+                             + "; ".join(problems) + " (a fault of its plugin: report it to its authors)"])
     names = [s.name for s in engine.stages]
     out: dict[str, list[str]] = {}
     for step in steps:

@@ -165,3 +165,20 @@ def test_default_foundation_validates_and_plans(tt, tmp_path):
     (refused,) = [s for s in out["stages"] if s["action"] == "refuse"]
     assert refused["stage"] == "chat_eval" and "'rl'" in refused["reason"]
     assert not (tmp_path / "f" / ".tuned-tensor").exists()
+
+
+def test_the_shipped_vocabularies_speak_the_contract_and_a_foreign_word_is_named():
+    """Each installed engine's from-scratch vocabulary names only the contract's step kinds, evaluators and `with`
+    keys (the contract's table is their one definition); a word the contract lacks is named."""
+    from tt_host.pipelines.document import vocabulary_problems
+    from tt_host.plugins import load_plugins
+
+    vocabularies = [e.pipeline_vocabulary for e in load_plugins().engines.values() if e.pipeline_vocabulary]
+    assert vocabularies  # the foundation engine declares one
+    for vocabulary in vocabularies:
+        assert vocabulary_problems(vocabulary.steps, vocabulary.settings) == []
+    assert vocabulary_problems({"tokenize": ("t",), "distill": ("d",)},
+                               {"pretrain": {"depth": "depth", "width": "w"}, "merge": {}}) == [
+        "steps: 'distill' is no step kind or evaluator of the from-scratch vocabulary",
+        "settings.pretrain: 'width' is no `with` key of a pretrain step",
+        "settings: 'merge' is no step kind of the from-scratch vocabulary"]
