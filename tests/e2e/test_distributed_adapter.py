@@ -1,4 +1,4 @@
-"""Adapter training with 2 processes (torchrun, gloo on CPU) through `tt run` (issue 6, item 3).
+"""Adapter training with 2 processes (torchrun, gloo on CPU) through `tt run`.
 
 The adapter trained by two DistributedDataParallel ranks is registered and `tt models verify`
 accepts it; its loss curve matches a 1-process run of the same schedule (LoRA dropout 0), because

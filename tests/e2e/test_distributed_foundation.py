@@ -1,4 +1,4 @@
-"""Distributed foundation training through `tt run` (issue 6, items 1 and 2), CPU + gloo, 2 processes.
+"""Distributed foundation training through `tt run`, CPU + gloo, 2 processes.
 
 1. `nproc_per_node: 2` pretraining (and SFT) matches a 1-process run of the same global batch: the
    loss curve within a small tolerance.

@@ -1,5 +1,5 @@
-"""Item 1: examples/foundation runs end to end on CPU through `tt run` and reports every metric; issue 29 item 6:
-the tuned model answers most held-out prompts exactly, and no held-out question is in its corpus."""
+"""examples/foundation runs end to end on CPU through `tt run` and reports every metric; the tuned model answers
+most held-out prompts exactly, and no held-out question is in its corpus."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Runs stopped the way supervisors and crashes stop them (issue 11, "what it must show" 1 and 2).
+"""Runs stopped the way supervisors and crashes stop them.
 
 1. systemd, Kubernetes, Slurm and `kill -TERM -<pgid>` send SIGTERM to every process at once: tt, the
    stage, the torchrun agent and every rank. Each time: exit 130, one checkpoint at the step where
