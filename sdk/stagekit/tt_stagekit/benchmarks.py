@@ -151,10 +151,3 @@ def score(metrics: dict[str, Any], side: str, model, tokenizer, benchmarks: Benc
                  lambda done, count, task: progress(done, count, "benchmark task"))
     metrics[f"{side}.benchmark_seconds"] = round(time.perf_counter() - started, 3)
     return scores
-
-
-def score_into(result: dict[str, Any], side: str, model, tokenizer, benchmarks: Benchmarks, system_message: str,
-               batch_size: int, max_length: Optional[int]) -> None:
-    """`score` for a stage that returns its result as a dict: `benchmarks` and the metric go into `result`."""
-    result["benchmarks"] = score(result.setdefault("metrics", {}), side, model, tokenizer, benchmarks, system_message,
-                                 batch_size, max_length)
