@@ -3,10 +3,14 @@
 On such a CPU (AMX or AVX-512 BF16, runtime/torchsetup.py) the steps' matrix products run in bf16, Muon's
 iteration too, and a run killed between checkpoints resumes to the same bytes as one never stopped. On a
 CPU without them the setting is refused naming it. Whichever this machine is, the test of the other kind
-checks the refusal or the bf16 path for real; none is skipped.
+checks the refusal or the bf16 path for real; none is skipped. The probe itself is held to facts it does not
+compute: the kernel's CPU flags on this machine, and the answers of the two hardware queries it combines (both
+"no", as on a CPU without either unit, must be "no" on every machine, this one included).
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import torch
@@ -117,6 +121,32 @@ def test_sft_loss_computes_in_bf16_with_the_training_dtype():
         handle.remove()
     assert dtype == torch.bfloat16 and seen == [torch.bfloat16]
     assert torchsetup.training_autocast_dtype(settings(False), torch.device("cpu")) is None
+
+
+CPUINFO = Path("/proc/cpuinfo")
+
+
+def kernel_bf16_flags() -> set[str]:
+    """The bf16 matrix units Linux reports for this CPU (its CPUID bits, cleared when the OS cannot use them)."""
+    flags: set[str] = set()
+    for line in CPUINFO.read_text().splitlines():
+        if line.startswith("flags"):
+            flags |= set(line.partition(":")[2].split())
+    return flags & {"amx_bf16", "amx_tile", "avx512_bf16"}
+
+
+@pytest.mark.skipif(not CPUINFO.is_file(), reason="no /proc/cpuinfo (not Linux): nothing independent to compare with")
+def test_the_probe_agrees_with_the_kernels_cpu_flags():
+    assert torchsetup.cpu_has_native_bf16() == bool(kernel_bf16_flags()), kernel_bf16_flags()
+
+
+@pytest.mark.parametrize("amx, avx512_bf16", [(False, False), (True, False), (False, True)])
+def test_the_probe_answers_what_the_cpus_units_say(monkeypatch, amx, avx512_bf16):
+    """The two hardware queries answering as another CPU would (this machine has one kind only): a CPU with
+    neither unit gets "no", whatever this one has."""
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    assert torchsetup.cpu_has_native_bf16() == (amx or avx512_bf16)
 
 
 def test_a_cpu_without_native_bf16_refuses_the_setting(monkeypatch):
