@@ -95,6 +95,25 @@ def test_reader_finds_metadata_shapes_and_the_hf_chat_template(exported):
     assert shapes["output.weight"] == state["lm_head.weight"].shape
 
 
+def test_token_types_are_the_tokenizers_own(exported):
+    """Each id's type as llama.cpp reads it, from the Hugging Face export's tokenizer.json (not tt's vocab code):
+    its vocabulary NORMAL, special added tokens CONTROL, other added ones USER_DEFINED, the padding up to the
+    model's vocabulary UNUSED (llama.cpp never emits an UNUSED token, so an ordinary one typed so is lost)."""
+    hf = exported["hf"]
+    tokenizer = json.loads((hf / "tokenizer.json").read_text())
+    size = json.loads((hf / "config.json").read_text())["vocab_size"]
+    expected = [gguf.TokenType.UNUSED] * size
+    for index in tokenizer["model"]["vocab"].values():
+        expected[index] = gguf.TokenType.NORMAL
+    for added in tokenizer["added_tokens"]:
+        expected[added["id"]] = gguf.TokenType.CONTROL if added["special"] else gguf.TokenType.USER_DEFINED
+    for name in ("f16", "q8_0"):
+        reader = gguf.GGUFReader(str(exported[name] / "model.gguf"))
+        types = [gguf.TokenType(t) for t in reader.get_field("tokenizer.ggml.token_type").contents()]
+        assert types == expected, [(i, t, e) for i, (t, e) in enumerate(zip(types, expected)) if t != e][:5]
+    assert {gguf.TokenType.NORMAL, gguf.TokenType.CONTROL} <= set(expected)
+
+
 def test_q8_0_dequantizes_within_its_bound(exported):
     hf = load_file(str(exported["hf"] / "model.safetensors"))
     reader = gguf.GGUFReader(str(exported["q8_0"] / "model.gguf"))
