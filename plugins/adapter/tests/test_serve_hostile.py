@@ -305,6 +305,35 @@ def test_the_fd_limit_is_raised_and_the_cap_fitted_under_it():
     assert "lowered to 300" in said[0] and "ulimit -n" in said[0]
 
 
+def _soft_open_files(pid: int) -> str:
+    """The soft "Max open files" of a running process, as the kernel reports it."""
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            return line.split()[3]
+    raise AssertionError(f"/proc/{pid}/limits has no open-file line")
+
+
+@pytest.mark.skipif(not Path("/proc/self/limits").is_file(), reason="reads the server's limits from /proc (Linux)")
+def test_the_server_process_runs_with_its_soft_fd_limit_raised(tiny_llama, tmp_path):
+    """A server started with a soft open-file limit of 512 (inherited from this process) runs with the hard one."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard <= 512:
+        pytest.skip(f"the hard open-file limit here is {hard}: there is nothing above 512 to raise the soft one to")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (512, hard))
+    try:
+        server = serving.start(tmp_path, tiny_llama)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    with server as srv:
+        now = _soft_open_files(srv.process.pid)
+    if hard == resource.RLIM_INFINITY:
+        assert now == "unlimited" or int(now) >= 1 << 20, now
+    else:
+        assert now == str(hard), (now, hard)
+
+
 def test_stop_sequences_are_capped_in_count_and_length():
     from tt_engine_adapter.serve.request import MAX_STOP, MAX_STOP_CHARS, ApiError, parse_chat
 
