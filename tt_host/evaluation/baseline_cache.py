@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from tt_stagekit.files import publish_folder
+
 from tt_host.canonical import canonical
 from tt_host.engine import Engine, Stage
 from tt_host.fsutil import make_private_dir, sha256_file, write_json_atomic
@@ -127,6 +129,6 @@ def store(key: str, stage_dir: Path, run_dir: Path, stage: str, run_id: str) -> 
         shutil.copytree(stage_dir, partial / "stage",
                         ignore=lambda where, names: [REQUEST] if Path(where) == stage_dir else [])
         write_json_atomic(partial / ENTRY, {"run_id": run_id, "run_dir": str(run_dir), "stage": stage})
-        os.rename(partial, folder)
+        publish_folder(partial, folder, sync_files=True)  # durable: a crash never leaves an entry of empty files
     except OSError:  # the cache is an optimisation: a full disk or a race with another run only loses it
         shutil.rmtree(partial, ignore_errors=True)

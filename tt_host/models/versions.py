@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
+from tt_stagekit.files import fsync_dir
 from tt_stagekit.manifest import MANIFEST
 
 VERSIONS_FOLDER = "versions"
@@ -92,6 +93,7 @@ def snapshot(source: Path, manifest: dict[str, Any], target: Path) -> None:
             (partial / rel).parent.mkdir(parents=True, exist_ok=True)
             _clone_or_copy(source / rel, partial / rel)
         os.rename(partial, target)
+        fsync_dir(target.parent)  # the rename itself durable (each file was fsynced as it was copied)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise

@@ -44,6 +44,11 @@ def write_json(path: str, data) -> None:
         os.fsync(handle.fileno())
     _maybe_crash()
     os.replace(tmp, path)
+    folder = os.open(os.path.dirname(path) or ".", os.O_RDONLY)  # the rename durable, as tt_stagekit's writers do
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
 
 
 class StopFlag:
