@@ -80,7 +80,7 @@ def save_best(root: Path, step: int, loss: float, model: Any) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(str(tmp), safe_serialization=True)
     atomic_write_json(tmp / "best.json", {"step": step, "validation_loss": loss})
-    publish_folder(tmp, final, REPLACE)
+    publish_folder(tmp, final, REPLACE, sync_files=True)  # PEFT's save_pretrained does not fsync its files
     return final
 
 
