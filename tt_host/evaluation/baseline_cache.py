@@ -15,8 +15,8 @@ later run with the same key copies them into its own stage folder instead of sta
   and a model trained in the run is known by its bytes).
 
 A stage told to resume (it started in this run folder) never uses the cache. An entry is written whole under
-a temporary name, then renamed; a corrupt or partial one is ignored. Entries are never changed; deleting the
-folder only costs re-evaluation.
+a temporary name, its files fsynced, then renamed (publish_folder); a corrupt or partial one is ignored. Entries
+are never changed; deleting the folder only costs re-evaluation.
 """
 
 from __future__ import annotations
