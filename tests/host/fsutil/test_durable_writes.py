@@ -69,3 +69,27 @@ def test_every_rename_of_a_run_is_durable(tt, tmp_path):
     assert {"spec.json", "run.json", "report.json", "request.json", "result.json"} <= names, sorted(names)
     assert {("tt-home", "models", "versions"), ("tt-home", "baseline-cache")} <= targets, sorted(targets)
     assert undurable(log, tmp_path) == []
+
+
+def test_the_trace_reader_follows_renameat_unfinished_calls_and_escaped_names(tmp_path):
+    """What strace prints for other writers (renameat2 relative to a folder descriptor, a call another thread
+    interrupted, octal-escaped names, a failed call) reads as the same events; a rename before the fsync is named."""
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "é.json").write_text("{}")
+    (tmp_path / "late").write_text("x")
+    trace = tmp_path / "strace.log"
+    trace.write_text(
+        f'101 fsync(3<{tmp_path}/d/.\\303\\251.tmp>) = 0\n'
+        f'102 fsync(4<{tmp_path}/x> <unfinished ...>\n'
+        f'101 renameat2(AT_FDCWD</>, "{str(tmp_path)[1:]}/d/.\\303\\251.tmp", 5<{tmp_path}/d>, "\\303\\251.json", '
+        f'RENAME_NOREPLACE) = 0\n'
+        f'102 <... fsync resumed>) = 0\n'
+        f'101 fsync(6<{tmp_path}/d>) = 0\n'
+        f'101 rename("{tmp_path}/gone", "{tmp_path}/late") = -1 ENOENT (No such file or directory)\n'
+        f'101 rename("{tmp_path}/.late.tmp", "{tmp_path}/late") = 0\n'
+        f'101 fsync(3<{tmp_path}/.late.tmp>) = 0\n')
+    assert events(trace.read_text())[:3] == [("fsync", f"{tmp_path}/d/.é.tmp"), ("fsync", f"{tmp_path}/x"),
+                                             ("rename", f"{tmp_path}/d/.é.tmp", f"{tmp_path}/d/é.json")]
+    assert undurable(trace, tmp_path) == [
+        f"{tmp_path}/late: renamed from {tmp_path}/.late.tmp before that file was fsynced",
+        f"{tmp_path}/late: its folder {tmp_path} was not fsynced after the rename"]
