@@ -39,8 +39,7 @@ def preview(
         emit_json(shown)
         return
     teacher = shown["teacher"]
-    console.print(f"teacher {escape(teacher['model'])} at {escape(teacher['url'])}"
-                  + (f" (key from ${escape(teacher['api_key_env'])})" if teacher["api_key_env"] else ""))
+    console.print(f"teacher {escape(teacher['model'])} at {escape(teacher['url'])}; {escape(teacher['key'])}")
     console.print(f"{shown['rows']} rows wanted, at most {shown['request_budget']} requests; cache {escape(shown['cache'])}")
     console.print("[bold]request for new inputs[/]")
     console.print(escape(json.dumps(shown["inputs_request"]["messages"], indent=2, ensure_ascii=False)))

@@ -17,7 +17,6 @@ Order of work, so that invalid input never creates anything:
 from __future__ import annotations
 
 import signal
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -38,7 +37,7 @@ from tt_host.runs.observers import Observers
 from tt_host.runs.opening import RunRefused, check_run_path, claim_new_run_dir, open_run
 from tt_host.runs.plan import (Decision, decide, default_run_dir, kept_split, new_run_id, refusal, same_engine,
                                spec_digest)
-from tt_host.runs.progress import QuietReporter
+from tt_host.runs.progress import QuietReporter, problem_sink
 from tt_host.runs.report import build_report, write_report
 from tt_host.runs.results import Tally, take_result
 from tt_host.runs.runinfo import RunInfo, enabled_observers
@@ -99,14 +98,6 @@ def execute(
         if on_finish is not None:
             on_finish(outcome)
         return outcome
-
-
-def problem_sink(reporter: QuietReporter) -> Callable[[str], None]:
-    """Where a problem that does not stop the run is shown (an observer's, the run index's): the progress
-    display, or stderr when there is none (--json)."""
-    if type(reporter) is QuietReporter:
-        return lambda text: print(f"tt: {text}", file=sys.stderr, flush=True)
-    return lambda text: reporter.message(text, "yellow")
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from typing import Any
 from tt_host.errors import TTError
 from tt_host.fsutil import make_private_dir, write_json_atomic
 from tt_host.runs.invoke import StageCall, StageOutcome
+from tt_host.runs.progress import problem_sink
 from tt_host.runs.state import COMPLETED, FAILED, INTERRUPTED
 from tt_host.synthesis.client import Stopped
 from tt_host.synthesis.stage import run_synthesis
@@ -59,6 +60,10 @@ def run_host_stage(call: StageCall) -> StageOutcome:
     def log(line: str) -> None:
         on_event({"type": "log", "level": "info", "message": line})
 
+    def announce(line: str) -> None:  # on the terminal even with --json (stderr), and in the stage's log
+        log(line)
+        problem_sink(run_call.reporter)(line)
+
     run_call.reporter.stage_started(stage.name, stage.description)
     on_event({"type": "stage_start", "stage": stage.name, "resume": call.resume})
     started, stop = time.monotonic(), threading.Event()
@@ -70,7 +75,7 @@ def run_host_stage(call: StageCall) -> StageOutcome:
                                    [row["messages"][-2]["content"] for row in loaded.compiled.eval_rows],
                                    stage_dir, stop, lambda kept, total: on_event(
                                        {"type": "progress", "step": kept, "total": total, "unit": "row", "metrics": {}}),
-                                   log)
+                                   log, announce)
         on_event({"type": "metrics", "step": None, "values": result["metrics"]})
         write_json_atomic(result_path, result)
     except Stopped:

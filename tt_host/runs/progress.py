@@ -7,7 +7,8 @@ the end instead).
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import sys
+from typing import Any, Callable, Optional
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -86,3 +87,10 @@ class RichReporter(QuietReporter):
 def reporter(json_mode: bool) -> QuietReporter:
     return QuietReporter() if json_mode else RichReporter()
 
+
+def problem_sink(reporter: QuietReporter) -> Callable[[str], None]:
+    """Where a problem that does not stop the run is shown (an observer's, the run index's): the progress
+    display, or stderr when there is none (--json)."""
+    if type(reporter) is QuietReporter:
+        return lambda text: print(f"tt: {text}", file=sys.stderr, flush=True)
+    return lambda text: reporter.message(text, "yellow")

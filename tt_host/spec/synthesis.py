@@ -2,15 +2,19 @@
 
 Engine-neutral and host-side: the teacher is reached over HTTP (the OpenAI chat-completions API), so the
 torch-free host runs it. The teacher is a registered tt model (`{"model_id": ...}`, served by `tt serve`,
-at `base_url`, loopback port 8000 by default) or any OpenAI-compatible endpoint (`{"base_url", "model",
-"api_key_env"}`). `api_key_env` is the NAME of the environment variable that holds the key: the key itself
-is never in the spec, so it never reaches run.json, a fingerprint, a log or a report.
+at `base_url`, loopback port 8000 by default) or any OpenAI-compatible endpoint (`{"base_url", "model"}`).
+A spec is data someone else may have written: it names where the teacher is, never which of the user's
+secrets is sent. The key comes from the user's side (`TT_TEACHER_API_KEY`, sent only to the origin
+`TT_TEACHER_ORIGIN` approves: tt_host.synthesis.teacher); the old `api_key_env` field is refused, naming
+what to set instead.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
-from typing import Optional
+import unicodedata
+from typing import Any, Optional
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
@@ -18,18 +22,45 @@ from pydantic import Field, field_validator, model_validator
 from tt_host.spec.strict import StrictModel, Text
 
 DEFAULT_TT_SERVE_URL = "http://127.0.0.1:8000/v1"  # `tt serve MODEL`'s default address
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+HOST_NAME = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,62})(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,62}))*\.?$")
+KEY_MOVED = ("no longer accepted: a spec cannot choose which of your secrets is sent. Remove it, and set the key "
+             "on your side: export TT_TEACHER_API_KEY=<key> and TT_TEACHER_ORIGIN=<scheme://host:port of base_url> "
+             "(docs/synthesis.md)")
 
 
 def _http_url(value: str) -> str:
+    """An http(s) URL tt can reach: a host name or IP, a numeric port, no credentials, query or odd characters."""
+    if any(char.isspace() or unicodedata.category(char) in ("Cc", "Cf") for char in value):
+        raise ValueError("holds a space or an invisible/control character; write the URL without it")
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ValueError(f"{value!r} is not an http:// or https:// URL (e.g. http://127.0.0.1:8000/v1)")
-    if parts.username or parts.password:
-        raise ValueError("a URL must not carry credentials; put the key in the variable api_key_env names")
+    if parts.username or parts.password or "@" in parts.netloc:
+        raise ValueError("a URL must not carry credentials; set the key in TT_TEACHER_API_KEY (docs/synthesis.md)")
     if parts.query or parts.fragment:
         raise ValueError("the base URL takes no query or fragment (tt appends /chat/completions)")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"{value!r}: the port must be a number from 1 to 65535") from None
+    if port == 0:
+        raise ValueError(f"{value!r}: the port must be a number from 1 to 65535")
+    host = parts.hostname or ""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        if not HOST_NAME.match(host):
+            raise ValueError(f"{value!r}: {host!r} is not a host name or IP address") from None
     return value.rstrip("/")
+
+
+def _no_invisible(value: Optional[str]) -> Optional[str]:
+    """Refuse control and format characters (escape sequences, bidi overrides): the name is printed."""
+    for index, char in enumerate(value or ""):
+        if unicodedata.category(char) in ("Cc", "Cf"):
+            raise ValueError(f"holds the control or invisible character U+{ord(char):04X} at position {index}; "
+                             "it would act on a terminal or hide what is shown: remove it")
+    return value
 
 
 class Teacher(StrictModel):
@@ -40,21 +71,25 @@ class Teacher(StrictModel):
     base_url: Optional[Text] = Field(None, min_length=1, max_length=2000,
                                     description="The OpenAI-compatible API root, e.g. http://127.0.0.1:8000/v1.")
     model: Optional[Text] = Field(None, min_length=1, max_length=200, description="The model name the endpoint knows.")
-    api_key_env: Optional[str] = Field(None, description="The NAME of the environment variable holding the key "
-                                       "(never the key itself).")
+    api_key_env: Any = Field(None, exclude=True, description="Refused: the key comes from TT_TEACHER_API_KEY, "
+                             "sent only to TT_TEACHER_ORIGIN (docs/synthesis.md).")
 
     @field_validator("base_url")
     @classmethod
     def _url(cls, value: Optional[str]) -> Optional[str]:
         return _http_url(value) if value is not None else None
 
-    @field_validator("api_key_env")
+    @field_validator("model", "model_id")
     @classmethod
-    def _env_name(cls, value: Optional[str]) -> Optional[str]:
-        if value is not None and not ENV_NAME.match(value):
-            raise ValueError("must be the name of an environment variable (letters, digits and _, not starting "
-                             "with a digit), not the key itself")
-        return value
+    def _shown(cls, value: Optional[str]) -> Optional[str]:
+        return _no_invisible(value)
+
+    @field_validator("api_key_env", mode="before")
+    @classmethod
+    def _key_moved(cls, value: Any) -> None:
+        if value is not None:
+            raise ValueError(KEY_MOVED)
+        return None
 
     @model_validator(mode="after")
     def _one_kind(self) -> "Teacher":
@@ -95,6 +130,10 @@ class Checks(StrictModel):
                 re.compile(value)
             except re.error as exc:
                 raise ValueError(f"not a valid regular expression: {exc}") from None
+            from tt_host.spec.regexcheck import pathological
+
+            if problem := pathological(value):
+                raise ValueError(problem)
         return value
 
     @field_validator("json_fields")

@@ -1,12 +1,16 @@
 """The teacher over HTTP: OpenAI chat completions with a cache, retries, concurrency, a rate limit and a stop.
 
-stdlib urllib only (the host stays torch-free and gains no dependency). `TeacherClient.complete` answers a
-list of request bodies in order: a body whose hash the cache holds is answered from it (no request); the
-others go out on at most `concurrency` daemon threads, each start spaced by `requests_per_minute`. A 429,
-a 5xx, a 408, a timeout, a refused connection or a 200 whose body is not a chat completion is retried up
-to `max_retries` times with exponential backoff (0.5 s doubling, at most 30 s), waiting what `Retry-After`
-says instead when the server sends it (seconds or an HTTP date, at most `RETRY_AFTER_CAP`). Any other 4xx,
-or retries used up, is a `TeacherError` naming the URL. `stop` (a threading.Event the stage's signal handler
+stdlib only (the host stays torch-free and gains no dependency). `TeacherClient.complete` answers a list of
+request bodies in order: a body whose hash the cache holds is answered from it (no request); the others go
+out on at most `concurrency` daemon threads, each start spaced by `requests_per_minute`. Each attempt is
+one bounded POST (transport.py: one deadline of `timeout_seconds` across connect, headers and body; a body
+cap of `body_cap(max_tokens)`; no redirects; depth-limited JSON). A 429, a 5xx, a 408, a timeout, a refused
+connection, a body over the cap or a 200 whose body is not a chat completion is retried up to
+`max_retries` times with exponential backoff (0.5 s doubling, at most 30 s), waiting what `Retry-After`
+says instead when the server sends it (seconds or an HTTP date, at most `RETRY_AFTER_CAP`). Every request,
+its retries and waits included, ends by its overall deadline (`overall_seconds`): a wait that would pass
+it is not taken. A redirect, any other 4xx, or retries used up is a `TeacherError` naming the URL, with
+the server's text stripped of terminal controls. `stop` (a threading.Event the stage's signal handler
 sets) ends the wait at once: what arrived is already in the cache; requests still in flight are abandoned
 (their threads are daemons, so the process never waits on them).
 """
@@ -14,21 +18,34 @@ sets) ends the wait at once: what arrived is already in the cache; requests stil
 from __future__ import annotations
 
 import email.utils
+import http.client
 import json
-import socket
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from tt_host.errors import TTError
 from tt_host.synthesis.cache import RequestCache, request_hash
+from tt_host.synthesis.transport import DeadlineExceeded, TooDeep, TooLarge, loads, post, printable
 
 RETRY_AFTER_CAP = 300.0
 BACKOFF_START, BACKOFF_CAP = 0.5, 30.0
 RETRIED_STATUS = {408, 409, 429}
+BODY_CAP_MAX = 16 * 1024 * 1024
+BODY_BYTES_PER_TOKEN = 64  # a token is a few characters; JSON may escape each as \uXXXX
+
+
+def body_cap(body: Mapping[str, Any]) -> int:
+    """The most bytes a 200 answer to `body` may have: 64 KiB plus 64 bytes per asked `max_tokens`, at most
+    16 MiB. A longer body is a bad answer (retried, never cached)."""
+    tokens = body.get("max_tokens")
+    tokens = tokens if isinstance(tokens, int) and tokens > 0 else 32_768
+    return min(BODY_CAP_MAX, 64 * 1024 + BODY_BYTES_PER_TOKEN * tokens)
+
+
+def backoff(attempt: int) -> float:
+    return min(BACKOFF_CAP, BACKOFF_START * 2 ** attempt)
 
 
 class TeacherError(TTError):
@@ -45,6 +62,12 @@ class ClientSettings:
     requests_per_minute: Optional[float] = None
     timeout_seconds: float = 120.0
     max_retries: int = 5
+
+    @property
+    def overall_seconds(self) -> float:
+        """How long one request may take, retries and waits included: every attempt's deadline, the default
+        backoff between them and a second for the work around them. A longer Retry-After is not waited for."""
+        return self.timeout_seconds * (self.max_retries + 1) + sum(backoff(i) for i in range(self.max_retries)) + 1
 
 
 @dataclass
@@ -137,7 +160,7 @@ class TeacherClient:
         results: list[Optional[dict[str, Any]]] = [None] * len(bodies)
         missing = []
         for index, body in enumerate(bodies):
-            cached = self.cache.get(self.key(body))
+            cached = self.cache.get(self.key(body), self.endpoint, body)
             if cached is not None:
                 results[index] = cached
                 self.spent.add(cached=1)
@@ -183,61 +206,78 @@ class TeacherClient:
             raise Stopped
 
     def _fetch(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        """One request, retried; cached once answered."""
+        """One request, retried until its overall deadline; cached once answered."""
         attempts = self.settings.max_retries + 1
-        last = ""
+        ends = time.monotonic() + self.settings.overall_seconds
+        last, made = "", 0
         for attempt in range(attempts):
             if self.stop.is_set():
                 raise Stopped
             self.rate.wait(self.stop)
+            left = ends - time.monotonic()
+            if left <= 0:
+                break
+            made += 1
             try:
-                response = self._post(body)
+                response = self._post(body, min(self.settings.timeout_seconds, left))
             except _Retry as retry:
                 self.spent.retried(retry.reason)
                 last = retry.detail
                 if attempt + 1 < attempts:
-                    delay = retry.wait if retry.wait is not None else min(BACKOFF_CAP, BACKOFF_START * 2 ** attempt)
+                    delay = retry.wait if retry.wait is not None else backoff(attempt)
+                    if time.monotonic() + delay >= ends:
+                        last += f"; it asked to wait {delay:g}s more, past the deadline"
+                        break
                     if self.stop.wait(delay):
                         raise Stopped
                 continue
             self.cache.put(self.key(body), self.endpoint, body, response)
             return response
-        raise TeacherError(f"the teacher at {self.endpoint} gave no usable answer in {attempts} attempt(s); last: "
-                           f"{last}. Check that the server is up and answers chat completions, or raise "
-                           "synthesis.timeout_seconds / synthesis.max_retries")
+        raise TeacherError(f"the teacher at {self.endpoint} gave no usable answer in {made} attempt(s) within this "
+                           f"request's deadline of {self.settings.overall_seconds:g}s; last: {last}. Check that the "
+                           "server is up and answers chat completions, or raise synthesis.timeout_seconds / "
+                           "synthesis.max_retries")
 
-    def _post(self, body: Mapping[str, Any]) -> dict[str, Any]:
+    def _post(self, body: Mapping[str, Any], seconds: float) -> dict[str, Any]:
         data = json.dumps(body, ensure_ascii=False).encode("utf-8")
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        request = urllib.request.Request(self.endpoint, data=data, headers=headers, method="POST")
+        cap = body_cap(body)
         self.spent.add(requests=1)
         self.on_sent(self.spent.requests)
         try:
-            with urllib.request.urlopen(request, timeout=self.settings.timeout_seconds) as answer:
-                raw = answer.read()
-        except urllib.error.HTTPError as exc:
-            excerpt = _excerpt(exc.read() if exc.fp else b"")
-            if exc.code in RETRIED_STATUS or exc.code >= 500:
-                raise _Retry(f"http_{exc.code}", f"HTTP {exc.code} {excerpt}".strip(),
-                             retry_after(exc.headers.get("Retry-After") if exc.headers else None)) from None
-            hint = (" (check the key in the variable synthesis.teacher.api_key_env names)"
-                    if exc.code in (401, 403) else " (check synthesis.teacher.model and base_url)")
-            raise TeacherError(f"the teacher at {self.endpoint} answered HTTP {exc.code}{hint}: {excerpt}") from None
-        except (socket.timeout, TimeoutError):
-            raise _Retry("timeout", f"no answer within {self.settings.timeout_seconds:g}s") from None
-        except (urllib.error.URLError, ConnectionError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            if isinstance(reason, (socket.timeout, TimeoutError)):
-                raise _Retry("timeout", f"no answer within {self.settings.timeout_seconds:g}s") from None
-            raise _Retry("connection", f"cannot connect: {reason}") from None
+            answer = post(self.endpoint, data, headers, seconds, cap)
+        except DeadlineExceeded:
+            raise _Retry("timeout", f"no complete answer within {seconds:g}s (one deadline across connect, "
+                         "headers and body)") from None
+        except TooLarge:
+            raise _Retry("too_large", f"the answer is larger than {cap} bytes (64 KiB + 64 bytes per "
+                         "max_tokens); not kept") from None
+        except (OSError, ValueError, http.client.HTTPException) as exc:
+            raise _Retry("connection", f"cannot connect: {printable(str(exc))}") from None
+        if 300 <= answer.status < 400:
+            where = printable(answer.headers.get("Location") or "nowhere")
+            raise TeacherError(f"the teacher at {self.endpoint} answered HTTP {answer.status}, a redirect to "
+                               f"{where}; tt follows no redirect (the key must not travel to another address): "
+                               "set synthesis.teacher.base_url to the final address")
+        if answer.status != 200:
+            excerpt = _excerpt(answer.body)
+            if answer.status in RETRIED_STATUS or answer.status >= 500:
+                raise _Retry(f"http_{answer.status}", f"HTTP {answer.status} {excerpt}".strip(),
+                             retry_after(answer.headers.get("Retry-After")))
+            hint = (" (check TT_TEACHER_API_KEY, sent only to the origin TT_TEACHER_ORIGIN approves)"
+                    if answer.status in (401, 403) else " (check synthesis.teacher.model and base_url)")
+            raise TeacherError(f"the teacher at {self.endpoint} answered HTTP {answer.status}{hint}: {excerpt}")
         try:
-            response = json.loads(raw)
+            response = loads(answer.body)
+        except TooDeep as exc:
+            raise _Retry("bad_response", f"the body is {exc}") from None
         except ValueError:
-            raise _Retry("bad_response", f"the body is not JSON: {_excerpt(raw)}") from None
+            raise _Retry("bad_response", f"the body is not JSON: {_excerpt(answer.body)}") from None
         if not isinstance(response, dict) or completion_text(response) is None:
-            raise _Retry("bad_response", f"not a chat completion (no choices[0].message.content): {_excerpt(raw)}")
+            raise _Retry("bad_response", f"not a chat completion (no choices[0].message.content): "
+                         f"{_excerpt(answer.body)}")
         usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
         self.spent.add(prompt_tokens=_count(usage.get("prompt_tokens")),
                        completion_tokens=_count(usage.get("completion_tokens")))
@@ -249,5 +289,5 @@ def _count(value: Any) -> int:
 
 
 def _excerpt(raw: bytes, limit: int = 200) -> str:
-    text = raw.decode("utf-8", "replace").strip().replace("\n", " ")
-    return text[:limit] + ("…" if len(text) > limit else "")
+    """The start of what a server sent, as text safe to print (no terminal controls)."""
+    return printable(raw[: limit * 8].decode("utf-8", "replace"), limit)

@@ -25,7 +25,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from tt_host.spec.synthesis import Synthesis
 from tt_host.synthesis.cache import request_hash
-from tt_host.synthesis.checks import failed_check
+from tt_host.synthesis.checks import AnswerChecks
 from tt_host.synthesis.client import TeacherClient, completion_text
 from tt_host.synthesis.prompts import answer_request, inputs_request, parse_inputs, training_pairs
 from tt_host.synthesis.rows import SOURCE
@@ -62,6 +62,7 @@ def generate(settings: Synthesis, model: str, system_message: str, train_rows: S
     waiting: deque[str] = deque()
     out = out if out is not None else Generated()
     budget, round_index, stale = settings.request_budget, 0, 0
+    judge = AnswerChecks(settings.checks, client.stop)  # its regex child ends with the loop (or when collected)
     while len(out.rows) < settings.rows:
         missing = settings.rows - len(out.rows)
         left = budget - out.asked
@@ -102,7 +103,7 @@ def generate(settings: Synthesis, model: str, system_message: str, train_rows: S
         out.asked += len(bodies)
         for prompt, body, reply in zip(batch, bodies, client.complete(bodies)):
             answer = completion_text(reply) or ""
-            reason = failed_check(answer, settings.checks)
+            reason = judge(answer)
             if reason:
                 out.dropped[reason] += 1
                 continue
@@ -111,4 +112,5 @@ def generate(settings: Synthesis, model: str, system_message: str, train_rows: S
                                           {"role": "user", "content": prompt},
                                           {"role": "assistant", "content": answer}]})
         progress(out)
+    judge.close()
     return out

@@ -1,6 +1,6 @@
 """`tt data preview SPEC`: what synthesis would send and a few rows it would keep, before the run spends.
 
-It shows the teacher (URL, model, the variable that holds the key, never the key; a missing one is refused), the
+It shows the teacher (URL, model, where the key comes from or why none is sent, never the key), the
 first request for new inputs and the answer request of one training input exactly as they would be sent,
 and `sample` rows. With `sample` 0 nothing is sent: the rows shown are those the cache already answers.
 Otherwise it asks the teacher for that many rows through the cache the run uses (the run reuses them):
@@ -35,7 +35,8 @@ def preview(spec: BehaviorSpec, spec_path: Path, compiled: CompiledSpec, sample:
     assert settings is not None
     pairs = training_pairs(compiled.train_rows)
     stop = threading.Event()
-    client, model = client_for(spec, spec_path, stop)
+    client, resolved = client_for(spec, spec_path, stop)
+    model = resolved.model
     if not sample:
         client = _CacheOnly(client.endpoint.removesuffix("/chat/completions"), None, client.cache, client.settings, stop)
     held_out = [row["messages"][-2]["content"] for row in compiled.eval_rows]
@@ -49,7 +50,7 @@ def preview(spec: BehaviorSpec, spec_path: Path, compiled: CompiledSpec, sample:
     return {
         "spec_path": str(spec_path),
         "teacher": {"url": client.endpoint, "model": model, "model_id": teacher.model_id,
-                    "api_key_env": teacher.api_key_env},
+                    "key": resolved.key_note},
         "rows": settings.rows, "request_budget": settings.request_budget, "cache": str(cache_dir(spec_path)),
         "inputs_request": inputs_request(model, compiled.system_message, pairs, settings, 0),
         "answer_request": answer_request(model, compiled.system_message, pairs[0][0] if pairs else "", settings),

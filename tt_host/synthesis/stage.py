@@ -25,7 +25,7 @@ from tt_host.synthesis.cache import RequestCache
 from tt_host.synthesis.client import ClientSettings, TeacherClient, TeacherError
 from tt_host.synthesis.generate import Generated, generate
 from tt_host.synthesis.rows import ROWS_FILE, write_rows
-from tt_host.synthesis.teacher import TeacherSetupError, resolve_teacher, teacher_identity
+from tt_host.synthesis.teacher import ResolvedTeacher, TeacherSetupError, resolve_teacher, teacher_identity
 
 SYNTHESIZE = "synthesize"
 CACHE_FOLDER = (".tuned-tensor", "synthesis-cache")
@@ -50,8 +50,9 @@ def is_host_stage(stage: Stage) -> bool:
 
 
 def teacher_problem(spec: BehaviorSpec, decisions) -> Optional[str]:
-    """Why the synthesize stage could not start (its key variable unset, an unregistered model_id), checked
-    before a run writes anything; None when it can, or when it is not going to run."""
+    """Why the synthesize stage could not start (an unreadable TT_TEACHER_ORIGIN, a key that would go over
+    plain http to another host, an unregistered model_id), checked before a run writes anything; None when
+    it can, or when it is not going to run."""
     if spec.synthesis is None or not any(d.stage == SYNTHESIZE and d.action not in ("reuse", "skip") for d in decisions):
         return None
     try:
@@ -66,15 +67,16 @@ def cache_dir(spec_path: Path) -> Path:
 
 
 def client_for(spec: BehaviorSpec, spec_path: Path, stop: threading.Event,
-               on_sent: Callable[[int], None] = lambda count: None) -> tuple[TeacherClient, str]:
-    """The teacher's client (its key read from the environment now) and the model name requests carry."""
+               warn: Callable[[str], None] = lambda line: None) -> tuple[TeacherClient, ResolvedTeacher]:
+    """The teacher's client (its key, when approved for its origin, read from the environment now) and who
+    the teacher is (the model name requests carry, where the key came from)."""
     settings = spec.synthesis
     assert settings is not None
     teacher = resolve_teacher(settings.teacher)
-    client = TeacherClient(teacher.url, teacher.api_key, RequestCache(cache_dir(spec_path)),
+    client = TeacherClient(teacher.url, teacher.api_key, RequestCache(cache_dir(spec_path), warn),
                            ClientSettings(settings.concurrency, settings.requests_per_minute,
-                                          settings.timeout_seconds, settings.max_retries), stop, on_sent)
-    return client, teacher.model
+                                          settings.timeout_seconds, settings.max_retries), stop)
+    return client, teacher
 
 
 def metrics(settings_rows: int, done: Generated, client: TeacherClient) -> dict[str, Any]:
@@ -93,11 +95,16 @@ def metrics(settings_rows: int, done: Generated, client: TeacherClient) -> dict[
 def run_synthesis(spec: BehaviorSpec, spec_path: Path, system_message: str, train_rows: list[dict],
                   held_out_prompts: list[str], stage_dir: Path, stop: threading.Event,
                   on_progress: Callable[[int, int], None] = lambda kept, total: None,
-                  log: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
-    """Grow the rows into `stage_dir`; the result.json object. Raises TeacherError, TeacherSetupError, Stopped."""
+                  log: Callable[[str], None] = lambda line: None,
+                  announce: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+    """Grow the rows into `stage_dir`; the result.json object. Raises TeacherError, TeacherSetupError, Stopped.
+    `announce` (shown on the terminal, even with --json) gets the destination and where the key came from
+    before the first request, and every cache entry ignored."""
     settings = spec.synthesis
     assert settings is not None
-    client, model = client_for(spec, spec_path, stop)
+    client, teacher = client_for(spec, spec_path, stop, announce)
+    model = teacher.model
+    announce(f"teacher: POST {client.endpoint} (model {teacher.model}); {teacher.key_note}")
     log(f"teacher {model} at {client.endpoint}; {settings.rows} rows wanted; cache {client.cache.folder}")
     done = generate(settings, model, system_message, train_rows, held_out_prompts, client,
                     progress=lambda state: on_progress(len(state.rows), settings.rows))
