@@ -43,6 +43,7 @@ from tt_host.runs.results import Tally, take_result
 from tt_host.runs.runinfo import RunInfo, enabled_observers
 from tt_host.runs.state import RunState, StageRecord
 from tt_host.runs.store import RunDir, now
+from tt_host.spec.benchmarks import task_code_note
 from tt_host.spec.general import GeneralSet
 from tt_host.spec.loading import LoadedSpec
 from tt_host.synthesis.stage import is_host_stage, teacher_problem
@@ -94,6 +95,8 @@ def execute(
         decisions = decide(plan, state, run if existed else None, loaded.spec, only)
         if message := refusal(decisions) or teacher_problem(loaded.spec, decisions):
             raise RunRefused(message)
+        if note := task_code_note(loaded.spec):
+            problems(note)
         outcome = _drive(_Start(loaded, plugins, run, device, reporter, problems, digest, existed), plan, decisions)
         if on_finish is not None:
             on_finish(outcome)

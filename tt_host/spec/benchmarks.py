@@ -9,18 +9,27 @@ the spec's folder (whose spec and run folders would then count as task data).
 A task given by name (e.g. `arc_easy`) is identified by its name; its
 definition comes with the lm-eval release the engine's lock pins, so a new
 release is a new environment. Nothing here writes.
+
+A local task file is data (tt_stagekit.taskfiles): a custom tag (`!function`
+and any other), an `include:` outside its folder or `trust_remote_code` is
+refused naming file and line, unless the user set TT_ALLOW_TASK_CODE=1 (which
+lets `!function` through).
 """
 
 from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Optional
+
+from tt_stagekit.taskfiles import TaskFileError, check_task_file as check_data, code_allowed
 
 MAX_TASK_FOLDER_FILES = 256
 
 
 def check_task_file(path: Path, spec_dir: Path) -> Path:
-    """The task file, checked: a regular file, in a folder of its own (raises ValueError naming the problem)."""
+    """The task file, checked: a regular file, in a folder of its own, plain data (raises ValueError naming
+    the problem, with file:line for what the file holds)."""
     if not path.is_file():
         raise ValueError(f"{path}: no such task file (a local lm-eval task is a .yaml file beside the spec)")
     if path.parent.resolve() == Path(spec_dir).resolve():
@@ -30,7 +39,23 @@ def check_task_file(path: Path, spec_dir: Path) -> Path:
     if len(files) > MAX_TASK_FOLDER_FILES:
         raise ValueError(f"{path.parent}: {len(files)} files beside the task file (at most {MAX_TASK_FOLDER_FILES}); "
                          "keep only the task and its data there")
+    try:
+        check_data(path, code_allowed())
+    except TaskFileError as exc:
+        raise ValueError(str(exc)) from None
     return path
+
+
+def task_code_note(spec) -> Optional[str]:
+    """The line a run prints first when the user let task folders run code (TT_ALLOW_TASK_CODE=1) and the
+    spec has local tasks; None otherwise."""
+    benchmarks = spec.evaluation.benchmarks if spec.evaluation else None
+    folders = sorted({str(Path(t.task).parent) for t in (benchmarks.tasks if benchmarks else [])
+                      if t.task.endswith((".yaml", ".yml"))})
+    if not folders or not code_allowed():
+        return None
+    return (f"TT_ALLOW_TASK_CODE=1: Python code in the benchmark task folder(s) {', '.join(folders)} may run in the "
+            "baseline and candidate stages (`!function` tags); unset it to treat task files as data only")
 
 
 def _folder_files(folder: Path) -> list[Path]:

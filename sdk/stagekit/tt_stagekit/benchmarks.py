@@ -17,6 +17,11 @@ as tt trains and serves it: the rendered prompt's tokens, then the answer's
 answer, which after a generation prompt ending in a newline is a sequence
 the model never sees).
 
+A local task file is data: it is checked again here (tt_stagekit.taskfiles:
+no `!function` or other custom tag, no include outside its folder) before
+lm-eval loads it, and lm-eval's prompt templates render in Jinja's immutable
+sandbox, so a template cannot reach Python internals. `TT_ALLOW_TASK_CODE=1`,
+set by the user, lifts both.
 Each task runs on its own, from the folder of its task file for a local task
 (so relative `data_files` in the YAML are read beside it), with a fixed seed.
 A named task reads its dataset from the Hugging Face datasets cache (stages
@@ -85,6 +90,34 @@ def _scores(table: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def _sandbox_templates() -> None:
+    """Render lm-eval's doc_to_text/doc_to_target templates in Jinja's immutable sandbox (a template from a
+    task file is data: `{{ ''.__class__.__mro__ }}` and the like are refused, not run)."""
+    import lm_eval.utils
+    from jinja2 import BaseLoader, StrictUndefined
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    current = lm_eval.utils.env
+    if isinstance(current, ImmutableSandboxedEnvironment):
+        return
+    sandbox = ImmutableSandboxedEnvironment(loader=BaseLoader, undefined=StrictUndefined, keep_trailing_newline=True)
+    sandbox.filters.update(current.filters)
+    lm_eval.utils.env = sandbox
+
+
+def _checked_local_tasks(tasks: list[str]) -> None:
+    """Refuse a local task file that would run code, unless the user opted in (tt_stagekit.taskfiles)."""
+    from tt_stagekit.protocol import StageError
+    from tt_stagekit.taskfiles import code_allowed, task_file_problem
+
+    allowed = code_allowed()
+    for name in tasks:
+        if name.endswith((".yaml", ".yml")) and (problem := task_file_problem(Path(name), allowed)):
+            raise StageError(problem)
+    if not allowed:
+        _sandbox_templates()
+
+
 def _served_lm(model, tokenizer, batch_size: int, max_length: Optional[int]):
     """lm-eval's HFLM, scoring an answer after the prompt the way tt trains and serves it."""
     from lm_eval.models.huggingface import HFLM
@@ -107,9 +140,10 @@ def run(model, tokenizer, benchmarks: Benchmarks, system_message: str, batch_siz
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
+    tasks = [t.task for t in benchmarks.tasks]
+    _checked_local_tasks(tasks)
     with contextlib.redirect_stdout(sys.stderr):
         lm = _served_lm(model, tokenizer, batch_size, max_length)
-    tasks = [t.task for t in benchmarks.tasks]
     named = [name for name in tasks if not name.endswith((".yaml", ".yml"))]
     manager = TaskManager(include_defaults=bool(named))
     fewshot = benchmarks.num_fewshot
