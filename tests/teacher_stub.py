@@ -32,7 +32,28 @@ def default_answer(prompt: str) -> str:
     return f"City {match.group(1)}" if match else "I do not know."
 
 
-class StubTeacher:
+class LoopbackHTTP:
+    """An http.server on 127.0.0.1 (a free port), serving on daemon threads while the `with` block runs."""
+
+    def serve(self, handler: type) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class StubTeacher(LoopbackHTTP):
     def __init__(self, *, echo: Sequence[str] = (), answer: Callable[[str], str] = default_answer,
                  propose: Callable[[int, int], list[str]] = lambda first, count: [
                      f"Capital of place {first + i}?" for i in range(count)],
@@ -87,13 +108,7 @@ class StubTeacher:
                 with stub.lock:
                     stub.answered += 1
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self.serve(Handler)
 
     def reply(self, body: dict) -> str:
         user = body["messages"][-1]["content"]
@@ -105,11 +120,6 @@ class StubTeacher:
             return json.dumps(self.echo + variants + new)
         return self.answer(user)
 
-    def __enter__(self) -> "StubTeacher":
-        self.thread.start()
-        return self
-
     def __exit__(self, *exc) -> None:
         self.release.set()
-        self.server.shutdown()
-        self.server.server_close()
+        super().__exit__(*exc)

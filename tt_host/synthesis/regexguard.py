@@ -24,7 +24,7 @@ import time
 import weakref
 from typing import Optional
 
-MATCH_SECONDS = 2.0
+MATCH_SECONDS = 5.0
 _CHILD = ("import json, re, sys\n"
           "pattern = re.compile(sys.argv[1], re.DOTALL)\n"
           "for line in sys.stdin:\n"

@@ -15,6 +15,7 @@ of specs in that folder.
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
@@ -25,7 +26,8 @@ from tt_host.synthesis.cache import RequestCache
 from tt_host.synthesis.client import ClientSettings, TeacherClient, TeacherError
 from tt_host.synthesis.generate import Generated, generate
 from tt_host.synthesis.rows import ROWS_FILE, write_rows
-from tt_host.synthesis.teacher import ResolvedTeacher, TeacherSetupError, resolve_teacher, teacher_identity
+from tt_host.synthesis.teacher import (ResolvedTeacher, TeacherSetupError, approved_key, resolve_teacher,
+                                      teacher_identity)
 
 SYNTHESIZE = "synthesize"
 CACHE_FOLDER = (".tuned-tensor", "synthesis-cache")
@@ -57,6 +59,18 @@ def teacher_problem(spec: BehaviorSpec, decisions) -> Optional[str]:
         return None
     try:
         resolve_teacher(spec.synthesis.teacher)
+    except TeacherSetupError as exc:
+        return str(exc)
+    return None
+
+
+def key_problem(spec: BehaviorSpec) -> Optional[str]:
+    """Why the user's key setting cannot be used with this spec's teacher (an unreadable TT_TEACHER_ORIGIN, a
+    key that would go over plain http to another host), checked before a run creates its folder; else None."""
+    if spec.synthesis is None:
+        return None
+    try:
+        approved_key(spec.synthesis.teacher.url, os.environ)
     except TeacherSetupError as exc:
         return str(exc)
     return None
