@@ -8,6 +8,8 @@ synthesis client's bounds (tests/host/synthesis/test_teacher_hostile.py, bench/t
 - `huge`: a 200 without Content-Length streaming JSON-looking bytes, 64 KiB at a time, for `huge_bytes`
   (default 300 MB), never holding more than one chunk;
 - `deep`: a 200 whose body is a chat completion nested `depth` (default 40 000, under the body cap) arrays deep;
+- `deep_content`: a well-formed chat completion whose *content* is JSON nested `depth` arrays deep (what
+  an inputs reply or a `valid_json` check parses);
 - `redirect`: a 302 to `location` (default: another server's address);
 - `retry_after`: a 429 with `Retry-After: 300` every time;
 - `loop429`: a 429 without Retry-After every time;
@@ -102,6 +104,12 @@ class HostileTeacher(LoopbackHTTP):
     def _deep(self, handler) -> None:
         body = (b'{"choices": [{"message": {"content": "x"}}], "extra": ' + b"[" * self.depth + b"]" * self.depth
                 + b"}")
+        self._head(handler, 200, {"Content-Type": "application/json", "Content-Length": str(len(body))})
+        handler.wfile.write(body)
+
+    def _deep_content(self, handler) -> None:
+        content = "[" * self.depth + "]" * self.depth
+        body = ('{"choices": [{"message": {"role": "assistant", "content": "' + content + '"}}]}').encode()
         self._head(handler, 200, {"Content-Type": "application/json", "Content-Length": str(len(body))})
         handler.wfile.write(body)
 

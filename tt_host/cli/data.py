@@ -35,6 +35,8 @@ def preview(
         shown = build(loaded.spec, loaded.path, loaded.compiled, sample)
     except TTError as exc:
         fail(str(exc), code=exc.exit_code, json_mode=json_mode)
+    for warning in shown["cache_warnings"]:
+        err.print(f"[yellow]{escape(warning)}[/]")
     if json_mode:
         emit_json(shown)
         return

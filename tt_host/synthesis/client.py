@@ -254,8 +254,10 @@ class TeacherClient:
         except TooLarge:
             raise _Retry("too_large", f"the answer is larger than {cap} bytes (64 KiB + 64 bytes per "
                          "max_tokens); not kept") from None
-        except (OSError, ValueError, http.client.HTTPException) as exc:
+        except OSError as exc:
             raise _Retry("connection", f"cannot connect: {printable(str(exc))}") from None
+        except (ValueError, http.client.HTTPException) as exc:
+            raise _Retry("bad_response", f"not a readable HTTP answer: {printable(repr(exc))}") from None
         if 300 <= answer.status < 400:
             where = printable(answer.headers.get("Location") or "nowhere")
             raise TeacherError(f"the teacher at {self.endpoint} answered HTTP {answer.status}, a redirect to "

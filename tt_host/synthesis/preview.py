@@ -35,7 +35,8 @@ def preview(spec: BehaviorSpec, spec_path: Path, compiled: CompiledSpec, sample:
     assert settings is not None
     pairs = training_pairs(compiled.train_rows)
     stop = threading.Event()
-    client, resolved = client_for(spec, spec_path, stop)
+    warnings: list[str] = []
+    client, resolved = client_for(spec, spec_path, stop, warnings.append)
     model = resolved.model
     if not sample:
         client = _CacheOnly(client.endpoint.removesuffix("/chat/completions"), None, client.cache, client.settings, stop)
@@ -57,4 +58,5 @@ def preview(spec: BehaviorSpec, spec_path: Path, compiled: CompiledSpec, sample:
         "sample_rows": done.rows,
         "sample": metrics(sample, done, client),
         "requests_sent": client.spent.requests,
+        "cache_warnings": warnings,
     }

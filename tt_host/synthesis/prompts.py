@@ -15,9 +15,10 @@ repeated request the same way; the cache (cache.py) makes repeats free anyway.
 
 from __future__ import annotations
 
-import json
 import random
 from typing import Any, Sequence
+
+from tt_host.synthesis.transport import loads
 
 from tt_host.spec.synthesis import Synthesis
 
@@ -65,7 +66,7 @@ def parse_inputs(text: str) -> list[str] | None:
         body = body.split("\n", 1)[1] if "\n" in body else ""
         body = body.rsplit("```", 1)[0]
     try:
-        value = json.loads(body)
+        value = loads(body)  # depth-limited: a deeply nested reply is not a list of inputs, never a crash
     except ValueError:
         return None
     if not isinstance(value, list):

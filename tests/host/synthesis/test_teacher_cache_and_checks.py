@@ -64,6 +64,13 @@ def test_deeply_nested_json_fails_the_stage_cleanly(tt, tmp_path):
     assert "the body is JSON nested deeper than 64 levels" in out["error"] and "Traceback" not in out["error"]
     state = json.loads((Path(out["run_dir"]) / "run.json").read_text())
     assert state["stages"]["synthesize"]["state"] == "failed" and state["status"] != "running"
+    # a well-formed answer whose content nests deep: not a list of inputs, dropped, never a RecursionError
+    with HostileTeacher("deep_content") as teacher:
+        spec = teacher_spec(teacher.url, checks={"valid_json": True})
+        code, out = tt.json("run", write_spec(tmp_path / "content", spec))
+    assert code == 1 and "dropped: bad_input_reply 3" in out["error"], out
+    state = json.loads((Path(out["run_dir"]) / "run.json").read_text())
+    assert state["stages"]["synthesize"]["state"] == "failed" and state["status"] != "running"
 
 
 def test_a_backtracking_regex_is_cut_off_and_dropped(tt, tmp_path):
