@@ -3,7 +3,7 @@
 The key is sha256 over the canonical JSON of the endpoint URL and the request body (model, messages,
 sampling settings, seed); the API key is a header and never part of it. An entry is written atomically
 once a 200 answer with a readable body arrives, so a stop keeps everything received. The folder is
-private (0700, tightened when found looser) and may not be a symbolic link.
+private (0700, tightened when found looser); it and its subfolders may not be symbolic links.
 
 A cache may come with a project someone else shipped, so an entry is data to check, never to trust: it is
 served only when it is a regular file of at most `MAX_ENTRY_BYTES`, parses (depth-limited), and its own
@@ -57,10 +57,7 @@ class RequestCache:
         """Refuse a linked cache folder; tighten a readable one to 0700 (once)."""
         if self.checked:
             return
-        for folder in (self.folder.parent, self.folder):
-            if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
-                raise CacheFolderError(f"{folder}: the synthesis cache must be a plain folder, not a link or a file; "
-                                       "remove it (tt makes it again)")
+        _plain_folder(self.folder)
         if self.folder.is_dir() and stat.S_IMODE(self.folder.stat().st_mode) != PRIVATE_DIR:
             os.chmod(self.folder, PRIVATE_DIR)
         self.checked = True
@@ -108,5 +105,13 @@ class RequestCache:
     def put(self, key: str, url: str, body: Mapping[str, Any], response: Mapping[str, Any]) -> None:
         self._check_folder()
         make_private_dir(self.folder)
+        _plain_folder(self.path(key).parent)
         make_private_dir(self.path(key).parent)
         write_json_atomic(self.path(key), {"url": url, "request": dict(body), "response": dict(response)})
+
+
+def _plain_folder(folder: Path) -> None:
+    """Refuse a cache folder that is a link (writes would land wherever it points) or not a folder."""
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        raise CacheFolderError(f"{folder}: the synthesis cache must be a plain folder, not a link or a file; "
+                               "remove it (tt makes it again)")

@@ -102,3 +102,16 @@ def test_ctrl_c_interrupts_a_running_regex(tt, tmp_path):
     out = json.loads(proc.stdout.read())
     state = json.loads((Path(out["run_dir"]) / "run.json").read_text())
     assert state["stages"]["synthesize"]["state"] == "interrupted"
+
+
+def test_a_linked_cache_folder_is_refused_and_nothing_lands_where_it_points(tt, tmp_path):
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    with StubTeacher() as stub:
+        path = write_spec(tmp_path / "s", teacher_spec(stub.url))
+        (tmp_path / "s" / ".tuned-tensor").mkdir()
+        (tmp_path / "s" / ".tuned-tensor" / "synthesis-cache").symlink_to(outside)
+        code, out = tt.json("run", path)
+        assert stub.requests == []
+    assert code == 2 and "synthesis-cache: the synthesis cache must be a plain folder, not a link" in out["error"], out
+    assert list(outside.iterdir()) == []
