@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 ROOTS = ["tt_host", "sdk/stagekit/tt_stagekit", "plugins/foundation/tt_engine_foundation",
          "plugins/adapter/tt_engine_adapter"]
 ONLY_IN = {
-    r"^\s*def normalize_prompt\(": "sdk/stagekit/tt_stagekit/chatrows.py",
+    r"^\s*def normalize_prompt\(": "sdk/stagekit/tt_stagekit/sameness.py",
     r"\"Guidelines:\\n\"": "sdk/stagekit/tt_stagekit/chatrows.py",  # the system-message format itself
     r"^\s*def is_loopback\(": "sdk/stagekit/tt_stagekit/addresses.py",
     r"digest\.update\((block|chunk)\)": "sdk/stagekit/tt_stagekit/files.py",  # sha256 of a file, read in blocks

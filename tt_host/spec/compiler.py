@@ -56,8 +56,9 @@ class DuplicatePromptError(ValueError):
     def __init__(self, first: int, second: int):
         self.first, self.second = first, second
         super().__init__(
-            f"examples {first} and {second} have the same prompt (after Unicode NFKC, trimming, "
-            "whitespace collapsing and lower-casing); remove or reword one"
+            f"examples {first} and {second} have the same prompt (they differ only by invisible characters, "
+            "look-alike letters, case, spacing or final punctuation: docs/evaluation.md \"The same prompt\"), "
+            "so one could be trained on while its twin is held out; remove or reword one"
         )
 
 

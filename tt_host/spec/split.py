@@ -2,7 +2,7 @@
 every leak check shares.
 
 The rule (`SPLIT_RULE`, docs/evaluation.md "The held-out split"): an example is held out when
-sha256(salt, NUL, its normalized prompt), read as a number in [0, 1), is below `HELD_OUT_FRACTION`. Nothing
+sha256(salt, NUL, `rule_text(prompt)`), read as a number in [0, 1), is below `HELD_OUT_FRACTION`. Nothing
 else counts, so editing the instruction, the answers or other examples never moves an example, and adding
 examples never moves the existing ones. The salt is `evaluation.split_salt` when the spec sets it, else the
 spec's `name` (so two specs with the same prompts split differently); renaming a spec therefore draws a new
@@ -13,26 +13,46 @@ A run records its split (`RecordedSplit`: the rule, the salt and the digests of 
 prompts) in run.json; resuming it keeps each recorded example on its side, and only new examples are
 decided by the rule.
 
-Every place that compares a training row with the held-out prompts (an engine's extra chat datasets and
-prebuilt files, the general-regression set, the synthesized examples) uses `normalize_prompt`
-and `prompt_digest` from here, and `overlapping_example` (a row's user turns against the examples' prompts;
-the rules themselves live in tt_stagekit.chatrows, so engine code checks with the same functions).
+Every place that compares a prompt with the held-out prompts (twin examples, an engine's extra chat datasets
+and prebuilt files, the general-regression set, the synthesized inputs, `tt runs compare`, the recorded
+split) uses the one key `normalize_prompt` (tt_stagekit.sameness: NFKC, invisible characters removed,
+confusables mapped, case folded, whitespace collapsed, trailing punctuation dropped) and `prompt_digest`
+from here, and `overlapping_example` (a row's user turns against the examples' prompts; tt_stagekit.chatrows,
+so engine code checks with the same functions).
+
+`rule_text` is not that key: it is the text the rule hashes, frozen as the rule was written (NFKC, whitespace
+collapsed, lower-cased), so every spec keeps the split it had when the key grew stricter. Two examples
+the key calls one are refused before the split (tt_host.spec.compiler.find_duplicate), so no pair of
+twins can be drawn onto both sides.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 from tt_stagekit.chatrows import example_keys, normalize_prompt, overlapping_example
 
 __all__ = ["HELD_OUT_FRACTION", "SPLIT_RULE", "RecordedSplit", "example_keys", "held_out_score", "is_held_out",
-           "normalize_prompt", "overlapping_example", "prompt_digest", "split_examples", "split_salt"]
+           "normalize_prompt", "overlapping_example", "prompt_digest", "rule_text", "split_examples", "split_salt"]
 
 SPLIT_RULE = "per-example-sha256-v1"
 HELD_OUT_FRACTION = 0.2
+
+
+def rule_text(text: str) -> str:
+    """The text `SPLIT_RULE` (and `LEGACY_RULE`) hash for a prompt, frozen: NFKC, whitespace collapsed, trimmed,
+    lower-cased. Deciding sameness is `normalize_prompt`'s job, never this."""
+    return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text)).strip().lower()
+
+
+def _rule_digest(text: str) -> str:
+    """A prompt's digest as runs recorded it before the one key (`prompt_digest`) grew stricter."""
+    return hashlib.sha256(rule_text(text).encode("utf-8")).hexdigest()
 
 
 def prompt_digest(text: str) -> str:
@@ -48,8 +68,8 @@ def split_salt(spec: Any) -> str:
 
 
 def held_out_score(salt: str, prompt: str) -> float:
-    """The example's place in [0, 1): the first 64 bits of sha256(salt NUL normalized prompt)."""
-    digest = hashlib.sha256(f"{salt}\0{normalize_prompt(prompt)}".encode("utf-8")).digest()
+    """The example's place in [0, 1): the first 64 bits of sha256(salt NUL rule_text(prompt))."""
+    digest = hashlib.sha256(f"{salt}\0{rule_text(prompt)}".encode("utf-8")).digest()
     return int.from_bytes(digest[:8], "big") / 2.0 ** 64
 
 
@@ -99,7 +119,9 @@ def split_examples(prompts: Sequence[str], salt: str, recorded: Optional[Recorde
         salt = recorded.salt
     held_set, train_set = (set(recorded.held_out), set(recorded.train)) if recorded else (set(), set())
     scores = [held_out_score(salt, p) for p in prompts]
-    digests = [prompt_digest(p) for p in prompts]
+    # a prompt is found in the record by its digest, or by the digest a run recorded before the key changed
+    digests = [next((d for d in (prompt_digest(p), _rule_digest(p)) if d in held_set or d in train_set),
+                    prompt_digest(p)) for p in prompts]
     held = [d in held_set if d in held_set or d in train_set else s < HELD_OUT_FRACTION
             for d, s in zip(digests, scores)]
     if all(held) or not any(held):
@@ -124,12 +146,12 @@ def legacy_split(spec_json: Mapping[str, Any]) -> RecordedSplit:
     examples = [(str(e.get("input", "")), str(e.get("output", ""))) for e in spec_json.get("examples") or []]
     message = compile_system_message(spec_json.get("system_prompt") or "", spec_json.get("guidelines") or [],
                                      spec_json.get("constraints") or [])
-    payload = {"system_message": message, "examples": sorted([normalize_prompt(i), o] for i, o in examples)}
+    payload = {"system_message": message, "examples": sorted([rule_text(i), o] for i, o in examples)}
     key = hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
     n = len(examples)
     count = 0 if n < 2 else min(n - 1, max(1, round(n * HELD_OUT_FRACTION)))
     ranked = sorted(range(n), key=lambda i: hashlib.sha256(
-        (key + "\0" + normalize_prompt(examples[i][0])).encode("utf-8")).hexdigest())
+        (key + "\0" + rule_text(examples[i][0])).encode("utf-8")).hexdigest())
     held = set(ranked[:count])
     prompts = [i for i, _ in examples]
     split = RecordedSplit.of(split_salt_of_json(spec_json), prompts, [i in held for i in range(n)])

@@ -11,18 +11,18 @@ long, nesting deeper than `tt_stagekit.userinput.MAX_DEPTH`, a duplicated key)
 and a FIFO or device given as the file are all refused with `file:line`
 (or the file), never a traceback or a hang.
 
-It also holds the instruction compiler's two rules that an engine's own checks
-need (`compile_system_message`, `normalize_prompt`): tt_host.spec.compiler
-builds every run's system message and rows with them, and engines re-check
-their datasets with the same functions instead of copies.
+It also holds the instruction compiler's rule that an engine's own checks
+need (`compile_system_message`) and hands on the one prompt key
+(`normalize_prompt`, tt_stagekit.sameness): tt_host.spec.compiler builds every
+run's system message and rows with them, and engines re-check their datasets
+with the same functions instead of copies.
 """
 
 from __future__ import annotations
 
-import re
-import unicodedata
 from typing import Any, Iterable, Iterator, Mapping, Optional
 
+from tt_stagekit.sameness import normalize_prompt
 from tt_stagekit.userinput import InputFileError, JSONInputError, loads, read_regular
 
 ROLES = ("system", "user", "assistant")
@@ -42,11 +42,6 @@ def compile_system_message(system_prompt: str, guidelines: Iterable[str], constr
     if constraints:
         blocks.append("Constraints:\n" + "\n".join(f"- {c}" for c in constraints))
     return "\n\n".join(blocks) if blocks else DEFAULT_SYSTEM_MESSAGE
-
-
-def normalize_prompt(text: str) -> str:
-    """The form in which two prompts count as duplicates: NFKC, trimmed, spaces collapsed, lower-cased."""
-    return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text)).strip().lower()
 
 
 def example_keys(example_inputs: Iterable[str]) -> dict[str, int]:
