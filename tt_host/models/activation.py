@@ -2,7 +2,8 @@
 
 The history is `$TT_HOME/activations.jsonl`, beside the registry folder
 (`$TT_HOME/models`). Each line is one record, appended whole under an
-exclusive lock (`activations.lock`) with one write and an fsync, so readers
+exclusive lock (the registry's one lock, `models/.registry.lock`, which
+registration and `tt models gc` hold too) with one write and an fsync, so readers
 never see half a record; a torn last line (power loss, a kill mid-append) is
 ignored by readers and repaired by the next append (tt_host.fsutil.append_line),
 so the record appended next is never lost in it. A line that is not a record
@@ -35,14 +36,13 @@ from __future__ import annotations
 
 import getpass
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any, Optional
 
 from tt_host.errors import CorruptRecord, TTError
 from tt_host.models import registry
-from tt_host.fsutil import FileLock, append_line, make_private_dir, sha256_file
+from tt_host.fsutil import FileLock, append_line, sha256_file
 
 HISTORY = "activations.jsonl"
 
@@ -154,14 +154,10 @@ def _user() -> str:
         return ""
 
 
-def activation_lock() -> FileLock:
-    """The lock every change of the history (and `tt models gc`) holds."""
-    return _lock()
-
-
 def _lock() -> FileLock:
-    make_private_dir(registry.tt_home())
-    return FileLock(registry.tt_home() / "activations.lock", holder=f"pid {os.getpid()}")
+    """The registry's one lock (tt_host.models.registry.registry_lock): every change of the history holds it,
+    as registration and `tt models gc` do."""
+    return registry.registry_lock("changing the activation history")
 
 
 GATE_NAMES = {"general_regression": "general-regression", "benchmarks": "benchmark"}  # report.json key -> gate
@@ -204,23 +200,25 @@ def gate_of(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def activate(model_id: str, force: bool = False) -> dict[str, Any]:
-    """Make MODEL the active one; returns the record appended (or the current state when already active)."""
-    try:
-        entry, problems = registry.verify_model(model_id)
-    except LookupError as exc:
-        raise ActivationError(str(exc), exit_code=2) from None
-    if problems:
-        raise ActivationError(f"model {model_id} fails verification and is never activated: "
-                              + "; ".join(map(str, problems)) + f" (see `tt models verify {model_id}`)")
-    gate = gate_of(entry)
-    overrode = None
-    if gate["status"] != "passed":
-        why = gate["reason"] if gate["status"] == "failed" else "the gate was not run: " + gate["reason"]
-        if not force:
-            raise ActivationError(f"refusing to activate {model_id}: {why}; `tt models activate {model_id} --force` "
-                                  "activates it anyway (recorded in the history)")
-        overrode = why
+    """Make MODEL the active one; returns the record appended (or the current state when already active).
+    The version is looked up and verified under the registry's lock, so gc cannot remove it between the check
+    and the record."""
     with _lock():
+        try:
+            entry, problems = registry.verify_model(model_id)
+        except LookupError as exc:
+            raise ActivationError(str(exc), exit_code=2) from None
+        if problems:
+            raise ActivationError(f"model {model_id} fails verification and is never activated: "
+                                  + "; ".join(map(str, problems)) + f" (see `tt models verify {model_id}`)")
+        gate = gate_of(entry)
+        overrode = None
+        if gate["status"] != "passed":
+            why = gate["reason"] if gate["status"] == "failed" else "the gate was not run: " + gate["reason"]
+            if not force:
+                raise ActivationError(f"refusing to activate {model_id}: {why}; `tt models activate {model_id} "
+                                      "--force` activates it anyway (recorded in the history)")
+            overrode = why
         state = current()
         if state["model"] == entry["id"] and state.get("version") == entry.get("version"):
             return {"action": "none", "model": entry["id"], "version": entry.get("version"), "already_active": True}

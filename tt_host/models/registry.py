@@ -62,14 +62,23 @@ def model_id_for(spec_name: str, run_id: str, kind: str) -> str:
     return f"{slug(spec_name)}-{ids.part(run_id, 80) or 'run'}-{slug(kind)}"
 
 
-REGISTER_LOCK = ".register.lock"  # in the registry folder: one registration at a time
+REGISTRY_LOCK = ".registry.lock"  # in the registry folder: the one lock of every change to the registry
+
+
+def registry_lock(doing: str) -> FileLock:
+    """The registry's one lock (blocking when used as a context manager): registration, `tt models gc`,
+    activation and rollback each hold it from their first read to their last write, so none of them writes
+    an entry or a history record from a state another changed meanwhile (a registration racing gc never
+    loses its version; an activation never records a version gc just removed). Never taken twice by one
+    process at once (a second flock on another descriptor would wait for the first forever)."""
+    make_private_dir(registry_dir())
+    return FileLock(registry_dir() / REGISTRY_LOCK, holder=f"pid {os.getpid()} {doing}")
 
 
 def register(path: Path, **fields: Any) -> dict[str, Any]:
     """`_register` under the registry's lock, so concurrent registrations of one id (two runs, two processes)
-    each get their own id and entry: the id is picked and its entry written by one process at a time."""
-    make_private_dir(registry_dir())
-    with FileLock(registry_dir() / REGISTER_LOCK, holder=f"pid {os.getpid()} registering {path}"):
+    each get their own id and entry, and gc never rewrites an entry a registration is changing."""
+    with registry_lock(f"registering {path}"):
         return _register(path, **fields)
 
 
