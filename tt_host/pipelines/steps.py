@@ -4,7 +4,9 @@ The behavior vocabulary (`train`, `evaluate`, `compare`) is read from the stages
 any engine: `train` is every stage that evaluates nothing (e.g. prepare, prefetch, train);
 `evaluate {model: "base"}` is the stages that evaluate the base model (`Stage.evaluates == "baseline"`) with the
 model stages before them; `evaluate {model: {from: train.model}}` the other evaluating stages with theirs;
-`compare` runs nothing (it reads two evaluations). The from-scratch vocabulary's steps map onto the stages the
+`compare` runs nothing (it reads two evaluations). A step that runs (or stands on) a stage training on synthetic
+rows (`Stage.gets_synthetic_rows`) also runs the host's `synthesize` stage when the spec has a `synthesis` block,
+first, as `tt run` does: so `train` includes `synthesize`, and the plan lists it. The from-scratch vocabulary's steps map onto the stages the
 engine's record names (`Engine.pipeline_vocabulary`). The run itself is `tt run`'s (tt_host.runs.drive) limited to these
 stages: a stage of the
 engine outside them is reused when it finished earlier with the same inputs and left as it is otherwise, so a
@@ -22,6 +24,7 @@ from typing import Any, Iterable, Optional
 from tt_host.engine import Engine, Stage
 from tt_host.fsutil import make_private_dir, write_json_atomic
 from tt_host.pipelines.document import DocumentError, declared_runtime, vocabulary_problems
+from tt_host.synthesis.stage import SYNTHESIZE
 
 EVALUATIONS = "evaluations"
 
@@ -94,8 +97,19 @@ def stages_for(engine: Engine, spec: Any, steps: list[dict[str, Any]],
         if stages and not any(s.enabled(spec) for s in stages):
             raise DocumentError([f"step '{step['id']}' runs stage {stages[0].name!r}, which this spec turns off; "
                                  "change the spec or leave the step out"])
-        out[step["id"]] = [name for name in names if name in set(own) | set(deps)]
+        listed = [name for name in names if name in set(own) | set(deps)]
+        out[step["id"]] = _with_synthesis(engine, spec, listed)
     return out
+
+
+def _with_synthesis(engine: Engine, spec: Any, names: list[str]) -> list[str]:
+    """`names`, with the host's synthesize stage first when the spec has a synthesis block and one of them trains on
+    its rows: a pipeline runs what `tt run` runs, never a training stage without the rows it was planned with."""
+    if getattr(spec, "synthesis", None) is None:
+        return names
+    if any(s.gets_synthetic_rows and s.enabled(spec) for s in engine.stages if s.name in names):
+        return [SYNTHESIZE, *names]
+    return names
 
 
 def setting_warnings(engine: Engine, spec: Any, steps: list[dict[str, Any]]) -> list[str]:

@@ -15,6 +15,12 @@ For every stage of the plan one `Decision`:
   has not completed with the same inputs: it is left as it is (one that has is
   reused, so the stages after it can read it).
 
+A stage that trains on the synthetic rows (its inputs hold the `synthesize` stage's fingerprint) is never reused
+or resumed unless `synthesize` itself is reused: when `synthesize` runs now (a folder where an older
+`tt pipeline run` trained without it, or its result changed), that stage and every stage reading it run again
+(`rerun`), or are refused when they may not be replaced; a pipeline that runs it but leaves `synthesize` is
+refused (`unmet_needs`).
+
 `tt run` acts on these decisions (refusing before anything is written) and
 `tt run --dry-run` prints them (`preview`). Below them, what the run is before it is locked: its folder's
 default name, its engine and the split it keeps (`kept_split`).
@@ -31,13 +37,14 @@ from typing import Any, Optional
 
 from tt_host.canonical import canonical
 from tt_host.runs import layout
-from tt_host.runs.fingerprint import OUTSIDE_CHAIN_KEYS, PlannedStage, chain, changed_keys, needs
+from tt_host.runs.fingerprint import OUTSIDE_CHAIN_KEYS, SYNTHESIS_KEY, PlannedStage, chain, changed_keys, needs
 from tt_host.runs.opening import RunRefused, check_run_path, refuse_foreign
 from tt_host.runs.state import STARTED
 from tt_host.runs.store import RunDir
 from tt_host.spec.compiler import compile_spec
 from tt_host.spec.loading import LoadedSpec
 from tt_host.spec.split import RecordedSplit, legacy_split
+from tt_host.synthesis.stage import SYNTHESIZE
 
 
 @dataclass(frozen=True)
@@ -121,7 +128,30 @@ def decide(plan: list[PlannedStage], state: Optional[dict[str, Any]], run: Optio
             out.append(Decision(stage.name, "refuse", f"{was} with different inputs (changed: {what}); resuming "
                                 "would invalidate finished work. Use a new run directory (drop --resume, or pass a "
                                 "new DIR)."))
-    return unmet_needs(plan, out, only)
+    return unmet_needs(plan, without_stale_rows(plan, out), only)
+
+
+def without_stale_rows(plan: list[PlannedStage], decisions: list[Decision]) -> list[Decision]:
+    """When `synthesize` is not reused, a finished or started stage that trains on its rows (or reads one that
+    does) runs again: it ran without the rows its fingerprint names. See the module's docstring."""
+    synthesize = next((d for d in decisions if d.stage == SYNTHESIZE), None)
+    if synthesize is None or synthesize.action == "reuse":
+        return decisions
+    stages = [planned.stage for planned in plan]
+    stale: set[str] = set()
+    out = []
+    for index, (planned, decision) in enumerate(zip(plan, decisions)):
+        reads = [SYNTHESIZE] if SYNTHESIS_KEY in planned.inputs else [n for n in needs(stages, index) if n in stale]
+        if reads and decision.action in ("reuse", "resume"):
+            why = (f"it ran without the rows of stage {reads[0]!r}, which runs now" if reads[0] == SYNTHESIZE
+                   else f"stage {reads[0]!r}, which it reads, runs again")
+            decision = (Decision(decision.stage, "rerun", f"{why}; runs again from scratch") if planned.stage.replaceable
+                        else Decision(decision.stage, "refuse", f"started earlier, but {why} (its training data was "
+                                      "not what its inputs name); use a new run directory (drop --resume, or pass a "
+                                      "new DIR)"))
+            stale.add(decision.stage)
+        out.append(decision)
+    return out
 
 
 def unmet_needs(plan: list[PlannedStage], decisions: list[Decision], only: Optional[frozenset[str]]) -> list[Decision]:
@@ -131,7 +161,8 @@ def unmet_needs(plan: list[PlannedStage], decisions: list[Decision], only: Optio
     by_name = {d.stage: d for d in decisions}
     out = []
     for planned, decision in zip(plan, decisions):
-        left = [n for n in planned.stage.needs or () if n in by_name and by_name[n].action == "leave"]
+        reads = (*(planned.stage.needs or ()), *((SYNTHESIZE,) if SYNTHESIS_KEY in planned.inputs else ()))
+        left = [n for n in reads if n in by_name and by_name[n].action == "leave"]
         if planned.stage.name in only and decision.action not in ("skip", "refuse") and left:
             decision = Decision(decision.stage, "refuse", f"run by this pipeline, but it reads stage {left[0]!r}, "
                                 "which no step runs and which has not finished in this run directory; add the step "
