@@ -6,7 +6,8 @@ the command was given `--json`) and the error's `exit_code`. Commands raise; the
 
 Text a user controls (paths, spec and run names, dataset keys, error messages
 quoting them) is escaped before rich sees it (`escape`), so `[/x]` prints as
-itself; nothing printed is wrapped (`soft_wrap`), so a path piped to a file or
+itself; everything printed, through the consoles, the plain tables or `emit_json`, is stripped of the
+characters a terminal acts on (C0, C1, bidi controls: tt_host.terminal); nothing printed is wrapped (`soft_wrap`), so a path piped to a file or
 `tee` stays on one line; tables are rich tables on a terminal and plain,
 never-folded columns otherwise (`show_table`).
 """
@@ -19,13 +20,13 @@ from contextlib import contextmanager
 from typing import Any, Iterator, NoReturn
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
 from tt_host.errors import TTError
+from tt_host.terminal import TerminalConsole, clean, json_text
 
 _JSON_SEEN = "tt.json"  # click's ctx.meta, shared by a command's context and its parents'
 
@@ -52,11 +53,11 @@ class TTGroup(TyperGroup):
         except TTError as exc:
             fail(str(exc), code=exc.exit_code, json_mode=ctx.meta.get(_JSON_SEEN, False))
 
-console = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+console = TerminalConsole(highlight=False, soft_wrap=True)
+err = TerminalConsole(stderr=True, highlight=False, soft_wrap=True)
 
-__all__ = ["JsonOption", "TTGroup", "json_option", "console", "emit_json", "err", "escape", "fail", "load_plugins", "os_errors_refused",
-           "show_table"]
+__all__ = ["JsonOption", "TTGroup", "json_option", "clean", "console", "emit_json", "err", "escape", "fail", "json_text",
+           "load_plugins", "os_errors_refused", "show_table"]
 
 
 def _plain(cell: Any) -> str:
@@ -74,14 +75,14 @@ def show_table(headers: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
             table.add_row(*(cell if isinstance(cell, Text) else Text(_plain(cell)) for cell in row))
         console.print(table)
         return
-    lines = [tuple(headers)] + [tuple(_plain(c).replace("\n", " ") for c in row) for row in rows]
+    lines = [tuple(headers)] + [tuple(clean(_plain(c)).replace("\n", " ") for c in row) for row in rows]
     widths = [max(len(line[i]) for line in lines) for i in range(len(headers))]
     for line in lines:
         typer.echo("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip())
 
 
 def emit_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+    sys.stdout.write(json_text(json.dumps(data, indent=2, ensure_ascii=False, default=str)) + "\n")
     sys.stdout.flush()
 
 

@@ -102,16 +102,21 @@ def export(
 
 
 @app.command()
-def get(model_id: str = typer.Argument(..., help="Model id or its unique prefix (see `tt models list`)."), json_mode: bool = JsonOption) -> None:
-    """One registered model: its entry, whether it is active, and its run's general-regression gate."""
+def get(model_id: str = typer.Argument(..., help="Model id, its unique prefix or ID@n, one version (see `tt models "
+                                      "list`)."), json_mode: bool = JsonOption) -> None:
+    """One registered model (or one version of it, `ID@n`): its entry, whether it is active, and its run's gate."""
     from tt_host.models.activation import current, gate_of
-    from tt_host.models.registry import get_model
+    from tt_host.models.registry import get_model, get_version
+    from tt_host.models.versions import split_reference
 
     model_id = _model_id(model_id)
-    entry = get_model(model_id)
+    _, number = split_reference(model_id)  # a version that is not ASCII digits: VersionError, exit 2
+    entry = get_model(model_id) if number is None else get_version(model_id)  # a version it lacks: exit 2
     if entry is None:
         fail(f"no registered model {model_id!r}; see `tt models list`", json_mode=json_mode)
-    info = {**entry, "active": current()["model"] == model_id, "gate": gate_of(entry)}
+    state = current()
+    active = state["model"] == entry["id"] and (number is None or state.get("version") == number)
+    info = {**entry, "active": active, "gate": gate_of(entry)}
     if json_mode:
         emit_json(info)
         return

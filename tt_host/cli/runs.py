@@ -8,8 +8,8 @@ from typing import Optional
 
 import typer
 
-from tt_host.cli.common import (JsonOption, console, emit_json, err, escape, fail, json_option, os_errors_refused,
-                               show_table)
+from tt_host.cli.common import (JsonOption, clean, console, emit_json, err, escape, fail, json_option, json_text,
+                               os_errors_refused, show_table)
 from tt_stagekit.contract import EXIT_INTERRUPTED
 
 app = typer.Typer(no_args_is_help=True, help="Runs and their reports.")
@@ -60,7 +60,7 @@ def list_runs(
     show_table(("run", "engine", "status", "spec", "updated"),
                [(row["run_dir"], row["engine"], row["status"], row["spec"], row["updated_at"]) for row in rows])
     for problem in problems:
-        typer.echo(f"tt: not listed: {problem}", err=True)
+        typer.echo(clean(f"tt: not listed: {problem}"), err=True)
 
 
 @app.command()
@@ -76,7 +76,7 @@ def report(run: str = typer.Argument(..., help="Run directory or run id (or its 
     if json_mode:
         emit_json(json.loads(path.read_text(encoding="utf-8")))
     elif not console.is_terminal:
-        typer.echo(path.read_text(encoding="utf-8"), nl=False)  # the Markdown itself to a pipe: nothing folded
+        typer.echo(clean(path.read_text(encoding="utf-8")), nl=False)  # the Markdown itself to a pipe: nothing folded
     else:
         from rich.markdown import Markdown
 
@@ -134,9 +134,9 @@ def events(run: str = typer.Argument(..., help="Run directory or run id."),
     try:
         for event in stream(path, follow=follow):
             if json_mode:
-                sys.stdout.write(json.dumps(event, ensure_ascii=False, default=str) + "\n")
+                sys.stdout.write(json_text(json.dumps(event, ensure_ascii=False, default=str)) + "\n")
             else:
-                sys.stdout.write(f"{event['stage']:<12} {describe(event)}\n")
+                sys.stdout.write(clean(f"{event['stage']:<12} {describe(event)}") + "\n")
             sys.stdout.flush()
     except KeyboardInterrupt:
         raise typer.Exit(EXIT_INTERRUPTED)
@@ -166,8 +166,8 @@ def compare(first: str = typer.Argument(..., help="Run directory or id."),
         if key not in data:
             continue
         part = data[key]
-        typer.echo(f"\n{title}: {part['shared']} shared, {part['only_first']} only in {left}, "
-                   f"{part['only_second']} only in {right}; on the shared prompts:")
+        typer.echo(clean(f"\n{title}: {part['shared']} shared, {part['only_first']} only in {left}, "
+                   f"{part['only_second']} only in {right}; on the shared prompts:"))
         _columns([("metric", left, right, "difference")] + [
             (name, _cell(a), _cell(b), _cell(b - a) if all(isinstance(v, (int, float)) for v in (a, b)) else "")
             for name, (a, b) in part["metrics"].items()])
@@ -179,4 +179,4 @@ def _columns(rows: list[tuple[str, ...]]) -> None:
     """Plain columns, never truncated (run ids are long and rich would fold them in a narrow terminal)."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
-        typer.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+        typer.echo(clean("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()))

@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 import typer
 
-from tt_host.cli.common import JsonOption, console, err, os_errors_refused
+from tt_host.cli.common import JsonOption, console, err, json_text, os_errors_refused
 from tt_stagekit.contract import EXIT_INTERRUPTED, ServeRequest
 
 
@@ -35,7 +35,7 @@ def show_event(event: dict[str, Any]) -> None:
 
 def emit_line(event: dict[str, Any]) -> None:
     """One compact JSON object per line (--json): events arrive while the server runs."""
-    sys.stdout.write(json.dumps(event, ensure_ascii=False, default=str) + "\n")
+    sys.stdout.write(json_text(json.dumps(event, ensure_ascii=False, default=str)) + "\n")
     sys.stdout.flush()
 
 

@@ -30,7 +30,7 @@ from typing import Callable, Sequence
 
 from tt_host.errors import TTError
 
-ENGINE_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+ENGINE_NAME = re.compile(r"^[a-z][a-z0-9_]*\Z")
 HOST_DISTRIBUTION = "tuned-tensor"
 
 

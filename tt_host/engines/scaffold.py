@@ -29,7 +29,7 @@ from tt_host.engines import runtime_lock
 from tt_stagekit.files import REFUSE, publish_folder
 
 TEMPLATES = Path(__file__).resolve().parent / "scaffold_templates"
-NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,38}[a-z0-9]$|^[a-z]$")
+NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,38}[a-z0-9]\Z|^[a-z]\Z")
 # Keys of the neutral spec: an engine block with one of these names would shadow it.
 RESERVED = {"name", "description", "system_prompt", "guidelines", "constraints", "examples", "engine"}
 LOCK_TIMEOUT_SECONDS = 180

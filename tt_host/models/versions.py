@@ -19,27 +19,43 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
 import time
+import unicodedata
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from tt_stagekit.files import fsync_dir
 from tt_stagekit.manifest import MANIFEST
 
+from tt_host.errors import TTError
+
 VERSIONS_FOLDER = "versions"
 FICLONE = 0x40049409  # linux/fs.h: share the source's blocks copy-on-write
 
 
-class VersionError(LookupError):
-    """No such version of a registered model."""
+class VersionError(TTError, LookupError):
+    """No such version of a registered model, or a version reference that is not one (exit 2)."""
+
+    exit_code = 2
+
+
+VERSION = re.compile(r"[1-9][0-9]*")  # ASCII digits only: `str.isdigit` takes `²` (int() then fails) and `٣` (3)
 
 
 def split_reference(reference: str) -> tuple[str, Optional[int]]:
-    """`id@n` -> (id, n); anything else -> (reference, None)."""
+    """`id@n` -> (id, n); a reference with no `@` (or nothing after it that looks like a number) -> (reference,
+    None). A number that is not ASCII digits from 1 (`ID@²`, `ID@٣`, `ID@0`, `ID@01`) raises VersionError naming
+    the reference, never a traceback or another version."""
     name, at, number = reference.rpartition("@")
-    if at and name and number.isdigit() and not number.startswith("0"):
+    if not (at and name and number):
+        return reference, None
+    if VERSION.fullmatch(number):
         return name, int(number)
+    if any(unicodedata.numeric(char, None) is not None for char in number):
+        raise VersionError(f"{reference!r}: a version is written in ASCII digits from 1 ({name}@2); see "
+                           f"`tt models history {name}`")
     return reference, None
 
 

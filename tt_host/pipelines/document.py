@@ -65,8 +65,9 @@ OUTPUTS = {uses: kind.output for uses, kind in STEPS.items()}
 INT = {key: spec for kind in STEPS.values() for key, spec in kind.keys.items() if isinstance(spec, tuple)}
 REFERENCE_KEYS = tuple(dict.fromkeys(key for kind in STEPS.values() for key, spec in kind.keys.items()
                                      if spec in (REFERENCE_KEY, MODEL_KEY)))
-STEP_ID = re.compile(r"^[a-z][a-z0-9_-]*$")
-REFERENCE = re.compile(r"^[a-z][a-z0-9_-]*\.[a-z][a-z0-9_]*$")
+STEP_ID = re.compile(r"[a-z][a-z0-9_-]*")  # used with fullmatch: `$` would let a final newline through
+STEP_ID_MAX = 64
+REFERENCE = re.compile(r"[a-z][a-z0-9_-]*\.[a-z][a-z0-9_]*")
 
 
 class DocumentError(TTError, ValueError):
@@ -131,7 +132,9 @@ def _step_structure(step: Any) -> list[str]:
     allowed = ("id", "uses", "target") + (("with",) if keys else ())
     problems = [f"{key}: unknown field (misspelled?)" for key in step if key not in allowed]
     sid = step.get("id")
-    if not (isinstance(sid, str) and 1 <= len(sid) <= 64 and STEP_ID.match(sid)):
+    if isinstance(sid, str) and len(sid) > STEP_ID_MAX:
+        problems.append(f"id: is {len(sid)} characters long; step IDs are at most {STEP_ID_MAX} characters")
+    elif not (isinstance(sid, str) and STEP_ID.fullmatch(sid)):
         problems.append("id: step IDs must use lowercase letters, numbers, '-' or '_' (starting with a letter)")
     if "target" in step and step["target"] not in TARGETS:
         problems.append("target: must be 'local' or 'cloud'")
@@ -156,7 +159,7 @@ def _step_structure(step: Any) -> list[str]:
 
 def _is_reference(value: Any) -> bool:
     return isinstance(value, dict) and set(value) == {"from"} and isinstance(value["from"], str) and bool(
-        REFERENCE.match(value["from"]))
+        REFERENCE.fullmatch(value["from"]))
 
 
 def _producer(consumer: str, reference: dict[str, str], kind: str, seen: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -13,7 +13,9 @@ from typing import Any, Callable, Optional
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+from tt_host.terminal import TerminalConsole, clean
+
+err_console = TerminalConsole(stderr=True, highlight=False, soft_wrap=True)
 
 
 class QuietReporter:
@@ -92,5 +94,5 @@ def problem_sink(reporter: QuietReporter) -> Callable[[str], None]:
     """Where a problem that does not stop the run is shown (an observer's, the run index's): the progress
     display, or stderr when there is none (--json)."""
     if type(reporter) is QuietReporter:
-        return lambda text: print(f"tt: {text}", file=sys.stderr, flush=True)
+        return lambda text: print(clean(f"tt: {text}"), file=sys.stderr, flush=True)
     return lambda text: reporter.message(text, "yellow")

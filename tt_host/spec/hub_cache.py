@@ -12,8 +12,8 @@ import re
 from pathlib import Path
 from typing import Optional
 
-COMMIT = re.compile(r"^[0-9a-f]{40}$")
-HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")  # a hub id: ORG/NAME or NAME
+COMMIT = re.compile(r"^[0-9a-f]{40}\Z")
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?\Z")  # a hub id: ORG/NAME or NAME
 
 
 def cache_dir() -> Path:

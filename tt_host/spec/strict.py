@@ -16,12 +16,17 @@ def not_blank(value: str) -> str:
     return value
 
 
+BIDI_CONTROLS = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+
+
 def no_control(value: str) -> str:
-    """Refuse control characters (escape sequences, newlines, DEL, C1): a name is printed to terminals."""
+    """Refuse control characters (escape sequences, newlines, DEL, C1) and the bidi controls (a right-to-left
+    override makes `exe.txt` read `txt.exe`): a name is printed to terminals."""
     for index, char in enumerate(value):
-        if unicodedata.category(char) == "Cc":
-            raise ValueError(f"holds the control character {char!r} at position {index}; a name is printed "
-                             "on terminals, where escape sequences would act: remove it")
+        if unicodedata.category(char) == "Cc" or char in BIDI_CONTROLS:
+            what = "control character" if unicodedata.category(char) == "Cc" else "bidi control"
+            raise ValueError(f"holds the {what} {char!r} (U+{ord(char):04X}) at position {index}; a name is "
+                             "printed on terminals, where it would act on the text around it: remove it")
     return value
 
 

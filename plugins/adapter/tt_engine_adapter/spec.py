@@ -18,11 +18,11 @@ from tt_host.api import BehaviorSpec, DistributedSettings, StrictModel, Text, co
 from tt_engine_adapter import lengthcheck
 from tt_engine_adapter.formats import fingerprint, rows
 
-HEX40 = re.compile(r"^[0-9a-f]{40}$")
+HEX40 = re.compile(r"^[0-9a-f]{40}\Z")
 # A branch or tag name as the hub takes it (git's ref rules, simplified): `main`, `v1.0`, `refs/pr/3`.
-REF_NAME = re.compile(r"^(?!.*\.\.)(?!.*//)(?!.*\.lock$)[A-Za-z0-9][A-Za-z0-9._/-]{0,254}(?<![/.])$")
-HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
-MODULE_NAME = re.compile(r"^[A-Za-z0-9_.]+$")
+REF_NAME = re.compile(r"^(?!.*\.\.)(?!.*//)(?!.*\.lock$)[A-Za-z0-9][A-Za-z0-9._/-]{0,254}(?<![/.])\Z")
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?\Z")
+MODULE_NAME = re.compile(r"^[A-Za-z0-9_.]+\Z")
 
 
 class Hyperparameters(DistributedSettings):

@@ -22,7 +22,7 @@ from tt_engine_adapter.runtime.config import AdapterRequest
 from tt_stagekit import devices
 from tt_stagekit.protocol import InvalidInput, StageError, log
 
-COMMIT = re.compile(r"^[0-9a-f]{40}$")
+COMMIT = re.compile(r"^[0-9a-f]{40}\Z")
 
 
 def go_offline() -> None:

@@ -10,6 +10,7 @@ longer conversation exactly as the template does. `go_template` writes them in O
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional, Sequence
 
@@ -89,9 +90,24 @@ def derive(render: Render) -> ChatFormat:
     return found
 
 
+def _invisible(text: str, what: str) -> None:
+    """Refuse a format character (category Cf: zero-width space, bidi controls, ...): Ollama's parser drops
+    them, so Ollama would serve another text than the one exported."""
+    for index, char in enumerate(text):
+        if unicodedata.category(char) == "Cf":
+            raise ChatFormatError(f"the {what} holds the invisible format character U+{ord(char):04X} at position "
+                                  f"{index}, which Ollama's Modelfile parser drops; remove it")
+
+
 def _literal(text: str, what: str) -> str:
+    """`text` as it stands in the Modelfile: no `{{` or `\"\"\"`, no invisible format character, and no final `{`
+    (before the template's next `{{` it would make `{{{`, which Go's template parser refuses)."""
     if "{{" in text or '"""' in text:
         raise ChatFormatError(f"the chat template's {what} text {text!r} holds '{{{{' or '\"\"\"'")
+    if text.endswith("{"):
+        raise ChatFormatError(f"the chat template's {what} text {text!r} ends in '{{', which joins the next "
+                              "'{{' of the Go template into '{{{'")
+    _invisible(text, f"{what} text" if what == "system message" else f"chat template's {what} text")
     return text
 
 
@@ -111,6 +127,7 @@ def go_template(chat: ChatFormat) -> str:
 def _quoted(value: str, what: str) -> str:
     if '"' in value or "\n" in value:
         raise ChatFormatError(f"{what} {value!r} cannot be written as a quoted Modelfile value")
+    _invisible(value, what)
     return f'"{value}"'
 
 

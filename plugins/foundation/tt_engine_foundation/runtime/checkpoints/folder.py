@@ -22,7 +22,7 @@ from safetensors.torch import load as st_load
 
 from tt_stagekit.contract import InvalidInput
 
-STEP_RE = re.compile(r"^step-(\d{9})$")
+STEP_RE = re.compile(r"^step-(\d{9})\Z")
 FILES = ("model.safetensors", "optimizer.pt", "trainer-state.pt")
 
 
