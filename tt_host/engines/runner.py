@@ -70,11 +70,22 @@ class OutputReader:
     def __init__(self, stream: Any, handle: Callable[[str], None], what: str):
         self.stream, self.handle, self.what = stream, handle, what
         self.error: Optional[str] = None
+        self.reading_since: Optional[float] = None  # when the reader began waiting for its next line; None: handling
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def start(self) -> "OutputReader":
         self.thread.start()
         return self
+
+    def finish(self, idle_seconds: float = 5.0) -> None:
+        """After the process exited: wait until its output is handled to the end, however long handling takes (a
+        loaded machine can leave hundreds of lines in the pipe, the stage's result among them), giving up only when
+        the reader has waited `idle_seconds` for a line that does not come (a grandchild holding the pipe open)."""
+        while self.thread.is_alive():
+            self.thread.join(timeout=0.1)
+            since = self.reading_since
+            if since is not None and time.monotonic() - since > idle_seconds:
+                return
 
     def failed(self, message: str) -> None:
         """Note a failure; only the first is reported and kept."""
@@ -89,7 +100,12 @@ class OutputReader:
 
     def _run(self) -> None:
         try:
-            for line in self.stream:
+            while True:
+                self.reading_since = time.monotonic()
+                line = self.stream.readline()
+                self.reading_since = None
+                if not line:
+                    return
                 try:
                     self.handle(line)
                 except BaseException as exc:  # noqa: B902 - nothing may end this thread early
@@ -267,7 +283,7 @@ def run_stage(
         assert process.stdout is not None
         reader = OutputReader(process.stdout, handle, "stage").start()
         forwarder.wait(reader.thread)
-        reader.thread.join(timeout=5)
+        reader.finish()
     try:
         log.close()
     except OSError:  # the last buffered lines could not be written: reported already

@@ -164,7 +164,7 @@ def run_server(model: ResolvedModel, options: ServeOptions, on_event: Callable[[
         with SignalForwarder(process, kill_after, forward_as=None, second_kills=False) as forwarder:
             reader = OutputReader(process.stdout, lambda line: on_event(parse_event(line)), "server").start()
             code = forwarder.wait(reader.thread)
-            reader.thread.join(timeout=5)
+            reader.finish()
     signalled = forwarder.signalled.is_set()
     if reader.error is not None and code == 0:  # reported when it happened; never a silent success
         return 1

@@ -25,6 +25,9 @@ seen = []
 
 def on_event(event):
     seen.append(event)
+    if mode == "slow" and event.get("message") == "line 3":  # the stage exits while its last lines wait here
+        import time
+        time.sleep(7)
     if mode == "handler":
         raise RuntimeError("event handler broke on purpose")
 
@@ -84,3 +87,15 @@ def test_the_server_reader_survives_a_raising_handler():
     reader.thread.join(timeout=120)
     assert not reader.thread.is_alive() and source.wait(timeout=30) == 0
     assert len(calls) == LINES + 1 and "KeyboardInterrupt" in reader.error
+
+
+def test_lines_still_in_the_pipe_when_the_stage_exits_are_all_handled(tmp_path):
+    """A slow reader (a loaded machine) is still handling output after the stage exited: every line, the last
+    one (a stage's result) included, is handled before run_stage returns, however long past the exit that takes."""
+    stage = "for i in range(20): print('line', i)\nprint('finished')\n"
+    proc = subprocess.run([sys.executable, "-c", DRIVER, "slow", str(tmp_path), stage], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    outcome = json.loads(proc.stdout)
+    assert outcome["exit_code"] == 0 and outcome["error"] is None, outcome
+    assert outcome["events"] == 21 and outcome["last"] == "finished", outcome
