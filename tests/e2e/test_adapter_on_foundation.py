@@ -77,12 +77,12 @@ def test_foundation_run_export_and_adapter_run(pipeline):
     # OUT exists: refused with exit 2, nothing touched
     before = sorted(p.name for p in exported.iterdir())
     code, out = tt.json("models", "export", "runs/foundation", "--format", "hf", "base-model")
-    assert code == 2 and "already exists" in out["error"]
+    assert code == 2 and "already exists" in out["error"]["message"]
     assert sorted(p.name for p in exported.iterdir()) == before
     code, out = tt.json("models", "export", "runs/foundation", "--format", "onnx", "other")
-    assert code == 2 and "exports as hf, gguf, ollama" in out["error"] and not (work / "other").exists()
+    assert code == 2 and "exports as hf, gguf, ollama" in out["error"]["message"] and not (work / "other").exists()
     code, out = tt.json("models", "export", "runs/foundation", "--format", "gguf", "--quant", "q5_k", "other")
-    assert code == 2 and "--quant 'q5_k'" in out["error"] and not (work / "other").exists()
+    assert code == 2 and "--quant 'q5_k'" in out["error"]["message"] and not (work / "other").exists()
 
     # the engines' declared formats (ModelKind.formats): Ollama for the foundation model, GGUF for the adapter
     code, out = tt.json("models", "export", "runs/foundation", "--format", "ollama", "--quant", "q8_0", "ollama")

@@ -17,8 +17,9 @@ from __future__ import annotations
 import json
 import sys
 from contextlib import contextmanager
-from typing import Any, Iterator, NoReturn
+from typing import Any, Iterator, NoReturn, Optional
 
+from typer._click.exceptions import UsageError  # typer 0.29 carries its own click
 import typer
 from rich.markup import escape
 from rich.table import Table
@@ -44,14 +45,33 @@ def json_option(help: str) -> Any:
 JsonOption = json_option("Print one JSON object for scripts instead of tables.")
 
 
+def _json_line() -> bool:
+    """Whether this command line asks for JSON (tt_host.cli.nodeargs moved a global --json to its end)."""
+    args = sys.argv[1:]
+    return "--json" in (args[:args.index("--")] if "--" in args else args)
+
+
 class TTGroup(TyperGroup):
-    """The group of `tt` and its sub-apps: a TTError escaping a command ends it through `fail`."""
+    """The group of `tt` and its sub-apps: a TTError escaping a command ends it through `fail`; under --json a
+    command line that does not parse is the failure envelope too (code "usage", exit 2), not click's text."""
+
+    def make_context(self, info_name: Any, args: list[str], parent: Any = None, **extra: Any) -> Any:
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except UsageError as exc:
+            if not _json_line():
+                raise
+            fail(exc.format_message(), code=exc.exit_code, json_mode=True, kind="usage")
 
     def invoke(self, ctx: typer.Context) -> Any:
         try:
             return super().invoke(ctx)
         except TTError as exc:
             fail(str(exc), code=exc.exit_code, json_mode=ctx.meta.get(_JSON_SEEN, False))
+        except UsageError as exc:
+            if not _json_line():
+                raise
+            fail(exc.format_message(), code=exc.exit_code, json_mode=True, kind="usage")
 
 console = TerminalConsole(highlight=False, soft_wrap=True)
 err = TerminalConsole(stderr=True, highlight=False, soft_wrap=True)
@@ -86,9 +106,13 @@ def emit_json(data: Any) -> None:
     sys.stdout.flush()
 
 
-def fail(message: str, code: int = 2, json_mode: bool = False, **extra: Any) -> NoReturn:
+def fail(message: str, code: int = 2, json_mode: bool = False, kind: Optional[str] = None, **extra: Any) -> NoReturn:
+    """End the command with exit `code`: the message on stderr, or under --json the one failure envelope
+    (tt_host.cli.jsonshapes) with `extra` beside it."""
     if json_mode:
-        emit_json({"ok": False, "error": message, **extra})
+        from tt_host.cli.jsonshapes import failure
+
+        emit_json(failure(message, code, kind, **extra))
     else:
         err.print(f"[red]error:[/] {escape(message)}")
     raise typer.Exit(code)

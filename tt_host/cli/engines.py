@@ -177,7 +177,9 @@ def lock(
         if not current:
             stale.append(engine.name)
     if json_mode:
-        emit_json({"ok": not stale, "locks": rows})
+        from tt_host.cli.jsonshapes import verdict
+
+        emit_json({**verdict([f"{name}: the runtime lock is stale" for name in stale]), "locks": rows})
     else:
         for row in rows:
             state = "current" if row["current"] else "[red]stale[/]"

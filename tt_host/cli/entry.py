@@ -33,6 +33,9 @@ def _fast(argv: list[str]) -> int | None:
 
 
 def main() -> int | None:
+    from tt_host.cli.nodeargs import rewrite
+
+    sys.argv[1:] = rewrite(sys.argv[1:])  # Node 0.13's command lines (global --json, -V, `tt local`, ...)
     code = _fast(sys.argv[1:])
     if code is not None:
         return code

@@ -98,6 +98,13 @@ def run(
     run_spec(spec, resume, device, json_mode, dry_run, config=config, wait=not no_wait)
 
 
+def _config_beside(spec: Optional[Path]) -> Optional[str]:
+    from tt_host.spec.runner_config import find
+
+    found = find(spec.expanduser().absolute(), None) if spec is not None else None
+    return str(found) if found is not None else None
+
+
 @app.command()
 def doctor(
     spec: Optional[Path] = typer.Argument(None, help="Spec to check with its engine (default: ./tunedtensor.json "
@@ -121,7 +128,10 @@ def doctor(
     checks = run_checks(spec, device, load_plugins(), resume)
     failed = any(c.status == "fail" for c in checks)
     if json_mode:
-        emit_json({"ok": not failed, "checks": [c.__dict__ for c in checks]})
+        from tt_host.cli.jsonshapes import verdict
+
+        emit_json({**verdict([f"{c.name}: {c.detail}" for c in checks if c.status == "fail"]),
+                   "checks": [c.__dict__ for c in checks], "config_path": _config_beside(spec)})
     else:
         styles = {"ok": "green", "warn": "yellow", "fail": "red"}
         show_table(("check", "status", "detail", "next step"),

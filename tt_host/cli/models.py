@@ -12,6 +12,7 @@ from typing import Optional
 import typer
 
 from tt_host.cli.common import JsonOption, console, emit_json, err, escape, fail, os_errors_refused, show_table
+from tt_host.cli.running import ConfigOption
 
 app = typer.Typer(no_args_is_help=True, help="Registered models: the verified artifacts runs produced.")
 
@@ -62,7 +63,9 @@ def verify(model: str = typer.Argument(..., help="Model id (or its unique prefix
         except LookupError as exc:
             fail(str(exc), json_mode=json_mode)
     if json_mode:
-        emit_json({"id": model_id, "ok": not problems, "path": entry["path"],
+        from tt_host.cli.jsonshapes import verdict
+
+        emit_json({"id": model_id, **verdict([f"{p.file}: {p.reason}" for p in problems]), "path": entry["path"],
                    "problems": [{"file": p.file, "reason": p.reason} for p in problems]})
     elif problems:
         for problem in problems:
@@ -243,19 +246,23 @@ def gc(dry_run: bool = typer.Option(False, "--dry-run", help="List what would be
 
 
 @app.command()
-def prefetch(repo: str = typer.Argument(..., help="Hub id (org/name) of a base model."),
-             revision: str = typer.Option("main", "--revision", help="Commit, branch or tag (default: main)."),
-             json_mode: bool = JsonOption) -> None:
+def prefetch(repo: str = typer.Argument("tunedtensor.json", help="Hub id (org/name) of a base model, or a spec "
+                                        "whose base model to fetch (default: ./tunedtensor.json)."),
+             revision: Optional[str] = typer.Option(None, "--revision", help="Commit, branch or tag (default: the "
+                                                    "spec's base_model_revision, else main)."),
+             config: Optional[Path] = ConfigOption, json_mode: bool = JsonOption) -> None:
     """Download a hub base model into the Hugging Face cache (offline: find it there); print its commit and the
     spec line that pins it."""
     from tt_host.cli.common import load_plugins
+    from tt_host.cli.jsonshapes import verdict
     from tt_host.models.basemodel import prefetch as fetch
 
-    data = fetch(load_plugins(), repo, revision)
+    repo, revision, input_path = _base_of(repo, revision, config, json_mode)
+    data = fetch(load_plugins(), repo, revision or "main")
     if json_mode:
-        emit_json({"ok": not data["problems"], **data})
+        emit_json({**verdict(data["problems"]), **data, "input_path": input_path})
     else:
-        console.print(f"{repo}@{revision} is commit {data['commit']} ({data['path']})", markup=False)
+        console.print(f"{repo}@{revision or 'main'} is commit {data['commit']} ({data['path']})", markup=False)
         console.print(f"pin it in the spec with:  {data['pin']}", markup=False)
         for problem in data["problems"]:
             err.print(f"[red]{escape(problem)}[/]")
@@ -283,28 +290,51 @@ def prefetch_benchmarks(spec: Path = typer.Option(Path("tunedtensor.json"), "--s
                       markup=False)
 
 
+def _base_of(repo: str, revision: Optional[str], config: Optional[Path], json_mode: bool
+             ) -> tuple[str, Optional[str], Optional[str]]:
+    """(hub id, revision, the spec's path or None): a spec path (Node's `tt models prefetch tunedtensor.json`)
+    gives its base model and revision; a hub id is itself."""
+    from tt_host.cli.jsonshapes import spec_path_given
+    from tt_host.cli.running import load_valid
+    from tt_host.models.basemodel import spec_base
+
+    if not spec_path_given(repo):
+        return repo, revision, None
+    _, loaded = load_valid(Path(repo), json_mode, config)
+    found = spec_base(loaded)
+    if found is None:
+        fail(f"{repo}: the base model is not a hub id; give one: tt models prefetch ORG/NAME", json_mode=json_mode)
+    return found[0], revision or found[1], str(loaded.path)
+
+
 @app.command("verify-base")
-def verify_base(repo: Optional[str] = typer.Argument(None, help="Hub id (default: the base model of ./tunedtensor.json "
-                                                     "or --spec)."),
+def verify_base(repo: Optional[str] = typer.Argument(None, help="Hub id, or a spec whose base model to check "
+                                                     "(default: ./tunedtensor.json or --spec)."),
                 revision: Optional[str] = typer.Option(None, "--revision", help="Commit, branch or tag (default: "
                                                        "the spec's base_model_revision, else main)."),
                 spec: Path = typer.Option(Path("tunedtensor.json"), "--spec", help="The spec whose base model to check."),
-                json_mode: bool = JsonOption) -> None:
+                config: Optional[Path] = ConfigOption, json_mode: bool = JsonOption) -> None:
     """Check that the cached snapshot of a hub base model is complete (config, weights, every file present); exit 1
     naming what is missing."""
     from tt_host.cli.running import load_valid
     from tt_host.models.basemodel import spec_base, verify_base as check
 
+    input_path = None
+    if repo is not None:
+        repo, revision, input_path = _base_of(repo, revision, config, json_mode)
     if repo is None:
-        _, loaded = load_valid(spec, json_mode)
+        _, loaded = load_valid(spec, json_mode, config)
+        input_path = str(loaded.path)
         found = spec_base(loaded)
         if found is None:
             fail(f"{spec}: the base model is not a hub id with a revision; give one: tt models verify-base ORG/NAME",
                  json_mode=json_mode)
         repo, revision = found[0], revision or found[1]
-    data = {"repo": repo, "revision": revision or "main", **check(repo, revision or "main")}
+    data = {"repo": repo, "revision": revision or "main", **check(repo, revision or "main"), "input_path": input_path}
     if json_mode:
-        emit_json({"ok": not data["problems"], **data})
+        from tt_host.cli.jsonshapes import verdict
+
+        emit_json({**verdict(data["problems"]), **data})
     elif data["problems"]:
         for problem in data["problems"]:
             err.print(f"[red]{escape(repo)}: {escape(problem)}[/]")

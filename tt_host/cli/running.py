@@ -32,8 +32,13 @@ def print_warnings(loaded) -> None:
 
 def print_errors(loaded, json_mode: bool) -> None:
     if json_mode:
-        emit_json({"valid": False, "engine": loaded.engine_name, "spec_path": str(loaded.path),
-                   "errors": [e.as_dict() for e in loaded.errors], "warnings": [w.as_dict() for w in loaded.warnings]})
+        from tt_host.cli.jsonshapes import failure
+
+        first = loaded.errors[0] if loaded.errors else None
+        message = f"{loaded.path}: invalid spec" + (f": {first.loc}: {first.msg}" if first else "")
+        emit_json(failure(message, 2, valid=False, engine=loaded.engine_name, spec_path=str(loaded.path),
+                          errors=[e.as_dict() for e in loaded.errors],
+                          warnings=[w.as_dict() for w in loaded.warnings]))
         return
     err.print(f"[red]{escape(str(loaded.path))}: invalid spec[/]")
     for error in loaded.errors:
@@ -62,7 +67,10 @@ def dry_run(loaded, resume: Optional[Path], json_mode: bool, only: Optional[froz
     run_dir, exists, decisions = preview(loaded, resume.absolute() if resume else None, only)
     refused = any(d.action == "refuse" for d in decisions)
     if json_mode:
-        emit_json({"dry_run": True, "ok": not refused, "run_dir": str(run_dir), "exists": exists,
+        from tt_host.cli.jsonshapes import verdict
+
+        emit_json({"dry_run": True, **verdict([f"{d.stage}: {d.reason}" for d in decisions if d.action == "refuse"], 2),
+                   "run_dir": str(run_dir), "exists": exists,
                    "stages": [d.as_dict() for d in decisions], **(extra or {})})
     else:
         console.print(f"{'resume' if exists else 'new run'}: {run_dir} (dry run: nothing was created)", markup=False)
@@ -85,7 +93,7 @@ def run_spec(spec: Path, resume: Optional[Path], device: Optional[str], json_mod
     if device is not None and device not in DEVICES:
         fail(f"--device must be one of {', '.join(DEVICES)}, not {device!r}", json_mode=json_mode)
     plugins, loaded = prepared or load_valid(spec, json_mode, config)
-    if dry:
+    if dry or loaded.dry_run:  # --dry-run, or a local-runner.json's `dryRun: true`
         dry_run(loaded, resume, json_mode, only)
     extra: dict[str, Any] = {}
     try:
@@ -95,8 +103,13 @@ def run_spec(spec: Path, resume: Optional[Path], device: Optional[str], json_mod
     except KeyboardInterrupt:
         fail("interrupted", code=EXIT_INTERRUPTED, json_mode=json_mode)
     if json_mode:
-        emit_json({"status": outcome.status, "exit_code": outcome.exit_code, "run_dir": str(outcome.run_dir),
-                   "error": outcome.error, "report": outcome.report, **extra})
+        from tt_host.cli.jsonshapes import envelope, run_keys
+
+        failed = outcome.exit_code != 0
+        error = envelope(outcome.error or f"run {outcome.status}", outcome.exit_code) if failed else None
+        emit_json({"ok": not failed, "status": outcome.status, "exit_code": outcome.exit_code,
+                   "run_dir": str(outcome.run_dir), "error": error, "report": outcome.report,
+                   **run_keys(outcome.run_dir, outcome.report, loaded.spec_id), **extra})
     else:
         style = {"completed": "green", "interrupted": "yellow"}.get(outcome.status, "red")
         console.print(f"[{style}]run {outcome.status}[/]: {escape(str(outcome.run_dir))}")

@@ -168,6 +168,9 @@ class SignalForwarder:
         self.killed = False
         self._previous: dict[int, Any] = {}
         self._deadline: Optional[float] = None
+        self.time_limit: Optional[float] = None  # seconds from start after which the stage is stopped
+        self.timed_out = False
+        self._started = time.monotonic()
 
     def __enter__(self) -> "SignalForwarder":
         if threading.current_thread() is threading.main_thread():
@@ -176,7 +179,7 @@ class SignalForwarder:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        stopped = self.signalled.is_set() or self.process.returncode in (
+        stopped = self.signalled.is_set() or not self.timed_out and self.process.returncode in (
             EXIT_INTERRUPTED, -signal.SIGTERM, -signal.SIGINT)
         if stopped and self._previous:  # later copies of the stop change nothing, up to this process's exit
             ignore_further_stops()
@@ -217,6 +220,11 @@ class SignalForwarder:
                 reader.join(timeout=0.1)
             else:
                 time.sleep(0.01)
+            if (self.time_limit is not None and not self.timed_out and not self.signalled.is_set()
+                    and time.monotonic() - self._started > self.time_limit):
+                self.timed_out = True  # stopped as a stop request stops it: SIGTERM, the grace period, SIGKILL
+                self._deadline = time.monotonic() + self.grace
+                self._send(signal.SIGTERM)
             if self._deadline is not None and time.monotonic() > self._deadline and self.process.poll() is None:
                 self.kill()
         return self.process.wait()
@@ -233,9 +241,11 @@ def run_stage(
     extra_env: Optional[dict[str, str]] = None,
     keep_fds: tuple[int, ...] = (),
     on_started: Optional[Callable[[int], None]] = None,
+    time_limit: Optional[float] = None,
 ) -> StageOutcome:
     """Run one stage to its end. keep_fds: descriptors the stage inherits (the run lock);
-    on_started: called with the stage's pid once it runs."""
+    on_started: called with the stage's pid once it runs; time_limit: seconds after which the stage is stopped
+    (SIGTERM, then SIGKILL after the grace period) and fails, exit 1, its error saying so."""
     started = time.monotonic()
     # -P and PYTHONSAFEPATH: nothing from the run folder (the stage's working folder) is importable
     env = python_env(PYTHONUNBUFFERED="1", TT_STAGE_REQUEST=str(request_path))
@@ -261,6 +271,7 @@ def run_stage(
     last_error: Optional[str] = None
     tail: list[str] = []
     with SignalForwarder(process, grace_seconds() if grace is None else grace) as forwarder:
+        forwarder.time_limit = time_limit
         log_ok = True
 
         def handle(line: str) -> None:
@@ -291,6 +302,10 @@ def run_stage(
     code = process.returncode
     if code < 0:  # killed by a signal
         code = EXIT_INTERRUPTED if forwarder.signalled.is_set() else 1
+    if forwarder.timed_out and not forwarder.signalled.is_set():  # a failure, not an interruption
+        code = 1
+        last_error = (f"the stage was stopped after its time limit of {time_limit:g} s (evaluation.timeoutMs); resume the run to "
+                      "run it again, or raise the limit")
     if reader.error is not None:  # the stage's output was not fully handled: never a silent success
         code = code or 1
         last_error = f"{reader.error}; the stage ran to its end (exit {process.returncode}): resume the run to retry"

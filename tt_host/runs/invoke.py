@@ -95,6 +95,11 @@ def synthetic_rows(call: StageCall) -> tuple[dict, ...]:
     return tuple(training_rows(rows, settings.weight, settings.seed))
 
 
+def evaluation_stage(stage: Stage) -> bool:
+    """Whether a stage evaluates a model (held-out prompts or a side of the gate): what evaluation.timeoutMs bounds."""
+    return bool(stage.evaluates or gate_side(stage))
+
+
 def run_stage_call(call: StageCall) -> StageOutcome:
     """Run one stage as a subprocess in the engine environment."""
     run_call, stage = call.run_call, call.stage
@@ -115,7 +120,8 @@ def run_stage_call(call: StageCall) -> StageOutcome:
     log = run.logs / f"{stage.name}.log"
     outcome = run_stage(call.env.python, stage.arguments(run_call.loaded.spec), request_path, run.path, log,
                         on_event, keep_fds=run.lock_fds() + envs.held_fds(call.env.path),
-                        on_started=lambda pid: run.note_stage(stage.name, pid))
+                        on_started=lambda pid: run.note_stage(stage.name, pid),
+                        time_limit=run_call.loaded.eval_timeout if evaluation_stage(stage) else None)
     result = run.read_result(stage.name) if outcome.exit_code == EXIT_OK else None
     code, err = outcome.exit_code, outcome.last_error
     if code == EXIT_OK and (result is None or result.get("status") != COMPLETED):

@@ -41,6 +41,8 @@ class LoadedSpec:
     warnings: list[SpecError] = field(default_factory=list)  # legacy keys mapped (tt_host.spec.legacy)
     spec_id: Optional[str] = None  # a Node spec's `id` beside its `name`, recorded with runs and models
     config: Optional[Path] = None  # the local-runner.json applied (tt_host.spec.runner_config)
+    dry_run: bool = False  # the config's `dryRun: true`: `tt run` previews and creates nothing
+    eval_timeout: Optional[float] = None  # the config's evaluation.timeoutMs, in seconds, per evaluation stage
 
     @property
     def valid(self) -> bool:
@@ -82,16 +84,20 @@ def _apply_config(loaded: LoadedSpec, config: Optional[Path], fields: set[str]) 
     if config is None:
         return []
     loaded.config = config
+    if "\x00" in str(config):
+        loaded.errors.append(SpecError("--config", "the path holds a NUL character; give the config's path"))
+        return []
     data, errors = read_json(config)
     if data is None:
         loaded.errors += [SpecError(f"{config.name}", e.msg) for e in errors]
         return []
     loaded.raw = copy.deepcopy(loaded.raw)
-    warnings, errors, environment = runner_config.apply(data, loaded.raw, fields, str(config))
-    loaded.errors += errors
-    if not errors:
-        runner_config.take_effect(environment)
-    return warnings
+    applied = runner_config.apply(data, loaded.raw, fields, str(config))
+    loaded.errors += applied.errors
+    if not applied.errors:
+        runner_config.take_effect(applied.environment)
+        loaded.dry_run, loaded.eval_timeout = applied.dry_run, applied.eval_timeout
+    return applied.warnings
 
 
 def load_spec(path: Path, plugins: Plugins, require_examples: bool = True, config: Optional[Path] = None) -> LoadedSpec:
@@ -171,4 +177,23 @@ def load_spec(path: Path, plugins: Plugins, require_examples: bool = True, confi
         loaded.compiled = compile_spec(loaded.spec)
     except DuplicatePromptError as exc:
         loaded.errors.append(SpecError(f"examples.{exc.second}.input", str(exc)))
+        return loaded
+    if require_examples and (problem := _nothing_held_out(loaded, running)):
+        loaded.errors.append(problem)
     return loaded
+
+
+def _nothing_held_out(loaded: LoadedSpec, running: list) -> Optional[SpecError]:
+    """An error when the spec's run would evaluate nothing: the engine evaluates, but the split holds out no
+    example (fewer than 2) and there is no prebuilt `datasets.test` (a held-out file an engine's spec may take)."""
+    if not any(stage.evaluates for stage in running) or loaded.compiled.eval_rows:
+        return None
+    datasets = getattr(loaded.spec, "datasets", None)
+    if datasets is not None and getattr(datasets, "test", None):
+        return None
+    count = len(loaded.spec.examples)
+    where = "datasets.test" if datasets is not None else "examples"
+    test = " or a prebuilt `datasets.test` file (held out, never trained on)" if "datasets" in type(
+        loaded.spec).model_fields else ""
+    return SpecError(where, f"nothing would be evaluated: {count} example(s) and no held-out set; add at least 2 "
+                            f"examples (tt holds out a share of them for evaluation){test}")

@@ -35,6 +35,6 @@ def test_an_error_under_json_is_a_json_object_with_its_exit_code(tmp_path):
         result = runner.invoke(app, argv)
         assert result.exit_code == 2, (argv, result.output)
         body = json.loads(result.stdout)
-        assert body["ok"] is False and body["error"], argv
+        assert body["ok"] is False and body["error"]["message"], argv
         plain = runner.invoke(app, [a for a in argv if a != "--json"])
         assert plain.exit_code == 2 and plain.stderr.startswith("error: ") and plain.stdout == "", argv

@@ -29,13 +29,13 @@ def test_bad_install_arguments_exit_2_and_change_nothing(tt, tmp_path):
     for argument, words in [("./missing-engine", "no such file"), ("notes.txt", "must be a wheel"),
                             ("empty", "not a Python project"), ("gone.whl", "no such file")]:
         code, out = tt.json("engines", "install", argument)
-        assert code == 2 and words in out["error"] and argument in out["error"], (argument, out)
+        assert code == 2 and words in out["error"]["message"] and argument in out["error"]["message"], (argument, out)
     code, out = tt.json("engines", "install", "--editable", "foundation")
-    assert code == 2 and "--editable needs a project folder" in out["error"], out
+    assert code == 2 and "--editable needs a project folder" in out["error"]["message"], out
     code, out = tt.json("engines", "uninstall", "tuned-tensor")
-    assert code == 2 and "part of tt itself" in out["error"], out
+    assert code == 2 and "part of tt itself" in out["error"]["message"], out
     code, out = tt.json("engines", "uninstall", "no-such-engine")
-    assert code == 2 and "tt engines list" in out["error"], out
+    assert code == 2 and "tt engines list" in out["error"]["message"], out
     assert installed_here() == before
 
 

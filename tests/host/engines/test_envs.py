@@ -134,7 +134,7 @@ def test_offline_build_uses_only_uv_cache(tt, tmp_path):
     tt.env["UV_CACHE_DIR"] = str(tmp_path / "empty-cache")
     tt.env["TT_ENVS_DIR"] = str(tmp_path / "envs-nothing")
     code, out = tt.json("engines", "prepare", "echo", "--offline")
-    assert code == 1 and "offline" in out["error"].lower(), out
+    assert code == 1 and "offline" in out["error"]["message"].lower(), out
     assert not list(Path(tt.env["TT_ENVS_DIR"]).glob("*/.tt-env-complete.json"))
 
 

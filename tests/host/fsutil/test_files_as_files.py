@@ -65,7 +65,7 @@ def test_links_torn_lines_and_corrupt_records_through_tt(tt, tmp_path):
     (run / ".tt-run.lock").unlink()
     (run / ".tt-run.lock").symlink_to(victim)
     code, out = tt.json("run", spec, "--resume", run)
-    assert code == 2 and "symbolic link" in out["error"] and str(run) in out["error"], out
+    assert code == 2 and "symbolic link" in out["error"]["message"] and str(run) in out["error"]["message"], out
     assert victim.read_text() == "keep me"
     (run / ".tt-run.lock").unlink()
     fresh = tmp_path / "fresh"  # a folder holding only such a link is not a folder tt is starting a run in
@@ -108,7 +108,7 @@ def test_links_torn_lines_and_corrupt_records_through_tt(tt, tmp_path):
     assert proc.returncode == 0 and str(bad) in proc.stderr.replace("\n", ""), proc.stderr
     proc = tt("models", "get", "broken", "--json")
     _no_traceback(proc)
-    assert proc.returncode == 1 and str(bad) in json.loads(proc.stdout)["error"], proc.stdout
+    assert proc.returncode == 1 and str(bad) in json.loads(proc.stdout)["error"]["message"], proc.stdout
     bad.unlink()
 
     # a corrupt run.json: named by runs list, runs get, runs events and run --resume

@@ -21,10 +21,10 @@ def test_activation_stack_force_and_verification(tt, tmp_path):
     first, second = _model(tt, tmp_path, 2), _model(tt, tmp_path, 3)
     assert tt.json("models", "active")[1]["model"] is None
     code, out = tt.json("models", "rollback")
-    assert code == 1 and "nothing to roll back" in out["error"]
+    assert code == 1 and "nothing to roll back" in out["error"]["message"]
 
     code, out = tt.json("models", "activate", first)
-    assert code == 1 and "the spec configures no gate" in out["error"] and "--force" in out["error"]
+    assert code == 1 and "the spec configures no gate" in out["error"]["message"] and "--force" in out["error"]["message"]
     assert not (tmp_path / "tt-home" / "activations.jsonl").exists()  # a refusal records nothing
     assert tt.json("models", "activate", first, "--force")[0] == 0
     assert tt.json("models", "activate", second, "--force")[0] == 0
@@ -52,5 +52,5 @@ def test_activation_stack_force_and_verification(tt, tmp_path):
     table = next(p for p in (tmp_path / registry["path"]).rglob("table.json"))
     table.write_text(table.read_text() + " ")
     code, out = tt.json("models", "activate", second, "--force")
-    assert code == 1 and "fails verification" in out["error"] and "table.json" in out["error"]
+    assert code == 1 and "fails verification" in out["error"]["message"] and "table.json" in out["error"]["message"]
     assert tt.json("models", "active")[1]["model"] is None

@@ -32,7 +32,7 @@ def test_prefetch_prints_the_commit_and_verify_base_checks_the_snapshot(tt, tmp_
     human = tt("models", "prefetch", "org/tiny-model")
     assert human.returncode == 0 and out["pin"] in human.stdout
     missing = tt.json("models", "prefetch", "org/absent")
-    assert missing[0] == 1 and "org/absent@main could not be fetched" in missing[1]["error"]
+    assert missing[0] == 1 and "org/absent@main could not be fetched" in missing[1]["error"]["message"]
     assert tt.json("models", "prefetch", "not a hub id")[0] == 2
 
     write_spec(tmp_path, node_init_spec())  # the hub model without a revision: `main`, the cached commit

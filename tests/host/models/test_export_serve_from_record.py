@@ -34,9 +34,9 @@ def test_echo_engine_is_exported_and_served_from_its_record_alone(tt, tmp_path):
     assert table == json.loads((run_dir / "train" / "model" / "table.json").read_text()) and table
     prompt, reply = sorted(table.items())[0]
     code, again = tt.json("models", "export", str(run_dir), str(tmp_path / "out"))
-    assert code == 2 and "already exists" in again["error"]
+    assert code == 2 and "already exists" in again["error"]["message"]
     code, merged = tt.json("models", "export", str(run_dir), str(tmp_path / "merged"), "--merged")
-    assert code == 2 and "--merged" in merged["error"] and not (tmp_path / "merged").exists()
+    assert code == 2 and "--merged" in merged["error"]["message"] and not (tmp_path / "merged").exists()
 
     process = tt.popen("serve", str(run_dir), "--port", "0", "--json")
     try:

@@ -63,10 +63,10 @@ def test_a_malformed_manifest_is_a_clear_problem(tmp_path, manifest, expected):
 def test_cli_refuses_a_malformed_or_escaping_manifest_without_a_traceback(tt, tmp_path, outside):
     bad = model(tmp_path / "bad", "[1, 2]")
     code, out = tt.json("models", "export", str(bad), str(tmp_path / "out"))
-    assert code == 1 and "must be a JSON object" in out["error"] and not (tmp_path / "out").exists()
+    assert code == 1 and "must be a JSON object" in out["error"]["message"] and not (tmp_path / "out").exists()
     escaping = model(tmp_path / "esc", {"format": 1, "kind": "foundation-hf",
                                         "files": [entry("../outside.txt", outside.read_bytes())]})
     (escaping / "config.json").write_text("{}")
     proc = tt("serve", str(escaping), "--json")
-    assert proc.returncode == 1 and "refused" in json.loads(proc.stdout)["error"], proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "refused" in json.loads(proc.stdout)["error"]["message"], proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr

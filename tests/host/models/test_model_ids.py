@@ -102,4 +102,4 @@ def test_a_run_named_with_spaces_is_findable_and_a_second_one_keeps_the_first(tt
     outside = tmp_path / "tt-home" / "evil.json"
     outside.write_text(json.dumps(legacy))
     code, out = tt.json("models", "verify", "../evil")
-    assert code == 2 and "no registered model" in out["error"]
+    assert code == 2 and "no registered model" in out["error"]["message"]

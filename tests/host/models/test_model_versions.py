@@ -54,7 +54,7 @@ def served_answer(tt: TT, prompt: str) -> tuple[int, str]:
                 with urllib.request.urlopen(request, timeout=30) as response:
                     return 0, json.loads(response.read())["choices"][0]["message"]["content"]
             if "error" in event:
-                return process.wait(timeout=60), event["error"]
+                return process.wait(timeout=60), event["error"]["message"]
         return process.wait(timeout=60), process.stderr.read()
     finally:
         if process.poll() is None:
@@ -99,7 +99,7 @@ def test_a_resumed_run_adds_a_version_and_the_active_one_never_changes(tmp_path)
     weights.write_text(weights.read_text().replace("City", "Town"))
     changed = hashlib.sha256(weights.read_bytes()).hexdigest()
     code, out = tt.json("models", "active")
-    assert code == 1 and "table.json" in out["error"] and recorded in out["error"] and changed in out["error"], out
+    assert code == 1 and "table.json" in out["error"]["message"] and recorded in out["error"]["message"] and changed in out["error"]["message"], out
     code, answer = served_answer(tt, trained)
     assert code == 1 and "table.json" in answer and recorded in answer and changed in answer, answer
     manifest = v1 / "artifact-manifest.json"
@@ -108,7 +108,7 @@ def test_a_resumed_run_adds_a_version_and_the_active_one_never_changes(tmp_path)
     now = hashlib.sha256(manifest.read_bytes()).hexdigest()
     for command in (("models", "active"), ("serve", "active", "--port", "0")):
         code, out = tt.json(*command)
-        assert code == 1 and activated in out["error"] and now in out["error"], out
+        assert code == 1 and activated in out["error"]["message"] and now in out["error"]["message"], out
 
     assert tt.json("models", "activate", f"{model['id']}@2", "--force")[0] == 0
     code, gone = tt.json("models", "gc", "--dry-run")
@@ -119,7 +119,7 @@ def test_a_resumed_run_adds_a_version_and_the_active_one_never_changes(tmp_path)
     assert code == 0 and [(g["id"], g["version"]) for g in gone["removed"]] == [(model["id"], 1)], gone
     assert not v1.exists() and Path(tt.json("models", "get", model["id"])[1]["path"]).is_dir()
     code, out = tt.json("models", "activate", f"{model['id']}@1", "--force")
-    assert code == 2 and "removed by `tt models gc`" in out["error"]
+    assert code == 2 and "removed by `tt models gc`" in out["error"]["message"]
 
 
 def test_half_made_copies_of_a_killed_registration_are_swept_never_a_live_ones(tt, tmp_path):

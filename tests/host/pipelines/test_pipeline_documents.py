@@ -54,9 +54,9 @@ def test_the_contract_fixtures_and_the_canonical_documents(tt, tmp_path):
     code, out = tt.json("pipeline", "validate", tmp_path / "f" / "tunedtensor.pipeline.json")
     assert code == 0 and out["pipeline"] == json.loads((FIXTURES / "canonical-foundation.normalized.json").read_text())
     code, out = tt.json("pipeline", "validate", FIXTURES / "invalid-forward-reference.input.json")
-    assert code == 2 and "'candidate' references 'train.model'" in out["error"], out
+    assert code == 2 and "'candidate' references 'train.model'" in out["error"]["message"], out
     code, out = tt.json("pipeline", "validate", FIXTURES / "mixed-placement.input.json")
-    assert code == 2 and "step 'candidate' targets 'cloud'" in out["error"], out
+    assert code == 2 and "step 'candidate' targets 'cloud'" in out["error"]["message"], out
 
 
 INVALID = {
@@ -82,7 +82,7 @@ def test_invalid_documents_exit_2_naming_the_step_and_create_nothing(tt, tmp_pat
         path = tmp_path / "p.json"
         path.write_text(json.dumps(document))
         code, out = tt.json("pipeline", command, "-f", path, "--spec", tmp_path / "tunedtensor.json", *args)
-        assert code == 2 and message in out["error"], (command, out)
+        assert code == 2 and message in out["error"]["message"], (command, out)
         path.unlink()
         assert files(tmp_path) == before
     assert not (tmp_path / "tt-home" / "runs").exists()
@@ -156,7 +156,7 @@ def test_default_foundation_validates_and_plans(tt, tmp_path):
     echo_spec_doc = tmp_path / "local.json"
     echo_spec_doc.write_text(json.dumps(doc(TRAIN)))
     code, out = tt.json("pipeline", "plan", "-f", echo_spec_doc, "--spec", tmp_path / "f" / "tunedtensor.json")
-    assert code == 2 and "behavior" in out["error"], out
+    assert code == 2 and "behavior" in out["error"]["message"], out
     spec["foundation"]["rl_steps"] = 2  # chat_eval then reads rl, which default-foundation has no step for
     (tmp_path / "f" / "tunedtensor.json").write_text(json.dumps(spec))
     code, out = tt.json("pipeline", "plan", "-f", tmp_path / "f" / "tunedtensor.pipeline.json", "--spec",

@@ -55,7 +55,7 @@ def fill(disk: Path) -> Path:
 
 
 def _one_message(out: dict, folder: Path) -> str:
-    error = out["error"]
+    error = out["error"]["message"]
     assert "no space left on the disk of" in error and str(folder) in error and "bytes" in error, error
     assert "Traceback" not in error and "Errno" not in error, error
     return error
@@ -70,7 +70,7 @@ def test_a_run_created_on_a_full_disk_leaves_nothing_a_resume_refuses(tt, small_
         code, out = tt.json("run", spec, "--resume", run)
         assert code == 1 and out["status"] == "failed", out
         _one_message(out, run)
-        assert "Nothing was started" in out["error"], out
+        assert "Nothing was started" in out["error"]["message"], out
         assert not (run / "run.json").exists()
     assert not new.exists()  # the folder tt made is removed again
     filler.unlink()

@@ -50,7 +50,7 @@ def test_a_resume_right_after_kill_9_waits_for_the_orphaned_stage_then_continues
         proc.kill()
         proc.wait()
         refused = tt("run", spec, "--resume", run, "--no-wait", "--json")
-        assert refused.returncode == 2 and "has exited" in json.loads(refused.stdout)["error"], refused.stdout
+        assert refused.returncode == 2 and "has exited" in json.loads(refused.stdout)["error"]["message"], refused.stdout
         resume = tt.popen("run", spec, "--resume", run, "--json")
         said = resume.stderr.readline()  # what it waits for, before it waits
         assert "waiting up to" in said and f"pid {stage}" in said and str(run) in said, (said, resume.poll())

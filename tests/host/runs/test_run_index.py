@@ -32,7 +32,7 @@ def test_a_run_resumed_elsewhere_is_found_from_a_third_folder(tt, tmp_path):
     code, got = elsewhere.json("runs", "get", "experiment-2")
     assert code == 0 and got["run_dir"] == str(second)
     code, ambiguous = elsewhere.json("runs", "report", "experim")
-    assert code == 2 and "experiment-1" in ambiguous["error"] and "experiment-2" in ambiguous["error"], ambiguous
+    assert code == 2 and "experiment-1" in ambiguous["error"]["message"] and "experiment-2" in ambiguous["error"]["message"], ambiguous
     code, events = 0, elsewhere("runs", "events", "experiment-1")
     assert events.returncode == 0 and "train" in events.stdout
 
@@ -57,7 +57,7 @@ def test_models_by_unique_prefix_and_verified_by_folder_or_manifest(tt, tmp_path
     code, got = tt.json("models", "get", first[: first.index("run-a") + len("run-a")])
     assert code == 0 and got["id"] == first, got
     code, ambiguous = tt.json("models", "get", "capitals-run-")
-    assert code == 2 and all(i in ambiguous["error"] for i in ids), ambiguous
+    assert code == 2 and all(i in ambiguous["error"]["message"] for i in ids), ambiguous
     path = json.loads((tmp_path / "tt-home" / "models" / f"{first}.json").read_text())["path"]
     for given in (path, f"{path}/artifact-manifest.json"):
         code, checked = tt.json("models", "verify", given)

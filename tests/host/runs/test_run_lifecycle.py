@@ -104,7 +104,7 @@ def test_tampered_result_is_rerun_not_trusted(tt, tmp_path):
 def test_failed_stage_keeps_earlier_work_and_resumes_after_fix(tt, tmp_path):
     run = tmp_path / "run"
     code, out = tt.json("run", write_spec(tmp_path / "s", echo_spec(steps=3, fail_at_step=2)), "--resume", run)
-    assert code == 1 and out["status"] == "failed" and "failing on purpose" in out["error"]
+    assert code == 1 and out["status"] == "failed" and "failing on purpose" in out["error"]["message"]
     assert out["report"]["stages"]["prepare"]["state"] == "completed"
     prepare_result = (run / "prepare" / "result.json").stat().st_mtime_ns
     code, out = tt.json("run", write_spec(tmp_path / "s", echo_spec(steps=3)), "--resume", run)
@@ -201,4 +201,4 @@ def test_host_never_imports_torch_even_where_torch_is_installed(tt, tmp_path):
 
 def test_stage_that_rejects_its_input_ends_the_run_with_exit_2(tt, tmp_path):
     code, out = tt.json("run", write_spec(tmp_path / "s", echo_spec(reject_input=True)), "--resume", tmp_path / "run")
-    assert code == 2 and out["status"] == "failed" and "reject_input" in out["error"], out
+    assert code == 2 and out["status"] == "failed" and "reject_input" in out["error"]["message"], out

@@ -37,7 +37,7 @@ def test_second_resume_is_refused_while_the_first_builds_its_environment(tt, tmp
             time.sleep(0.1)
         assert _locked(run / ".tt-run.lock"), "the first run did not lock its run folder before the environment"
         second = tt("run", spec, "--resume", run, "--json", timeout=60)
-        assert second.returncode == 2 and "in use by pid" in json.loads(second.stdout)["error"], second.stdout
+        assert second.returncode == 2 and "in use by pid" in json.loads(second.stdout)["error"]["message"], second.stdout
         assert not (run / "run.json").exists()
     finally:
         (envs / name).symlink_to(prepared["path"])  # the "build" is done: the environment is ready

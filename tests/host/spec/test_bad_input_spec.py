@@ -121,7 +121,7 @@ def test_resume_naming_a_file_or_a_dangling_link(tt_in, tmp_path):
         before = snapshot(tmp_path)
         for extra in ((), ("--dry-run",)):
             code, out = tt_in.json("run", spec, "--resume", target, *extra)
-            assert code == 2 and text in out["error"], (target, out)
+            assert code == 2 and text in out["error"]["message"], (target, out)
             human = tt_in("run", spec, "--resume", target, *extra)
             assert human.code == 2 and text in human.stderr
         assert snapshot(tmp_path) == before
@@ -140,7 +140,7 @@ def test_commands_refuse_names_too_long_or_files_for_folders(tt_in, tmp_path, ar
     args = [a.format(**names) for a in args]
     before = snapshot(tmp_path)
     code, out = tt_in.json(*args)
-    assert code == 2 and out["ok"] is False and ("too long" in out["error"] or "is a file" in out["error"]), out
+    assert code == 2 and out["ok"] is False and ("too long" in out["error"]["message"] or "is a file" in out["error"]["message"]), out
     human = tt_in(*args)
     assert human.code == 2 and "error:" in human.stderr
     assert snapshot(tmp_path) == before and afile.read_text() == "x"

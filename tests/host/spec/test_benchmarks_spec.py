@@ -151,5 +151,5 @@ def test_prefetch_benchmarks_skips_local_tasks_and_names_a_named_task_it_cannot_
     spec = write_spec(tmp_path, adapter_raw({"tasks": [{"task": local}, {"task": "arc_easy"}]}), "named.json")
     tt.env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
     code, out = tt.json("models", "prefetch-benchmarks", "--spec", spec, timeout=1800)
-    assert code == 1 and "benchmark task 'arc_easy' could not be loaded" in out["error"], out
-    assert "HF_HUB_OFFLINE" in out["error"]
+    assert code == 1 and "benchmark task 'arc_easy' could not be loaded" in out["error"]["message"], out
+    assert "HF_HUB_OFFLINE" in out["error"]["message"]

@@ -96,7 +96,7 @@ def test_doctor_with_unreadable_spec_exits_2_naming_the_file(tt, tmp_path, name,
     assert str(path) in proc.stderr and says in proc.stderr, proc.stderr
     assert "python" not in proc.stdout  # refused before any check ran
     code, out = tt.json("doctor", path)
-    assert code == 2 and out["ok"] is False and str(path) in out["error"] and says in out["error"], out
+    assert code == 2 and out["ok"] is False and str(path) in out["error"]["message"] and says in out["error"]["message"], out
     assert sorted(p.name for p in folder.rglob("*")) == before
 
 

@@ -136,7 +136,7 @@ def test_a_teacher_that_never_answers_fails_the_stage_naming_its_url(tt, tmp_pat
         spec = synth_spec(stub.url, timeout_seconds=0.5, max_retries=1)
         code, out = tt.json("run", write_spec(tmp_path / "s", spec))
     assert code == 1, out
-    assert f"{stub.url}/chat/completions" in out["error"] and "no complete answer within 0.5s" in out["error"]
+    assert f"{stub.url}/chat/completions" in out["error"]["message"] and "no complete answer within 0.5s" in out["error"]["message"]
     state = json.loads((Path(out["run_dir"]) / "run.json").read_text())
     assert state["stages"]["synthesize"]["state"] == "failed" and state["stages"]["train"]["state"] == "pending"
 
@@ -241,8 +241,8 @@ def test_a_registered_model_served_by_tt_serve_is_a_teacher(tt, tmp_path):
     finally:
         server.send_signal(signal.SIGINT)
         server.wait(timeout=60)
-    assert code == 1 and f"the teacher {model['id']} at {ready['url']}/v1/chat/completions" in out["error"], out
-    assert "bad_input_reply 3" in out["error"]
+    assert code == 1 and f"the teacher {model['id']} at {ready['url']}/v1/chat/completions" in out["error"]["message"], out
+    assert "bad_input_reply 3" in out["error"]["message"]
     inputs = json.loads((Path(out["run_dir"]) / "run.json").read_text())["stages"]["synthesize"]["inputs"]
     registered = json.loads((Path(tt.env["TT_HOME"]) / "models" / f"{model['id']}.json").read_text())
     assert inputs["teacher"]["manifest_sha256"] == registered["manifest_sha256"]

@@ -21,6 +21,7 @@ class EchoConfig(StrictModel):
     learning_rate: float = Field(0.1, gt=0)
     reject_input: bool = False  # the prepare stage finds its input invalid (exit 2)
     ignore_stop: bool = False  # the train stage ignores SIGTERM/SIGINT (the host's kill must end it)
+    eval_seconds: float = Field(0.0, ge=0, le=600)  # the evaluate stage sleeps this long first
     baseline: bool = False  # the baseline stage (echoes every prompt: the untrained base) runs
 
 

@@ -2,10 +2,12 @@
 
 import json
 import os
+import time
 
 from tt_engine_echo.protocol import emit, read_request, write_json
 
 request = read_request()
+time.sleep(request["spec"].get("echo", {}).get("eval_seconds", 0))
 with open(os.path.join(request["stages"]["train"]["result"]["outputs"]["model"], "table.json")) as handle:
     table = json.load(handle)
 path = os.path.join(request["stage_dir"], "predictions.jsonl")
