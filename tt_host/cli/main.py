@@ -14,16 +14,15 @@ from rich.text import Text
 from tt_host import __version__
 from tt_host.cli import data as data_cli
 from tt_host.cli import engines as engines_cli
+from tt_host.cli import init as init_cli
 from tt_host.cli import models as models_cli
 from tt_host.cli import pipeline as pipeline_cli
 from tt_host.cli import runs as runs_cli
 from tt_host.cli import serve as serve_cli
 from tt_host.cli import status as status_cli
-from tt_host.cli.common import (JsonOption, TTGroup, console, emit_json, err, escape, fail, load_plugins, os_errors_refused,
-                                show_table)
-from tt_host.cli.running import ConfigOption, SPEC_DEFAULT, SpecArgument, print_errors, print_warnings, run_spec
-from tt_host.spec.schema import DEFAULT_ENGINE
-from tt_stagekit.contract import EXIT_INTERRUPTED
+from tt_host.cli.common import JsonOption, TTGroup, console, emit_json, escape, fail, load_plugins, show_table
+from tt_host.cli.running import (ConfigOption, QuietOption, SPEC_DEFAULT, SpecArgument, VerboseOption, print_errors,
+                                 print_warnings, run_spec)
 
 app = typer.Typer(
     name="tt", no_args_is_help=True, add_completion=False, cls=TTGroup,
@@ -92,10 +91,14 @@ def run(
     no_wait: bool = typer.Option(False, "--no-wait", help="Refuse at once when stage processes of a tt that "
                                  "died still hold the run, instead of waiting (up to the stage grace period) "
                                  "for them to save and exit."),
+    verbose: bool = VerboseOption,
+    quiet: bool = QuietOption,
     json_mode: bool = JsonOption,
 ) -> None:
     """Train, evaluate and report a spec with its engine."""
-    run_spec(spec, resume, device, json_mode, dry_run, config=config, wait=not no_wait)
+    if verbose and quiet:
+        fail("give --verbose or --quiet, not both", json_mode=json_mode)
+    run_spec(spec, resume, device, json_mode, dry_run, config=config, wait=not no_wait, verbose=verbose, quiet=quiet)
 
 
 def _config_beside(spec: Optional[Path]) -> Optional[str]:
@@ -139,36 +142,7 @@ def doctor(
     raise typer.Exit(1 if failed else 0)
 
 
-@app.command()
-def init(
-    directory: Path = typer.Argument(..., help="Folder to create the spec in."),
-    engine: str = typer.Option(DEFAULT_ENGINE, "--engine", help="Engine the spec is for."),
-    json_mode: bool = JsonOption,
-) -> None:
-    """Write a starter tunedtensor.json with placeholders (`tt doctor` flags them)."""
-    from tt_host.spec.placeholders import starter_spec
-    from tt_host.fsutil import write_text_atomic
-
-    plugins = load_plugins()
-    if engine not in plugins.engines:
-        fail(f"unknown engine {engine!r}; installed: {', '.join(sorted(plugins.engines)) or 'none'} (see `tt engines list`)",
-             json_mode=json_mode)
-    target = directory / "tunedtensor.json"
-    import json
-
-    with os_errors_refused(json_mode):
-        if target.exists() or target.is_symlink():
-            fail(f"{target} already exists; tt never overwrites a spec", json_mode=json_mode)
-        if directory.exists() and not directory.is_dir():
-            fail(f"{directory} is a file, not a folder; give a folder for the spec", json_mode=json_mode)
-        directory.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(target, json.dumps(starter_spec(plugins.engines[engine]), indent=2) + "\n")
-    if json_mode:
-        emit_json({"ok": True, "spec": str(target.absolute()), "engine": engine})
-    else:
-        console.print(f"wrote {target}; replace the TODO placeholders, then `tt doctor {target}`", markup=False)
-
-
+app.command("init")(init_cli.init)
 app.command("serve")(serve_cli.serve)
 app.command("info")(status_cli.info)
 app.command("status")(status_cli.status)

@@ -65,6 +65,8 @@ def _document(file: Optional[Path], json_mode: bool) -> Optional[dict[str, Any]]
 def init(
     ctx: typer.Context,
     directory: Path = typer.Argument(Path("."), help="Folder to write tunedtensor.pipeline.json in."),
+    file: Optional[Path] = typer.Option(None, "--file", "-f", help="Write the document to this file instead "
+                                        "(Node's `tt pipeline init --file FILE`)."),
     json_mode: bool = JsonOption,
 ) -> None:
     """Write the canonical pipeline document: default-local (baseline, train, candidate, compare), or with
@@ -88,7 +90,10 @@ def init(
         fail(f"tt pipeline init: unexpected {given} (the from-scratch recipes: {flags})",
              json_mode=json_mode)
     document = canonical_runtime(chosen[0]) if chosen else canonical_local()
-    target = directory / DOCUMENT.name
+    if file is not None and directory != Path("."):
+        fail("give the folder or --file, not both", json_mode=json_mode)
+    target = file if file is not None else directory / DOCUMENT.name
+    directory = target.parent
     with os_errors_refused(json_mode):
         if target.exists() or target.is_symlink():
             fail(f"{target} already exists; tt never overwrites a pipeline document", json_mode=json_mode)
@@ -104,12 +109,17 @@ def init(
 @app.command()
 def validate(file: Optional[Path] = typer.Argument(None, help="The pipeline document (default: "
                                                    "./tunedtensor.pipeline.json)."),
+             file_option: Optional[Path] = typer.Option(None, "--file", "-f", help="The pipeline document, as an "
+                                                        "option (Node's form)."),
              json_mode: bool = JsonOption) -> None:
     """Check a pipeline document against the Pipeline v1 contract and print its normalized form. Exit 2 naming the
     step when invalid."""
+    if file is not None and file_option is not None:
+        fail("give the document once: FILE or --file", json_mode=json_mode)
+    file = file or file_option
     document = _read(file or DOCUMENT, json_mode)
     if json_mode:
-        emit_json({"valid": True, "pipeline": document})
+        emit_json({"ok": True, "valid": True, "pipeline": document, "file": str((file or DOCUMENT).absolute())})
         return
     console.print(f"[green]valid[/] {escape(str(file or DOCUMENT))}: {len(document['steps'])} steps")
     typer.echo(json.dumps(document, indent=2))

@@ -24,6 +24,10 @@ ConfigOption = typer.Option(None, "--config", help="A Node CLI local-runner.json
                             "the spec, when there is one); each key takes effect or is refused (docs/migrating.md).")
 
 
+VerboseOption = typer.Option(False, "--verbose", help="Also print every line the stages write (stderr).")
+QuietOption = typer.Option(False, "--quiet", help="Print no progress on stderr (warnings and errors still).")
+
+
 def print_warnings(loaded) -> None:
     """One line on stderr per legacy key that was mapped (the --json output lists them too)."""
     for warning in loaded.warnings:
@@ -85,7 +89,7 @@ def dry_run(loaded, resume: Optional[Path], json_mode: bool, only: Optional[froz
 def run_spec(spec: Path, resume: Optional[Path], device: Optional[str], json_mode: bool, dry: bool = False,
              only: Optional[frozenset[str]] = None,
              after: Optional[Callable[[Any], dict[str, Any]]] = None, prepared: Optional[tuple] = None,
-             config: Optional[Path] = None, wait: bool = True) -> None:
+             config: Optional[Path] = None, wait: bool = True, verbose: bool = False, quiet: bool = False) -> None:
     """`prepared`: (plugins, loaded spec) when the caller has loaded it already."""
     from tt_host.runs.progress import reporter
     from tt_host.runs.drive import execute
@@ -98,7 +102,7 @@ def run_spec(spec: Path, resume: Optional[Path], device: Optional[str], json_mod
     extra: dict[str, Any] = {}
     try:
         outcome = execute(loaded, plugins, run_dir=resume.absolute() if resume else None, device=device,
-                          reporter=reporter(json_mode), only=only, wait=wait,
+                          reporter=reporter(json_mode, verbose, quiet), only=only, wait=wait,
                           on_finish=(lambda done: extra.update(after(done))) if after is not None else None)
     except KeyboardInterrupt:
         fail("interrupted", code=EXIT_INTERRUPTED, json_mode=json_mode)

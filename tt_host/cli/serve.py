@@ -39,6 +39,36 @@ def emit_line(event: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
+def _spec_message(spec: Optional[Path], json_mode: bool) -> Optional[str]:
+    """`--spec`: the spec's compiled system message (an invalid spec ends the command, exit 2)."""
+    if spec is None:
+        return None
+    from tt_host.cli.running import load_valid
+
+    _, loaded = load_valid(spec, json_mode)
+    return loaded.compiled.system_message
+
+
+def _apply_config(config: Path, log) -> None:
+    """`--config`: a Node local-runner.json's Hugging Face cache for the server (HF_HOME); a key that only a run
+    reads is warned about, a bad one refused (exit 2) naming it."""
+    from tt_host.models.serve import ServeError
+    from tt_host.spec import runner_config
+    from tt_host.spec.loading import read_json
+
+    path = config.expanduser().absolute()
+    data, errors = read_json(path)
+    if data is None:
+        raise ServeError("; ".join(e.msg for e in errors))
+    applied = runner_config.apply(data, {}, {"base_model", "device", "hyperparameters", "evaluation"}, str(path))
+    if applied.errors:
+        raise ServeError("; ".join(f"{e.loc}: {e.msg}" for e in applied.errors))
+    runner_config.take_effect(applied.environment)
+    for warning in applied.warnings:
+        if "HF_HOME" in warning.msg:
+            log(warning.msg, "warning")
+
+
 def serve(
     ctx: typer.Context,
     model: str = typer.Argument(..., help="Registered model id, `active`, `base` (of the active model), run directory, "
@@ -72,6 +102,16 @@ def serve(
                                         help="Do not apply the spec's compiled system message."),
     device: str = typer.Option(default("device"), "--device", help="auto, cpu, cuda or mps."),
     offline: bool = typer.Option(False, "--offline", help="Build engine environments from uv's cache only."),
+    temperature: Optional[float] = typer.Option(None, "--temperature", help="Sampling temperature of a request "
+                                                "that sends none (default 1.0; 0 is greedy)."),
+    top_p: Optional[float] = typer.Option(None, "--top-p", help="Nucleus sampling of a request that sends no "
+                                          "top_p (default 1.0)."),
+    spec: Optional[Path] = typer.Option(None, "--spec", help="Apply this spec's compiled system message instead of "
+                                        "the one recorded with the model."),
+    config: Optional[Path] = typer.Option(None, "--config", help="A Node local-runner.json: its paths.modelCache "
+                                          "(HF_HOME) applies; its other keys are warned about (docs/migrating.md)."),
+    print_command: bool = typer.Option(False, "--print-command", help="Print the server's command and the "
+                                       "resolved settings; start nothing."),
     json_mode: bool = JsonOption,
 ) -> None:
     """Serve MODEL at /v1/chat/completions (streaming too) and /v1/models until Ctrl-C.
@@ -79,7 +119,7 @@ def serve(
     With --json, stdout carries one JSON event per line, among them
     {"type": "ready", "url": ...} once the server answers.
     """
-    from tt_host.models.serve import ServeError, ServeOptions, read_api_key_file, serve as run
+    from tt_host.models.serve import ServeError, ServeOptions, plan, read_api_key_file, serve as run
 
     def log(line: str, level: str = "info") -> None:
         if json_mode:
@@ -97,9 +137,24 @@ def serve(
     request = ServeRequest(host=host, port=port, max_concurrency=max_concurrency, device=device,
                            allowed_hosts=tuple(allowed_host), default_max_tokens=default_max_tokens,
                            max_queue=max_queue, queue_timeout=queue_timeout, max_batch_tokens=max_batch_tokens,
-                           max_connections=max_connections)
+                           max_connections=max_connections, default_temperature=temperature,
+                           default_top_p=top_p)
+    if spec is not None and no_spec_prompt:
+        raise ServeError("give --spec or --no-spec-prompt, not both")
+    if config is not None:
+        _apply_config(config, log)
     options = ServeOptions(request=request, api_key=api_key or None, spec_prompt=not no_spec_prompt,
-                           offline=offline or None)
+                           offline=offline or None, system_message=_spec_message(spec, json_mode))
+    if print_command:
+        from tt_host.cli.common import emit_json
+
+        shown = plan(model, options)
+        if json_mode:
+            emit_json(shown)
+        else:
+            console.print(" ".join(shown["command"]), markup=False)
+            console.print(json.dumps({k: v for k, v in shown.items() if k != "command"}, indent=2), markup=False)
+        return
 
     def on_event(event: dict[str, Any]) -> None:
         emit_line(event) if json_mode else show_event(event)

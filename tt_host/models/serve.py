@@ -60,6 +60,7 @@ class ServeOptions:
     api_key: Optional[str] = None  # to the server as TT_SERVE_API_KEY, never into the request file
     spec_prompt: bool = True
     offline: Optional[bool] = None
+    system_message: Optional[str] = None  # `--spec`: this spec's compiled message instead of the model's recorded one
 
 
 def check_options(options: ServeOptions) -> None:
@@ -110,12 +111,41 @@ def build_request(model: ResolvedModel, options: ServeOptions, log: Callable[[st
         model_path, on_base = model.base_model_path, model.path
     else:
         model_path, on_base = model.path, None
-    if options.spec_prompt and model.system_message is None:
+    message = _system_message(model, options)
+    if options.spec_prompt and message is None:
         log(f"no spec system message is recorded for {model.model_id}; serving without one")
     return dataclasses.replace(
         options.request, model_path=str(model_path), adapter_path=str(on_base) if on_base else None,
-        model_name=model.model_id, system_message=model.system_message if options.spec_prompt else None,
-        ready_file=str(ready_file) if ready_file else None)
+        model_name=model.model_id, system_message=message, ready_file=str(ready_file) if ready_file else None)
+
+
+def _system_message(model: ResolvedModel, options: ServeOptions) -> Optional[str]:
+    if not options.spec_prompt:
+        return None
+    return options.system_message if options.system_message is not None else model.system_message
+
+
+def plan(reference: str, options: ServeOptions) -> dict[str, Any]:
+    """What `tt serve` would start, started nothing (`--print-command`): the model, the server's command (its
+    engine environment's python; `env_ready` false when `tt serve` would build it first), the URL and every
+    setting of the request the server would read (the model path is the model's; an export-served model is
+    exported when served)."""
+    from tt_host.engines import envs
+    from tt_host.models.references import resolve
+
+    check_options(options)
+    model = resolve(reference)
+    engine = server_for(model)
+    assert engine.serve is not None
+    folder = envs.env_dir(engine)
+    request = dataclasses.replace(
+        options.request, model_path=str(model.base_model_path if model.form == SERVE_ON_BASE else model.path),
+        adapter_path=str(model.path) if model.form == SERVE_ON_BASE else None, model_name=model.model_id,
+        system_message=_system_message(model, options))
+    return {"ok": True, "model_id": model.model_id, "engine": engine.name,
+            "url": f"http://{request.host}:{request.port}/v1", "env_ready": envs.is_ready(folder),
+            "command": python_command(envs.env_python(folder), ["-m", engine.serve.module, "serve-request.json"]),
+            "settings": {**request.to_json(), "api_key": "set" if options.api_key else None}}
 
 
 def server_for(model: ResolvedModel) -> Engine:

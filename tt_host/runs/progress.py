@@ -86,8 +86,11 @@ class RichReporter(QuietReporter):
         self.console.print(f"[{style or 'white'}]{stage}: {state}[/] ({seconds:.1f}s)")
 
 
-def reporter(json_mode: bool) -> QuietReporter:
-    return QuietReporter() if json_mode else RichReporter()
+def reporter(json_mode: bool, verbose: bool = False, quiet: bool = False) -> QuietReporter:
+    """Progress on stderr: none under --json or --quiet; with --verbose every line the stages print, too."""
+    if quiet or (json_mode and not verbose):
+        return QuietReporter()
+    return RichReporter(verbose=verbose)
 
 
 def problem_sink(reporter: QuietReporter) -> Callable[[str], None]:

@@ -133,7 +133,8 @@ def load_spec(path: Path, plugins: Plugins, require_examples: bool = True, confi
     placeholders.update(node_placeholders(data))
     for loc, text in placeholders.items():
         which = "Node CLI's `tt init` scaffold text" if loc in node_locs(placeholders, data) else "`tt init` placeholder"
-        loaded.errors.append(SpecError(loc, f"still holds the {which} {text!r}; replace it with your own value"))
+        loaded.errors.append(SpecError(loc, f"still holds the {which} {text!r}; edit the spec: replace it with your "
+                                            "own value"))
     try:
         loaded.spec = loaded.engine.spec_model.model_validate(data, context={"spec_dir": str(path.parent)})
     except ValidationError as exc:

@@ -5,9 +5,12 @@ placeholder when its value is exactly one that `tt init` writes (for any
 engine: the neutral fields here plus the engine's `Engine.starter` fields),
 so a spec about to-do lists may still say "TODO" in its own words.
 `tt validate`, `tt run` and `tt doctor` refuse a spec that still holds one,
-naming the field. The Node CLI 0.13's `tt init` scaffold had no marker; its
-texts are refused at the fields it wrote them to (`NODE_SCAFFOLD`): the name,
-the system prompt and the example pair.
+naming the field. The Node CLI's scaffolds had no marker; their texts are
+refused at the fields they were written to: the hosted `tt init`'s
+(`NODE_SCAFFOLD`, `NODE_EXAMPLES`: the name, the system prompt, both example
+pairs) and the local `tt init` of 0.13's (`NODE_LOCAL_SCAFFOLD`,
+`NODE_LOCAL_EXAMPLES`: its system prompt and the four "Replace this with ..."
+texts, which Node itself refused before training).
 """
 
 from __future__ import annotations
@@ -69,22 +72,35 @@ def find_placeholders(value: Any, engine: Optional[Engine] = None, loc: str = ""
             yield from find_placeholders(item, engine, f"{loc}.{index}" if loc else str(index), known)
 
 
-# What the Node CLI 0.13's `tt init` wrote (src/commands/init.ts SCAFFOLD), field by field.
+# What the Node CLI's hosted `tt init` wrote (src/commands/init.ts SCAFFOLD), field by field.
 NODE_SCAFFOLD = {"name": "My Agent", "system_prompt": "You are a helpful assistant."}
-NODE_EXAMPLE = {"input": "Hello", "output": "Hi! How can I help you today?"}
+NODE_EXAMPLES = ({"input": "Hello", "output": "Hi! How can I help you today?"},
+                 {"input": "Summarize this update: The launch moved to Friday.",
+                  "output": "The launch is now scheduled for Friday."})
+# What the Node CLI 0.13's local `tt init` wrote (src/local-runtime/local-project.ts initLocalSpecFile).
+NODE_LOCAL_SCAFFOLD = {"system_prompt": "Describe the behavior this local model should learn."}
+NODE_LOCAL_EXAMPLES = frozenset({
+    "Replace this with representative training input.", "Replace this with the expected training output.",
+    "Replace this with a different validation input.", "Replace this with the expected validation output."})
 
 
 def node_placeholders(spec: Any) -> Iterator[tuple[str, str]]:
-    """(dotted field, text) for every Node scaffold text still in its field (an example counts as a pair)."""
+    """(dotted field, text) for every Node scaffold text still in its field (a hosted example counts as a pair)."""
     if not isinstance(spec, dict):
         return
-    for key, text in NODE_SCAFFOLD.items():
+    for key, text in [*NODE_SCAFFOLD.items(), *NODE_LOCAL_SCAFFOLD.items()]:
         if isinstance(spec.get(key), str) and spec[key].strip() == text:
             yield key, text
     examples = spec.get("examples")
     for index, example in enumerate(examples if isinstance(examples, list) else []):
-        if isinstance(example, dict) and {k: example.get(k) for k in NODE_EXAMPLE} == NODE_EXAMPLE:
-            yield f"examples.{index}.input", NODE_EXAMPLE["input"]
+        if not isinstance(example, dict):
+            continue
+        for pair in NODE_EXAMPLES:
+            if {k: example.get(k) for k in pair} == pair:
+                yield f"examples.{index}.input", pair["input"]
+        for side in ("input", "output"):
+            if isinstance(example.get(side), str) and example[side].strip() in NODE_LOCAL_EXAMPLES:
+                yield f"examples.{index}.{side}", example[side].strip()
 
 
 def node_locs(found: dict[str, str], spec: Any) -> set[str]:

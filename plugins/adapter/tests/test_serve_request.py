@@ -60,3 +60,13 @@ def test_neutral_values_of_unsupported_parameters_are_accepted():
     params = parse(logprobs=False, top_logprobs=0, presence_penalty=0, frequency_penalty=0,
                    response_format={"type": "text"}, tool_choice="none", logit_bias={})
     assert params.messages == PROMPT
+
+
+def test_the_servers_sampling_defaults_apply_when_a_request_leaves_them_out():
+    raw = json.dumps({"model": "m", "messages": PROMPT}).encode()
+    assert (parse_chat(raw, "m", CONTEXT).temperature, parse_chat(raw, "m", CONTEXT).top_p) == (1.0, 1.0)
+    defaulted = parse_chat(raw, "m", CONTEXT, temperature=0.2, top_p=0.9)  # tt serve --temperature 0.2 --top-p 0.9
+    assert (defaulted.temperature, defaulted.top_p) == (0.2, 0.9)
+    asked = parse_chat(json.dumps({"model": "m", "messages": PROMPT, "temperature": 0.7, "top_p": 0.5}).encode(),
+                       "m", CONTEXT, temperature=0.2, top_p=0.9)
+    assert (asked.temperature, asked.top_p) == (0.7, 0.5)  # the request's own values win

@@ -236,6 +236,8 @@ class ServeRequest:
     max_connections: int = 1000
     send_timeout: float = 30.0
     body_timeout: float = 30.0
+    default_temperature: Optional[float] = None  # a request without `temperature` samples at this (null: 1.0)
+    default_top_p: Optional[float] = None  # ... without `top_p` (null: 1.0)
 
     def to_json(self) -> dict[str, Any]:
         """The request file as `tt serve` writes it: keys in field order, `allowed_hosts` as a list."""
@@ -258,6 +260,10 @@ class ServeRequest:
             raise InvalidInput("--max-batch-tokens must be at least 1")
         if self.default_max_tokens is not None and self.default_max_tokens < 1:
             raise InvalidInput("--default-max-tokens must be at least 1")
+        if self.default_temperature is not None and not 0 <= self.default_temperature <= 2:
+            raise InvalidInput("--temperature must be a number between 0 and 2")
+        if self.default_top_p is not None and not 0 < self.default_top_p <= 1:
+            raise InvalidInput("--top-p must be a number greater than 0 and at most 1")
         if not 0 < self.header_timeout <= 3600:  # no option: a server run by hand sets it in the request
             raise InvalidInput("serve request: 'header_timeout' must be a number of seconds between 0 and 3600")
         if not 1 <= self.max_connections <= 1000000:

@@ -258,7 +258,8 @@ def test_tt_serve_writes_its_one_serve_request_and_the_server_reads_it_back(tmp_
         "system_message": "Be brief.", "host": "0.0.0.0", "port": 0, "max_concurrency": 8, "device": "auto",
         "ready_file": str(tmp_path / "ready.json"), "allowed_hosts": ["box.lan"], "default_max_tokens": None,
         "header_timeout": 10.0, "max_queue": 3, "queue_timeout": 60.0, "max_batch_tokens": None,
-        "max_connections": 1000, "send_timeout": 30.0, "body_timeout": 30.0}
+        "max_connections": 1000, "send_timeout": 30.0, "body_timeout": 30.0, "default_temperature": None,
+        "default_top_p": None}
     assert list(written) == [f.name for f in dataclasses.fields(C.ServeRequest)]
     assert key not in json.dumps(written)
     assert parse(C.ServeRequest, json.loads(json.dumps(written)), "serve request") == request

@@ -122,7 +122,9 @@ def serve(request: ServeRequest) -> int:
                      max_concurrency=request.max_concurrency, max_queue=request.max_queue,
                      queue_timeout=request.queue_timeout, max_batch_tokens=request.max_batch_tokens,
                      bound_host=request.host, body_timeout=request.body_timeout,
-                     allowed_hosts=list(request.allowed_hosts or ()))
+                     allowed_hosts=list(request.allowed_hosts or ()),
+                     sampling=(1.0 if request.default_temperature is None else request.default_temperature,
+                               1.0 if request.default_top_p is None else request.default_top_p))
     sock = bind(request.host, request.port)
     host, port = sock.getsockname()[:2]
     url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"

@@ -184,8 +184,10 @@ async def _watch_disconnect(request: Request, cancel: threading.Event) -> None:
 def create_app(model: ChatModel, *, model_name: str, system_message: Optional[str], api_key: Optional[str],
                max_concurrency: int, max_queue: int = 0, queue_timeout: float = 60.0,
                max_batch_tokens: Optional[int] = None, bound_host: str = "127.0.0.1",
-               allowed_hosts: Iterable[str] = (), body_timeout: float = BODY_TIMEOUT_SECONDS) -> HostCheck:
-    """The app; `max_concurrency` sequences decode together, `max_queue` more requests wait (then 429)."""
+               allowed_hosts: Iterable[str] = (), body_timeout: float = BODY_TIMEOUT_SECONDS,
+               sampling: tuple[float, float] = (1.0, 1.0)) -> HostCheck:
+    """The app; `max_concurrency` sequences decode together, `max_queue` more requests wait (then 429);
+    `sampling`: the (temperature, top_p) of a request that does not say."""
     slots = Slots(max_concurrency + max_queue)
     metrics = model.metrics
     scheduler = Scheduler(model, max_concurrency, max_batch_tokens or max_concurrency * model.context_length)
@@ -228,7 +230,7 @@ def create_app(model: ChatModel, *, model_name: str, system_message: Optional[st
 
     def prepare(raw: bytes) -> tuple[Any, list[int], int]:
         """Parse, apply the system message, render and tokenize (a worker thread: CPU work off the loop)."""
-        params = parse_chat(raw, model_name, model.context_length)
+        params = parse_chat(raw, model_name, model.context_length, *sampling)
         messages = apply_system_message(params.messages, system_message)
         prompt, max_new = model.plan(params, messages)
         return params, prompt, max_new

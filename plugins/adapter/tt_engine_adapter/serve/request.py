@@ -148,8 +148,10 @@ def _refuse_unsupported(body: dict[str, Any]) -> None:
             raise _bad(f"'{key}' is not supported by this server (only 0)", key)
 
 
-def parse_chat(raw: bytes, model_name: str, context_length: int) -> ChatParams:
-    """Parse and check a request body; raises ApiError (4xx) for anything wrong."""
+def parse_chat(raw: bytes, model_name: str, context_length: int, temperature: float = 1.0,
+               top_p: float = 1.0) -> ChatParams:
+    """Parse and check a request body; raises ApiError (4xx) for anything wrong. `temperature`, `top_p`: the
+    server's defaults (`tt serve --temperature/--top-p`) for a request that leaves them out."""
     try:
         body = loads(raw)  # an integer thousands of digits long, deep nesting, a duplicated key: 400, not 500
     except JSONInputError as exc:
@@ -163,7 +165,7 @@ def parse_chat(raw: bytes, model_name: str, context_length: int) -> ChatParams:
     if model != model_name:
         raise ApiError(404, f"the model {model!r} does not exist; this server serves {model_name!r}",
                        "model", "model_not_found")
-    params = ChatParams(messages=parse_messages(body.get("messages")))
+    params = ChatParams(messages=parse_messages(body.get("messages")), temperature=temperature, top_p=top_p)
 
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
