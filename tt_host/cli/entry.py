@@ -5,7 +5,8 @@ print what typer prints, goes to the typer app in tt_host.cli.main, which
 imports typer and rich (and, in the commands that need them, pydantic and the
 plugins). Output and exit codes are typer's: the help on stdout, exit 0 for
 `--help` (followed by an empty line, as click's help option prints it) and
-exit 2 for a bare `tt` (typer's no_args_is_help).
+exit 2 for a bare `tt` (typer's no_args_is_help). A Node CLI 0.13 command line is first rewritten to tt's
+(tt_host.cli.nodeargs: stdlib only, so the fast paths stay fast).
 """
 
 from __future__ import annotations

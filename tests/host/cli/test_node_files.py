@@ -13,8 +13,6 @@ import re
 import shutil
 from pathlib import Path
 
-import pytest
-
 from conftest import echo_spec, write_spec
 from node_spec_support import COMMIT
 
@@ -198,6 +196,7 @@ def test_every_command_line_docs_migrating_quotes_parses():
     root = typer.main.get_command(app)
     lines = _quoted_lines((DOCS / "migrating.md").read_text(encoding="utf-8"))
     assert len(lines) > 40, len(lines)
+    broken = []
     for line in lines:
         args, command, name = rewrite(line), root, "tt"
         try:
@@ -210,4 +209,5 @@ def test_every_command_line_docs_migrating_quotes_parses():
                 assert command is not None, line
         except Exception as exc:  # click's usage errors, typer's exit for a group without a command
             if type(exc).__name__ not in ("Exit",):
-                pytest.fail(f"docs/migrating.md quotes `tt {' '.join(line)}`, which does not parse: {exc}")
+                broken.append(f"`tt {' '.join(line)}`: {exc}")
+    assert not broken, "docs/migrating.md quotes command lines that do not parse:\n" + "\n".join(broken)
