@@ -64,11 +64,14 @@ def load_valid(spec: Path, json_mode: bool, config: Optional[Path] = None):
 
 
 def dry_run(loaded, resume: Optional[Path], json_mode: bool, only: Optional[frozenset[str]] = None,
-            extra: Optional[dict[str, Any]] = None) -> None:
-    """Print what `tt run` would do with each stage; create nothing. Exit 2 when it would refuse."""
+            extra: Optional[dict[str, Any]] = None, device: Optional[str] = None) -> None:
+    """Print what `tt run` would do with each stage (a baseline the cross-run cache holds as `reuse`); create
+    nothing. Exit 2 when it would refuse."""
     from tt_host.runs.plan import preview
+    from tt_host.runs.predict import with_cached_baselines
 
     run_dir, exists, decisions = preview(loaded, resume.absolute() if resume else None, only)
+    decisions = with_cached_baselines(loaded, run_dir, decisions, device)
     refused = any(d.action == "refuse" for d in decisions)
     if json_mode:
         from tt_host.cli.jsonshapes import verdict
@@ -98,7 +101,7 @@ def run_spec(spec: Path, resume: Optional[Path], device: Optional[str], json_mod
         fail(f"--device must be one of {', '.join(DEVICES)}, not {device!r}", json_mode=json_mode)
     plugins, loaded = prepared or load_valid(spec, json_mode, config)
     if dry or loaded.dry_run:  # --dry-run, or a local-runner.json's `dryRun: true`
-        dry_run(loaded, resume, json_mode, only)
+        dry_run(loaded, resume, json_mode, only, device=device)
     extra: dict[str, Any] = {}
     try:
         outcome = execute(loaded, plugins, run_dir=resume.absolute() if resume else None, device=device,

@@ -14,6 +14,11 @@ later run with the same key copies them into its own stage folder instead of sta
   its files (so the base model's resolved commit, which a `prefetch` stage returns, is in it,
   and a model trained in the run is known by its bytes).
 
+Each entry also records its `hint`: the same key less the earlier stages' results, which is known before
+anything runs; `tt run --dry-run` and `tt pipeline plan` predict a reuse from it (`predict`: "reuse", the run
+it came from). The real key still decides: a hint matches only when the stages before it would give the same
+outputs too (an unchanged base model commit), which a dry run cannot know.
+
 A stage told to resume (it started in this run folder) never uses the cache. An entry is written whole under
 a temporary name, its files fsynced, then renamed (publish_folder); a corrupt or partial one is ignored. Entries
 are never changed; deleting the folder only costs re-evaluation.
@@ -84,6 +89,35 @@ def cache_key(engine: Engine, env_key: str, stage: Stage, spec: BehaviorSpec, in
     return hashlib.sha256(canonical(payload).encode()).hexdigest()
 
 
+def hint_key(engine: Engine, env_key: str, stage: Stage, spec: BehaviorSpec, inputs: dict[str, Any],
+             request: dict[str, Any]) -> str:
+    """The key less the earlier stages' results: what a dry run can compute (see the module docstring)."""
+    body = {key: value for key, value in request.items() if key not in RUN_FIELDS and key != "stages"}
+    payload = {"engine": engine.name, "engine_version": engine.distribution_version, "env_key": env_key,
+               "stage": stage.name, "module": stage.module, "arguments": list(stage.arguments(spec)),
+               "inputs": inputs, "request": body}
+    return hashlib.sha256(canonical(payload).encode()).hexdigest()
+
+
+def predict(hint: str) -> Optional[str]:
+    """The run a cached baseline with this hint came from, None when the cache has none (read only)."""
+    root = tt_home() / FOLDER
+    try:
+        entries = sorted(root.glob(f"*/{ENTRY}"))
+    except OSError:
+        return None
+    for path in entries:
+        try:
+            entry = json.loads(path.read_text(encoding="utf-8"))
+            result = json.loads((path.parent / "stage" / RESULT).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(entry, dict) and entry.get("hint") == hint and isinstance(result, dict) \
+                and result.get("status") == "completed":
+            return str(entry.get("run_id"))
+    return None
+
+
 def cache_dir(key: str) -> Path:
     return tt_home() / FOLDER / key
 
@@ -117,7 +151,7 @@ def _moved(value: Any, origin: str, here: str) -> Any:
     return value
 
 
-def store(key: str, stage_dir: Path, run_dir: Path, stage: str, run_id: str) -> None:
+def store(key: str, stage_dir: Path, run_dir: Path, stage: str, run_id: str, hint: Optional[str] = None) -> None:
     """Keep a completed baseline's stage folder (all but its request) under `key`; an existing entry stays."""
     folder = cache_dir(key)
     if folder.exists():
@@ -128,7 +162,7 @@ def store(key: str, stage_dir: Path, run_dir: Path, stage: str, run_id: str) -> 
     try:
         shutil.copytree(stage_dir, partial / "stage",
                         ignore=lambda where, names: [REQUEST] if Path(where) == stage_dir else [])
-        write_json_atomic(partial / ENTRY, {"run_id": run_id, "run_dir": str(run_dir), "stage": stage})
+        write_json_atomic(partial / ENTRY, {"run_id": run_id, "run_dir": str(run_dir), "stage": stage, "hint": hint})
         publish_folder(partial, folder, sync_files=True)  # durable: a crash never leaves an entry of empty files
     except OSError:  # the cache is an optimisation: a full disk or a race with another run only loses it
         shutil.rmtree(partial, ignore_errors=True)

@@ -284,10 +284,11 @@ def _cached_or_run(stage_call: StageCall, runner, inputs: dict[str, Any], record
     """The stage's outcome: taken from the cross-run baseline cache when it may be (tt_host.evaluation.baseline_cache,
     no stage process started), else from running it (and then kept in the cache)."""
     run, stage, loaded = stage_call.run_call.run, stage_call.stage, stage_call.run_call.loaded
-    key = None
+    key = hint = None
     if baseline_cache.applies(stage, stage_call.resume):
         request = stage_request(stage_call, run.stage_dir(stage.name), run.result_path(stage.name)).to_json()
         key = baseline_cache.cache_key(loaded.engine, stage_call.env.key, stage, loaded.spec, inputs, request, run.path)
+        hint = baseline_cache.hint_key(loaded.engine, stage_call.env.key, stage, loaded.spec, inputs, request)
         cached = baseline_cache.lookup(key, run.stage_dir(stage.name), run.result_path(stage.name), request)
         if cached is not None:
             record.extra["reused_from"] = cached.from_run
@@ -298,7 +299,7 @@ def _cached_or_run(stage_call: StageCall, runner, inputs: dict[str, Any], record
             return StageOutcome(cached.result, EXIT_OK, None, 0.0)
     outcome = runner(stage_call)
     if key and outcome.exit_code == EXIT_OK:
-        baseline_cache.store(key, run.stage_dir(stage.name), run.path, stage.name, run_id)
+        baseline_cache.store(key, run.stage_dir(stage.name), run.path, stage.name, run_id, hint)
     return outcome
 
 
