@@ -33,3 +33,10 @@ def test_a_dry_run_predicts_the_baseline_the_cache_holds(tt, tmp_path):
     spec["system_prompt"] = "Answer with the capital city only."
     code, other = tt.json("run", write_spec(tmp_path / "s", spec), "--dry-run")
     assert code == 0 and _baseline(other)["action"] == "run", other
+    spec = echo_spec(baseline=True)  # one more training example: the prepared rows change, the run evaluates again
+    spec["examples"].append({"input": "Capital of country 99?", "output": "City 99"})
+    write_spec(tmp_path / "s", spec)
+    code, more = tt.json("run", path, "--dry-run")
+    held = {row for row in tt.json("validate", path)[1]["held_out"]}
+    if "Capital of country 99?" not in held:  # a trained-on example: same prompts, other training rows
+        assert code == 0 and _baseline(more)["action"] == "run", more
