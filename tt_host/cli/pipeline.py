@@ -67,11 +67,13 @@ def init(
     directory: Path = typer.Argument(Path("."), help="Folder to write tunedtensor.pipeline.json in."),
     file: Optional[Path] = typer.Option(None, "--file", "-f", help="Write the document to this file instead "
                                         "(Node's `tt pipeline init --file FILE`)."),
+    spec: Path = typer.Option(SPEC_DEFAULT, "--spec", help="With --RUNTIME: the spec whose settings the recipe takes "
+                              "(default: ./tunedtensor.json, when it is a spec of that runtime)."),
     json_mode: bool = JsonOption,
 ) -> None:
     """Write the canonical pipeline document: default-local (baseline, train, candidate, compare), or with
     --RUNTIME (an installed engine's pipeline runtime, `tt engines list`) the contract's from-scratch recipe
-    default-RUNTIME. Never overwrites."""
+    default-RUNTIME, fitted to the spec beside it (its settings; an rl step when it runs RL). Never overwrites."""
     from tt_host.fsutil import write_text_atomic
     from tt_host.pipelines.document import canonical_local, canonical_runtime
 
@@ -90,6 +92,8 @@ def init(
         fail(f"tt pipeline init: unexpected {given} (the from-scratch recipes: {flags})",
              json_mode=json_mode)
     document = canonical_runtime(chosen[0]) if chosen else canonical_local()
+    if chosen:
+        document = _fitted(document, chosen[0], spec, json_mode)
     if file is not None and directory != Path("."):
         fail("give the folder or --file, not both", json_mode=json_mode)
     target = file if file is not None else directory / DOCUMENT.name
@@ -104,6 +108,24 @@ def init(
         emit_json({"ok": True, "file": str(target.absolute()), "name": document["name"]})
     else:
         console.print(f"wrote {target} ({document['name']}); `tt pipeline plan` shows what it runs", markup=False)
+
+
+def _fitted(document: dict[str, Any], runtime: str, spec: Path, json_mode: bool) -> dict[str, Any]:
+    """The recipe fitted to `spec` when it is a valid spec of an engine with this runtime (else as it is)."""
+    from tt_host.pipelines.recipe import fit
+    from tt_host.plugins import plugins
+    from tt_host.spec.loading import load_spec
+
+    if not spec.is_file():
+        return document
+    loaded = load_spec(spec, plugins())
+    vocabulary = loaded.engine.pipeline_vocabulary if loaded.engine is not None else None
+    if not loaded.valid or vocabulary is None or vocabulary.runtime != runtime:
+        if not json_mode:
+            err.print(f"[yellow]warning:[/] {escape(str(spec))} is not a valid {escape(runtime)} spec; wrote the "
+                      "contract's recipe as it is (its settings warn against a spec, the spec decides)")
+        return document
+    return fit(document, loaded.engine, loaded.spec)
 
 
 @app.command()

@@ -93,7 +93,7 @@ def test_links_torn_lines_and_corrupt_records_through_tt(tt, tmp_path):
                     ("models", "activate", model, "--force"), ("models", "get", model)):
         proc = tt(*command, "--json")
         _no_traceback(proc)
-        error = json.loads(proc.stdout).get("error", "")
+        error = (json.loads(proc.stdout).get("error") or {}).get("message", "")
         assert proc.returncode == 1 and f"{history}:2" in error and "remove that line" in error, (command, error)
     history.write_text(text)
 
@@ -118,7 +118,7 @@ def test_links_torn_lines_and_corrupt_records_through_tt(tt, tmp_path):
     for command in (("runs", "get", run), ("runs", "events", run), ("run", spec, "--resume", run)):
         proc = tt(*command, "--json")
         _no_traceback(proc)
-        error = json.loads(proc.stdout).get("error", "")
+        error = (json.loads(proc.stdout).get("error") or {}).get("message", "")
         assert proc.returncode == 1 and str(run / "run.json") in error and "move" in error, (command, proc.stdout)
 
     # a corrupt run index record: named by runs list too
