@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 from conftest import echo_spec, write_spec
-from node_spec_support import COMMIT
+from node_spec_support import COMMIT, node_init_spec
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "node"
 DOCS = Path(__file__).resolve().parents[3] / "docs"
@@ -170,6 +170,16 @@ def test_json_keys_per_command(tt, tmp_path):
         assert set(out["error"]) == {"code", "message", "exit_code"} and out["error"]["exit_code"] == 2, (argv, out)
     code, out = tt.json("models", "verify-base", "org/absent")
     assert code == 1 and out["ok"] is False and out["error"]["exit_code"] == 1, out
+    # a spec path where Node gave one: its base model at its revision, and Node's input_path
+    snapshot = tmp_path / "hf" / "models--org--tiny-model" / "snapshots" / COMMIT
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (snapshot / "model.safetensors").write_bytes(b"weights")
+    tt.env["HF_HUB_CACHE"] = str(tmp_path / "hf")
+    adapter = write_spec(tmp_path / "adapter", {**node_init_spec(), "base_model_revision": COMMIT})
+    code, out = tt.json("models", "verify-base", adapter)
+    assert code == 0 and out["ok"] is True and out["error"] is None, out
+    assert out["input_path"] == str(adapter) and out["repo"] == "org/tiny-model" and out["commit"] == COMMIT, out
 
 
 def _quoted_lines(text: str) -> list[list[str]]:
