@@ -59,12 +59,16 @@ def validate(spec: Path = SpecArgument, config: Optional[Path] = ConfigOption, j
     compiled = loaded.compiled
     if json_mode:
         emit_json({
-            "valid": True, "engine": loaded.engine_name, "spec_path": str(loaded.path), "errors": [],
+            "ok": True, "valid": True, "engine": loaded.engine_name, "spec_path": str(loaded.path), "errors": [],
             "warnings": [w.as_dict() for w in loaded.warnings],
             "system_message": compiled.system_message, "system_message_sha256": compiled.system_message_sha256,
             "train_count": len(compiled.train_rows), "eval_count": len(compiled.eval_rows),
             "held_out": [row["messages"][1]["content"] for row in compiled.eval_rows],
             "split_salt": compiled.split.salt,
+            # Node 0.13's keys (docs/json.md)
+            "input_path": str(loaded.path), "config_path": str(loaded.config) if loaded.config else None,
+            "behavior_spec_id": loaded.spec_id, "base_model": getattr(loaded.spec, "base_model", None),
+            "dry_run": loaded.dry_run,
         })
         return
     console.print(f"[green]valid[/] {escape(str(loaded.path))} (engine {loaded.engine_name}): "

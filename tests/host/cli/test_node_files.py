@@ -140,7 +140,8 @@ def test_json_keys_per_command(tt, tmp_path):
     assert ran["behavior_spec_id"] == "22222222-2222-4222-8222-222222222222" and ran["error"] is None
     assert Path(ran["report_path"]).is_file() and Path(ran["artifact_dir"]) == Path(ran["run_dir"])
     checks = {
-        ("validate",): ("valid", "engine", "spec_path", "errors", "warnings", "train_count", "eval_count"),
+        ("validate",): ("ok", "valid", "engine", "spec_path", "errors", "warnings", "train_count", "eval_count",
+                        "input_path", "config_path", "behavior_spec_id", "base_model", "dry_run"),
         ("doctor",): ("ok", "error", "checks", "config_path"),
         ("init", "--output", "new/tunedtensor.json"): ("ok", "spec", "path", "id", "name", "base_model",
                                                        "config_path"),
@@ -162,7 +163,8 @@ def test_json_keys_per_command(tt, tmp_path):
         if argv[0] == "serve":
             assert out["settings"]["default_temperature"] == 0.2 and out["settings"]["default_top_p"] == 0.9, out
     failures = [("run", "missing.json"), ("validate", "missing.json"), ("models", "get", "nope"), ("runs", "get", "nope"),
-                ("serve", "nope", "--print-command"), ("run", "--bogus"), ("nope",), ("pipeline", "validate", "-f", "x"),
+                ("serve", "nope", "--print-command"), ("run", "--bogus"), ("nope",), ("--bogus",),
+                ("pipeline", "validate", "-f", "x"),
                 ("serve", ran["model_id"], "--print-command", "--temperature", "3")]
     for argv in failures:
         code, out = tt.json(*argv)
