@@ -22,9 +22,10 @@ from tt_host.spec.errors import SpecError
 
 CONFIG_NAME = "local-runner.json"
 
-# Node key -> (kind, target, why). kind: "spec" (a spec field, dotted), "home" (HF_HOME), "same" (accepted when
-# equal to `target`, an error otherwise), "note" (accepted, not read: `why` says what tt does instead),
-# "dry" (dryRun), "timeout" (evaluation.timeoutMs).
+# Node key -> (kind, target, why). kind: "spec" (a spec field, dotted), "home" (HF_HOME), "same" (what tt always
+# does is `target`: another value of its type is accepted with a warning saying so, another type is an error),
+# "note" (accepted, not read: `why` says what tt does instead), "dry" (dryRun), "timeout" (evaluation.timeoutMs),
+# "cache" (evaluation.baselineCache: false turns the cross-run baseline cache off, TT_NO_BASELINE_CACHE=1).
 KEYS: dict[str, tuple[str, Any, str]] = {
     "storeRoot": ("note", None, "tt keeps models, the run index and activations in $TT_HOME (set TT_HOME to move "
                   "them), never where a config says"),
@@ -45,8 +46,8 @@ KEYS: dict[str, tuple[str, Any, str]] = {
     "evaluation.maxExamples": ("spec", "hyperparameters.max_eval_examples", ""),
     "evaluation.sampleSeed": ("note", None, "the held-out examples are chosen by tt's deterministic split of the "
                               "spec (docs/migrating.md); hyperparameters.seed seeds training"),
-    "evaluation.baselineCache": ("same", True, "a finished baseline with the same inputs is always reused; a new run "
-                                 "folder evaluates it again"),
+    "evaluation.baselineCache": ("cache", True, "a finished baseline with the same inputs is reused from the "
+                                 "cross-run cache (docs/evaluation.md)"),
     "evaluation.generalRegression": ("spec", "evaluation.general_regression", ""),
 }
 BLOCKS = {"paths", "evaluation", "evaluation.inference", "evaluation.scoring"}
@@ -153,11 +154,21 @@ def _one_key(out: Applied, loc: str, key: str, value: Any, raw: dict[str, Any], 
     kind, target, why = KEYS[key]
     if kind == "same":
         if not _same_type(value, target):
-            out.errors.append(SpecError(loc, f"must be {target!r} ({why}); remove it"))
+            out.errors.append(SpecError(loc, f"must be {type(target).__name__ if not _bool(target) else 'true or false'}"
+                                             f" like {target!r} ({why})"))
         elif value != target:
-            out.errors.append(SpecError(loc, f"not read by tt: {why}; remove it"))
+            out.warnings.append(SpecError(loc, f"accepted, not read: {value!r} is not used, {why}; remove it"))
         else:
             out.warnings.append(SpecError(loc, f"accepted ({why}); remove it"))
+    elif kind == "cache":
+        if not _bool(value):
+            out.errors.append(SpecError(loc, "must be true or false"))
+        elif value:
+            out.warnings.append(SpecError(loc, f"accepted ({why}); remove it"))
+        else:
+            out.environment["TT_NO_BASELINE_CACHE"] = "1"
+            out.warnings.append(SpecError(loc, "false: this command's runs neither reuse nor keep cached baselines "
+                                          "(TT_NO_BASELINE_CACHE=1; docs/evaluation.md)"))
     elif kind == "note":
         out.warnings.append(SpecError(loc, f"accepted, not read: {why} (docs/migrating.md)"))
     elif kind == "dry":

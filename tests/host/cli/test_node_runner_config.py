@@ -74,8 +74,9 @@ BAD = [  # (config, spec change, the key the error names, words in it)
     ({"evaluation": {"timeoutMs": "soon"}}, {}, "evaluation.timeoutMs", "milliseconds"),
     ({"evaluation": {"timeoutMs": 50}}, {}, "evaluation.timeoutMs", "at least 100"),
     ({"dryRun": "yes"}, {}, "dryRun", "true or false"),
-    ({"evaluation": {"baselineCache": 1}}, {}, "evaluation.baselineCache", "must be True"),
-    ({"evaluation": {"inference": {"temperature": 0.7}}}, {}, "evaluation.inference.temperature", "greedy"),
+    ({"evaluation": {"baselineCache": 1}}, {}, "evaluation.baselineCache", "true or false"),
+    ({"evaluation": {"inference": {"temperature": "hot"}}}, {}, "evaluation.inference.temperature", "must be int"),
+    ({"evaluation": {"scoring": {"mode": 1}}}, {}, "evaluation.scoring.mode", "must be str"),
     ({"evaluation": {"timeoutMS": 1000}}, {}, "evaluation.timeoutMS", "misspelled"),
 ]
 
@@ -107,3 +108,23 @@ def test_a_config_that_is_not_a_regular_file_is_refused_without_opening_it(tt, t
         out = json.loads(proc.stdout)
         assert out["errors"][0]["loc"] == "local-runner.json" and "not a regular file" in out["errors"][0]["msg"], out
         config.rmdir() if config.is_dir() and not config.is_symlink() else config.unlink()
+
+
+def test_values_tt_does_not_use_are_accepted_with_a_warning_and_baseline_cache_false_takes_effect(tt, tmp_path):
+    write_spec(tmp_path, echo_spec(steps=2, baseline=True))
+    config = {"evaluation": {"inference": {"temperature": 0.7, "topP": 0.9}, "scoring": {"mode": "json_fields"},
+                             "baselineCache": False}}
+    (tmp_path / "local-runner.json").write_text(json.dumps(config))
+    code, out = tt.json("validate")
+    assert code == 0, out
+    said = {w["loc"].split(":", 1)[1]: w["msg"] for w in out["warnings"] if "local-runner.json" in w["loc"]}
+    assert "0.7 is not used" in said["evaluation.inference.temperature"] and "greedy" in said[
+        "evaluation.inference.temperature"], said
+    assert "'json_fields' is not used" in said["evaluation.scoring.mode"], said
+    assert "TT_NO_BASELINE_CACHE" in said["evaluation.baselineCache"], said
+    stages = []
+    for _ in range(2):  # with the cache off, the second run evaluates its baseline again
+        code, ran = tt.json("run")
+        assert code == 0, ran
+        stages.append(ran["report"]["stages"]["baseline"]["this_run"])
+    assert stages == ["ran", "ran"], stages
