@@ -109,7 +109,8 @@ def test_nodes_readme_command_lines_run_through_tt(tt, tmp_path):
     lines = [  # (argv, exit) in the README's order
         (["doctor", "tunedtensor.json"], 0),
         (["validate", "tunedtensor.json"], 0),
-        (["models", "verify-base", "tunedtensor.json"], 2),  # the echo spec has no hub base model
+        (["models", "prefetch", "tunedtensor.json"], 2),  # the echo spec has no hub base model to fetch
+        (["models", "verify-base", "tunedtensor.json"], 2),
         (["runs", "report", ran["run_id"]], 0),
         (["models", "verify", ran["model_id"]], 0),
         (["models", "serve", ran["model_id"], "--config", "local-runner.json", "--print-command"], 0),
