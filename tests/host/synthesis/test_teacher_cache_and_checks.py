@@ -61,14 +61,14 @@ def test_deeply_nested_json_fails_the_stage_cleanly(tt, tmp_path):
     with HostileTeacher("deep") as teacher:
         code, out = tt.json("run", write_spec(tmp_path / "s", teacher_spec(teacher.url, max_retries=0)))
     assert code == 1, out
-    assert "the body is JSON nested deeper than 64 levels" in out["error"] and "Traceback" not in out["error"]
+    assert "the body is JSON nested deeper than 64 levels" in out["error"]["message"] and "Traceback" not in out["error"]["message"]
     state = json.loads((Path(out["run_dir"]) / "run.json").read_text())
     assert state["stages"]["synthesize"]["state"] == "failed" and state["status"] != "running"
     # a well-formed answer whose content nests deep: not a list of inputs, dropped, never a RecursionError
     with HostileTeacher("deep_content") as teacher:
         spec = teacher_spec(teacher.url, checks={"valid_json": True})
         code, out = tt.json("run", write_spec(tmp_path / "content", spec))
-    assert code == 1 and "dropped: bad_input_reply 3" in out["error"], out
+    assert code == 1 and "dropped: bad_input_reply 3" in out["error"]["message"], out
     state = json.loads((Path(out["run_dir"]) / "run.json").read_text())
     assert state["stages"]["synthesize"]["state"] == "failed" and state["status"] != "running"
 
@@ -78,7 +78,7 @@ def test_a_backtracking_regex_is_cut_off_and_dropped(tt, tmp_path):
         spec = teacher_spec(stub.url, rows=1, max_requests=3, checks={"regex": "(a|aa)+"})
         started = time.monotonic()
         code, out = tt.json("run", write_spec(tmp_path / "s", spec))
-    assert code == 1 and "dropped: regex_timeout 2" in out["error"], out
+    assert code == 1 and "dropped: regex_timeout 2" in out["error"]["message"], out
     assert time.monotonic() - started < 60
 
 
@@ -113,5 +113,5 @@ def test_a_linked_cache_folder_is_refused_and_nothing_lands_where_it_points(tt, 
         (tmp_path / "s" / ".tuned-tensor" / "synthesis-cache").symlink_to(outside)
         code, out = tt.json("run", path)
         assert stub.requests == []
-    assert code == 2 and "synthesis-cache: the synthesis cache must be a plain folder, not a link" in out["error"], out
+    assert code == 2 and "synthesis-cache: the synthesis cache must be a plain folder, not a link" in out["error"]["message"], out
     assert list(outside.iterdir()) == []
