@@ -55,15 +55,18 @@ def _spec_summary(spec: Path, config: Optional[Path]) -> dict[str, Any]:
             "config": str(loaded.config) if loaded.config else None}
 
 
-def _latest_run(spec: Path) -> Optional[dict[str, Any]]:
-    """The newest run of this project: under its .tuned-tensor/runs or indexed with this spec."""
+def _latest_run(spec: Path, anywhere: bool = False) -> Optional[dict[str, Any]]:
+    """The newest run of this project: under its .tuned-tensor/runs or indexed with this spec; `anywhere`: the
+    newest run in the run index, whatever its spec (shown when there is no spec here, as after
+    `tt run some/folder/tunedtensor.json` from the folder above it)."""
     from tt_host.runs import index
     from tt_host.runs.layout import RUNS_FOLDER
     from tt_host.runs.store import RunDir, find_runs
 
     spec = spec.absolute()
     folders = {p.absolute() for p in find_runs(spec.parent.joinpath(*RUNS_FOLDER))}
-    folders |= {Path(e["run_dir"]) for e in index.entries() if e.get("spec_path") == str(spec) and not e["missing"]}
+    folders |= {Path(e["run_dir"]) for e in index.entries()
+                if (anywhere or e.get("spec_path") == str(spec)) and not e["missing"]}
     runs = []
     for folder in folders:
         try:
@@ -72,7 +75,7 @@ def _latest_run(spec: Path) -> Optional[dict[str, Any]]:
             continue
         if isinstance(state, dict):
             runs.append({"id": state.get("id"), "run_dir": str(folder), "status": state.get("status"),
-                         "updated_at": state.get("updated_at")})
+                         "updated_at": state.get("updated_at"), "spec_path": state.get("spec_path")})
     return max(runs, key=lambda r: str(r["updated_at"] or ""), default=None)
 
 
@@ -84,6 +87,8 @@ def status(spec: Path = typer.Argument(SPEC_DEFAULT, help="The project's spec (d
     active = current()
     data = {"spec": _spec_summary(spec, config), "active_model": active["model"],
             "active_base_of": active["base_of"], "latest_run": _latest_run(spec)}
+    if data["latest_run"] is None and not spec.is_file():
+        data["latest_run_anywhere"] = _latest_run(spec, anywhere=True)
     if json_mode:
         emit_json(data)
         return
@@ -97,4 +102,8 @@ def status(spec: Path = typer.Argument(SPEC_DEFAULT, help="The project's spec (d
                                                      else None)
     latest = data["latest_run"]
     shown["latest run"] = f"{latest['id']} {latest['status']} ({latest['run_dir']})" if latest else None
+    elsewhere = data.get("latest_run_anywhere")
+    if elsewhere:
+        shown["latest run"] = (f"{elsewhere['id']} {elsewhere['status']} ({elsewhere['run_dir']}; "
+                               f"spec {elsewhere['spec_path']}, not here)")
     _show(shown)

@@ -39,6 +39,7 @@ from tt_host.runs.plan import (Decision, decide, default_run_dir, kept_split, ne
                                spec_digest)
 from tt_host.runs.progress import QuietReporter, problem_sink
 from tt_host.runs.report import build_report, write_report
+from tt_host.runs.verdict import prediction_rows
 from tt_host.runs.results import Tally, take_result
 from tt_host.runs.runinfo import RunInfo, enabled_observers
 from tt_host.runs.state import RunState, StageRecord
@@ -312,7 +313,8 @@ def _finish(call: RunCall, state: RunState, tally: Tally, exit_code: int, error:
     if error:
         state.error = error
     run.save(state)
-    report = build_report(state.to_json(), tally.metrics, tally.series, tally.notes, tally.models, tally.actions)
+    report = build_report(state.to_json(), tally.metrics, tally.series, tally.notes, tally.models, tally.actions,
+                          prediction_rows(call.loaded.compiled.eval_rows, tally.answers) if tally.answers else None)
     if policy is not None:
         report["general_regression"] = general_gate.evaluate(policy, general, tally.general_answers)
         call.observers.event(str(run.path), "gate", {"type": "gate", **report["general_regression"]})

@@ -1,27 +1,31 @@
-"""report.json and report.md for a run.
+"""report.json, report.md and report.html for a run.
 
-report.json always has `engine`, `status`, `stages` and `metrics`. report.md
-shows the metrics in a table (base versus tuned side by side when both were
-evaluated) and every series a stage returned as an SVG line chart written next
-to it, drawn here without any plotting library.
+report.json always has `engine`, `status`, `stages`, `metrics` and `verdict` (tt_host.runs.verdict: held-out
+exact match base → tuned, the gates' verdict, where the predictions are), `predictions` when a stage evaluated
+held-out prompts, and `curve_warnings` for each series that went the wrong way (tt_host.runs.charts). report.md
+opens with the verdict, shows the metrics in a table (base versus tuned side by side when both were evaluated),
+the held-out predictions, and every series a stage returned as an SVG chart written next to it; report.html
+(tt_host.runs.report_html) is the same document in one self-contained file, the charts inline.
 """
 
 from __future__ import annotations
 
 import html
-import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from tt_host.fsutil import write_json_atomic, write_text_atomic
+from tt_host.runs.charts import svg_chart, wrong_way
+from tt_host.runs.verdict import markdown_table, verdict_line
 
 COMPARE = (("baseline", "candidate"),)
 
 
 def build_report(state: dict[str, Any], metrics: dict[str, Any], series: dict[str, list], notes: list[str],
-                 models: list[dict[str, Any]], actions: dict[str, str] | None = None) -> dict[str, Any]:
+                 models: list[dict[str, Any]], actions: dict[str, str] | None = None,
+                 predictions: Optional[list[dict[str, Any]]] = None) -> dict[str, Any]:
     """`actions`: what this invocation did with each stage ("ran", "resumed", "ran again", "reused",
-    "skipped"); a stage it did not reach has none."""
+    "skipped"); a stage it did not reach has none. `predictions`: tt_host.runs.verdict.prediction_rows."""
     actions = actions or {}
     return {
         "engine": state["engine"],
@@ -38,6 +42,7 @@ def build_report(state: dict[str, Any], metrics: dict[str, Any], series: dict[st
         "notes": notes,
         "models": [{"id": m["id"], "kind": m["kind"], "path": m["path"],
                     **({"version": m["version"]} if "version" in m else {})} for m in models],
+        **({"predictions": predictions} if predictions else {}),
     }
 
 
@@ -47,38 +52,8 @@ def _fmt(value: Any) -> str:
     return html.escape(str(value))
 
 
-def svg_chart(title: str, points: list, width: int = 560, height: int = 240) -> str:
-    pts = [(float(x), float(y)) for x, y in points if y is not None and math.isfinite(float(y))]
-    pad = 40
-    if not pts:
-        pts = [(0.0, 0.0)]
-    xs, ys = [p[0] for p in pts], [p[1] for p in pts]
-    x0, x1 = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
-    y0, y1 = min(ys), max(ys) if max(ys) > min(ys) else min(ys) + 1
-
-    def sx(x: float) -> float:
-        return pad + (x - x0) / (x1 - x0) * (width - 2 * pad)
-
-    def sy(y: float) -> float:
-        return height - pad - (y - y0) / (y1 - y0) * (height - 2 * pad)
-
-    path = " ".join(f"{'M' if i == 0 else 'L'}{sx(x):.1f},{sy(y):.1f}" for i, (x, y) in enumerate(pts))
-    return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}">'
-        f'<rect width="100%" height="100%" fill="white"/>'
-        f'<text x="{width / 2}" y="18" text-anchor="middle" font-family="sans-serif" font-size="13">{html.escape(title)}</text>'
-        f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="#888"/>'
-        f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="#888"/>'
-        f'<text x="{pad}" y="{height - pad + 16}" font-family="sans-serif" font-size="10">{x0:g}</text>'
-        f'<text x="{width - pad}" y="{height - pad + 16}" text-anchor="end" font-family="sans-serif" font-size="10">{x1:g}</text>'
-        f'<text x="{pad - 4}" y="{pad + 4}" text-anchor="end" font-family="sans-serif" font-size="10">{y1:.3g}</text>'
-        f'<text x="{pad - 4}" y="{height - pad}" text-anchor="end" font-family="sans-serif" font-size="10">{y0:.3g}</text>'
-        f'<path d="{path}" fill="none" stroke="#1f77b4" stroke-width="1.6"/></svg>\n'
-    )
-
-
 def render_markdown(report: dict[str, Any], charts: list[tuple[str, str]]) -> str:
-    lines = [f"# tt run {report['run_id']}", "",
+    lines = [f"# tt run {report['run_id']}", "", f"**{_fmt(report.get('verdict') or verdict_line(report))}**", "",
              f"- spec: **{_fmt(report.get('spec_name'))}**", f"- engine: `{report['engine']}`",
              f"- status: **{report['status']}**", ""]
     metrics = dict(report["metrics"])
@@ -107,9 +82,12 @@ def render_markdown(report: dict[str, Any], charts: list[tuple[str, str]]) -> st
         from tt_host.evaluation.benchmark_gate import markdown as benchmarks_markdown
 
         lines += benchmarks_markdown(report["benchmarks"])
+    lines += markdown_table(report.get("predictions") or [])
     if charts:
         lines += ["## Curves", ""]
-        lines += [f"![{title}]({file})" for title, file in charts]
+        for title, file in charts:
+            lines += [f"![{title}]({file})", ""]
+            lines += [f"- **wrong way:** {_fmt(w)}" for w in report.get("curve_warnings", []) if w.startswith(title + " ")]
         lines.append("")
     if report.get("notes"):
         lines += ["## Notes", ""] + [f"- {html.escape(n)}" for n in report["notes"]] + [""]
@@ -119,10 +97,20 @@ def render_markdown(report: dict[str, Any], charts: list[tuple[str, str]]) -> st
 
 
 def write_report(run_path: Path, report: dict[str, Any], series: dict[str, list]) -> None:
-    charts = []
+    """Write report.json, report.md, report.html and one SVG per series; `report` gains its `verdict` and
+    `curve_warnings` (the caller's dict: `tt run` prints the verdict from it)."""
+    from tt_host.runs.report_html import render_html
+
+    charts, svgs = [], {}
+    warnings = {name: wrong_way(name, points) for name, points in sorted(series.items())}
+    report["curve_warnings"] = [w for w in warnings.values() if w]
+    report["verdict"] = verdict_line(report)
     for name, points in sorted(series.items()):
         file = f"report-{name.replace('.', '-')}.svg"
-        write_text_atomic(run_path / file, svg_chart(name, points))
+        svgs[file] = svg_chart(name, points, warnings[name])
+        write_text_atomic(run_path / file, svgs[file])
         charts.append((name, file))
     write_json_atomic(run_path / "report.json", report)
-    write_text_atomic(run_path / "report.md", render_markdown(report, charts))
+    markdown = render_markdown(report, charts)
+    write_text_atomic(run_path / "report.md", markdown)
+    write_text_atomic(run_path / "report.html", render_html(markdown, svgs, f"tt run {report['run_id']}"))

@@ -32,6 +32,7 @@ class Tally:
     completed: dict[str, Any] = field(default_factory=dict)
     general_answers: dict[str, dict[str, str]] = field(default_factory=dict)
     benchmark_scores: dict[str, dict[str, Any]] = field(default_factory=dict)  # side -> lm-eval scores
+    answers: dict[str, dict[str, str]] = field(default_factory=dict)  # side -> held-out predictions by row id
 
 
 def take_result(call: RunCall, state: RunState, stage: Stage, result: dict[str, Any], tally: Tally,
@@ -46,6 +47,7 @@ def take_result(call: RunCall, state: RunState, stage: Stage, result: dict[str, 
     scored: dict[str, Any] = {}
     if stage.evaluates and taken.predictions:
         predictions = read_predictions(run.stage_dir(stage.name) / taken.predictions)
+        tally.answers[stage.evaluates] = predictions
         scored.update(score(predictions, call.loaded.compiled.references(), stage.evaluates))
         scored["eval.count"] = scored[f"{stage.evaluates}.count"]
     side = gate_side(stage)

@@ -1,0 +1,112 @@
+"""Every run ends with its verdict: the last line of `tt run`, the top of report.md, the predictions table of
+`tt runs report`, and report.html (self-contained, well-formed, with readable charts and wrong-way notes)."""
+
+import json
+from html.parser import HTMLParser
+from pathlib import Path
+
+from conftest import echo_spec, write_spec
+from tt_host.runs.charts import wrong_way
+from tt_host.runs.report import write_report
+
+VOID = {"meta", "br", "img", "hr", "input", "link", "path", "line", "rect"}  # path/line/rect: SVG, self-closed
+
+
+class Strict(HTMLParser):
+    """Fails on a closing tag that does not close the innermost open one; records tags and text."""
+
+    def __init__(self):
+        super().__init__()
+        self.stack, self.tags, self.text, self.attrs = [], [], [], []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        self.attrs += attrs
+        if tag not in VOID:
+            self.stack.append(tag)
+
+    def handle_startendtag(self, tag, attrs):
+        self.tags.append(tag)
+        self.attrs += attrs
+
+    def handle_endtag(self, tag):
+        if tag in VOID and (not self.stack or self.stack[-1] != tag):
+            return
+        assert self.stack and self.stack[-1] == tag, f"</{tag}> closes {self.stack[-1:]}"
+        self.stack.pop()
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def parse(page: str) -> Strict:
+    parser = Strict()
+    parser.feed(page)
+    parser.close()
+    assert parser.stack == [], f"unclosed: {parser.stack}"
+    return parser
+
+
+def verdict_spec() -> dict:
+    spec = echo_spec(steps=2, baseline=True)
+    # Held out (the recorded split of these prompts): rows 0, 1 and 9. Row 0 answers its own prompt, so the
+    # echoing base and tuned models both pass it; row 1's reference carries terminal escapes; row 9's is long.
+    spec["examples"][0]["output"] = spec["examples"][0]["input"]
+    spec["examples"][1]["output"] = "\x1b[31mCity 1\x1b[0m\x07"
+    spec["examples"][9]["output"] = "City 9 " + "and more " * 40
+    return spec
+
+
+def test_run_prints_verdict_last_and_report_lists_predictions(tt, tmp_path):
+    path = write_spec(tmp_path / "s", verdict_spec())
+    proc = tt("run", path, check=True)
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("held-out exact match 1/3 → 1/3 · no gate configured · predictions: tt runs report "), last
+    run = next((tmp_path / "s" / ".tuned-tensor" / "runs").iterdir())
+    report = json.loads((run / "report.json").read_text())
+    assert report["verdict"] == last and run.name in last
+    assert (run / "report.md").read_text().splitlines()[2] == f"**{last}**"
+    assert [row["pass"] for row in report["predictions"]] == [True, False, False]
+    shown = tt("runs", "report", run.name, check=True).stdout
+    assert "## Held-out predictions" in shown and "| # | prompt | reference | base | tuned | pass |" in shown
+    rows = [line for line in shown.splitlines() if line.startswith("| 1 |") or line.startswith("| 2 |")
+            or line.startswith("| 3 |")]
+    assert len(rows) == 3 and rows[0].endswith("| pass |") and rows[1].endswith("| FAIL |"), rows
+    assert "Capital of country 1?" in rows[1] and "[31mCity 1[0m" in rows[1]
+    assert "\x1b" not in shown and "\x07" not in shown
+    assert "…" in rows[2] and "and more " * 20 not in rows[2]  # a long reference is cut in the table
+
+
+def test_report_html_is_self_contained_with_charts_and_status_names_the_run(tt, tmp_path):
+    path = write_spec(tmp_path / "s", verdict_spec())
+    code, out = tt.json("run", path)
+    assert code == 0, out
+    page = (Path(out["run_dir"]) / "report.html").read_text()
+    parsed = parse(page)
+    text = " ".join(parsed.text)
+    assert out["report"]["verdict"] in text and "Held-out predictions" in text
+    assert parsed.tags.count("svg") == 1 and "step" in text and "loss (nats/token)" in text  # axes with units
+    assert sum(1 for name, value in parsed.attrs if name == "class" and value == "axis") == 2
+    assert "script" not in parsed.tags and not any(name in ("src", "href") for name, _ in parsed.attrs)
+    assert "\x1b" not in page
+    status = tt("status", check=True).stdout  # no spec in this folder: the newest run anywhere, named as such
+    assert f"latest run       {out['report']['run_id']} completed" in status and "not here)" in status, status
+
+
+def test_falling_reward_gets_its_note_and_a_falling_loss_none(tmp_path):
+    falling = [[step, 0.97 - 0.01 * step] for step in range(30)]
+    rising = [[step, 0.5 + 0.01 * step] for step in range(30)]
+    loss = [[step, 2.0 / (step + 1)] for step in range(30)]
+    assert wrong_way("rl.reward", rising) is None and wrong_way("sft.loss", loss) is None
+    assert "should fall" in wrong_way("sft.loss", rising)
+    report = {"run_id": "r1", "engine": "echo", "status": "completed", "stages": {}, "metrics": {}, "notes": [],
+              "models": []}
+    write_report(tmp_path, report, {"rl.reward": falling, "sft.loss": loss})
+    (warning,) = report["curve_warnings"]
+    assert warning.startswith("rl.reward fell from 0.945 to 0.705 (first to last fifth of its 30 points)")
+    markdown = (tmp_path / "report.md").read_text()
+    assert f"- **wrong way:** {warning}" in markdown
+    assert 'class="wrong-way"' in (tmp_path / "report-rl-reward.svg").read_text()
+    assert 'class="wrong-way"' not in (tmp_path / "report-sft-loss.svg").read_text()
+    parsed = parse((tmp_path / "report.html").read_text())
+    assert parsed.tags.count("svg") == 2 and "wrong way:" in " ".join(parsed.text)

@@ -1,0 +1,93 @@
+"""A run's verdict: did the model learn? One line, and the held-out predictions behind it.
+
+`prediction_rows` joins the held-out prompts, their references (kept on the host) and each evaluating
+side's answer (baseline: the base model, candidate: the tuned one) into the rows report.json keeps under
+`predictions`; a row passes when the tuned answer is an exact match (tt_stagekit.scoring). `verdict_line`
+is the last line `tt run` prints and the first line of report.md:
+
+    held-out exact match 0/11 → 8/11 · gate passed · predictions: tt runs report RUN_ID (report.html)
+
+`clean` makes a text safe for a terminal, a Markdown table cell and an HTML cell: control characters
+dropped, new lines shown as ⏎, long texts cut with an ellipsis.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from tt_host.evaluation.scoring import exact_match
+
+SIDES = ("baseline", "candidate")
+CELL_CHARS = 120  # a table cell's text is cut here; report.json keeps the whole text
+_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def clean(text: Any, limit: int = CELL_CHARS) -> str:
+    """One line of printable text, at most `limit` characters (an ellipsis marks a cut)."""
+    shown = _CONTROL.sub("", "" if text is None else str(text)).replace("\n", " ⏎ ")
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
+
+
+def prediction_rows(eval_rows: list[dict], answers: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
+    """One row per held-out prompt: id, prompt (its user turn), reference, baseline and candidate answers (None
+    where that side did not answer) and `pass` (the candidate's answer matches, None without one)."""
+    rows = []
+    for row in eval_rows:
+        reference = row["messages"][-1]["content"]
+        user = [m["content"] for m in row["messages"][:-1] if m.get("role") == "user"]
+        out = {"id": row["id"], "prompt": "\n".join(user), "reference": reference}
+        for side in SIDES:
+            out[side] = (answers.get(side) or {}).get(row["id"])
+        out["pass"] = None if out["candidate"] is None else bool(exact_match(out["candidate"], reference))
+        rows.append(out)
+    return rows
+
+
+def _count(metrics: dict[str, Any], side: str) -> str | None:
+    count, rate = metrics.get(f"{side}.count"), metrics.get(f"{side}.exact_match")
+    if not isinstance(count, int) or not isinstance(rate, (int, float)):
+        return None
+    return f"{round(rate * count)}/{count}"
+
+
+def gate_verdict(report: dict[str, Any]) -> str:
+    """The gates' verdict in words: general-regression and benchmark gates, or that none is configured."""
+    found = []
+    for key, label in (("general_regression", "general-regression gate"), ("benchmarks", "benchmark gate")):
+        section = report.get(key)
+        if isinstance(section, dict) and section.get("status"):
+            found.append(f"{label} {section['status']}")
+    return " and ".join(found) if found else "no gate configured"
+
+
+def verdict_line(report: dict[str, Any]) -> str:
+    """The run's verdict in one line (see the module docstring); a run that evaluated nothing says so."""
+    metrics = report.get("metrics") or {}
+    base, tuned = _count(metrics, "baseline"), _count(metrics, "candidate")
+    if tuned is not None and base is not None:
+        score = f"held-out exact match {base} → {tuned}"
+    elif tuned is not None:
+        score = f"held-out exact match {tuned} (tuned; the base model was not evaluated)"
+    elif base is not None:
+        score = f"held-out exact match {base} (base only; the tuned model was not evaluated)"
+    else:
+        score = "no held-out score (no evaluating stage finished)"
+    where = (f"predictions: tt runs report {report.get('run_id')} (report.md, report.html)"
+             if report.get("predictions") else "no predictions")
+    return clean(f"{score} · {gate_verdict(report)} · {where}", limit=400)
+
+
+def markdown_table(rows: list[dict[str, Any]], limit: int = 100) -> list[str]:
+    """The report.md section: a predictions table (the first `limit` rows; report.json has them all)."""
+    if not rows:
+        return []
+    lines = ["## Held-out predictions", "", "| # | prompt | reference | base | tuned | pass |", "|---|---|---|---|---|---|"]
+    for number, row in enumerate(rows[:limit], 1):
+        cells = [clean(row.get(k)).replace("|", "\\|") if row.get(k) is not None else "—"
+                 for k in ("prompt", "reference", *SIDES)]
+        verdict = {True: "pass", False: "FAIL", None: "—"}[row.get("pass")]
+        lines.append(f"| {number} | " + " | ".join(cells) + f" | {verdict} |")
+    if len(rows) > limit:
+        lines.append(f"\n{len(rows) - limit} more rows in report.json (`predictions`).")
+    return lines + [""]
