@@ -74,6 +74,23 @@ def assert_refused(tt: "InProcessTT", spec: Path, field: str, root: Path, before
     return out
 
 
+def general_set_refusal(tt: "InProcessTT", folder: Path, data: bytes) -> str:
+    """`tt validate` of an echo spec whose general-regression set is `data`: exit 2 naming that field, nothing
+    created under `folder`; returns the error's message."""
+    from conftest import echo_spec, write_spec
+
+    (folder / "s").mkdir(parents=True, exist_ok=True)
+    (folder / "s" / "general.jsonl").write_bytes(data)
+    spec = echo_spec()
+    spec["evaluation"] = {"general_regression": {"dataset": "general.jsonl"}}
+    path = write_spec(folder / "s", spec)
+    before = snapshot(folder)
+    code, out = tt.json("validate", path)
+    assert code == 2 and "evaluation.general_regression" in error_locs(out)[0], out
+    assert snapshot(folder) == before
+    return out["errors"][0]["msg"]
+
+
 def in_process_tt(base: Path):
     """Context manager: the echo engine on sys.path, TT_HOME under `base`, plugin discovery re-run."""
     import contextlib

@@ -22,11 +22,12 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Iterator, Mapping, Optional
 
+from tt_stagekit import rowformats
 from tt_stagekit.sameness import normalize_prompt
 from tt_stagekit.userinput import InputFileError, JSONInputError, loads, read_regular
 
 ROLES = ("system", "user", "assistant")
-ROW_KEYS = ("id", "messages", "prompt", "completion")
+ROW_KEYS = ("id", "messages", "prompt", "completion") + rowformats.FORMAT_KEYS
 DEFAULT_SYSTEM_MESSAGE = "Follow the demonstrated behavior."
 
 
@@ -102,6 +103,8 @@ def check_row(value: Any, where: str, error: type[Exception],
     if not isinstance(value, dict):
         raise error(f"{where}: a row must be a JSON object")
     unknown = sorted(set(value) - {"id", "messages"})
+    if unknown and "messages" not in value and rowformats.refusal(value):
+        raise error(f"{where}: {rowformats.refusal(value)}")
     if unknown:
         raise error(f"{where}: unknown key {unknown[0]!r} (a row has 'messages' and an optional 'id')")
     row_id = value.get("id")
@@ -129,8 +132,9 @@ def _as_messages(value: Any, where: str, key: str, role: str, error: type[Except
 
 
 def normalize_row(value: Any, where: str, error: type[Exception], ignored: Optional[dict] = None) -> Any:
-    """A `{"id"?, "messages"}` object from a chat row or a prompt/completion row (`prompt` and `completion`
-    each a string — a user message, an answer — or a list of messages, TRL's conversational form).
+    """A `{"id"?, "messages"}` object from a chat row, a prompt/completion row (`prompt` and `completion`
+    each a string — a user message, an answer — or a list of messages, TRL's conversational form), or a
+    ShareGPT or alpaca row (tt_stagekit.rowformats).
 
     Keys beyond id/messages/prompt/completion are dropped and counted into `ignored` (key -> rows), so the
     caller can warn once. Anything not an object is returned as is (check_row refuses it)."""
@@ -139,7 +143,9 @@ def normalize_row(value: Any, where: str, error: type[Exception], ignored: Optio
     if ignored is not None:
         for key in sorted(k for k in value if k not in ROW_KEYS):
             ignored[key] = ignored.get(key, 0) + 1
-    if "prompt" in value or "completion" in value:
+    if rowformats.detect(value):
+        row = {"messages": rowformats.to_messages(value, where, error)}
+    elif "prompt" in value or "completion" in value:
         if "messages" in value:
             raise error(f"{where}: give 'messages' or 'prompt' + 'completion', not both")
         if "prompt" not in value or "completion" not in value:
@@ -170,7 +176,7 @@ def check_turns(messages: list[dict], where: str, error: type[Exception]) -> lis
 
 def read_chat_file(path: Any, error: type[Exception], roles: tuple[str, ...] = ROLES,
                    system_message: Optional[str] = None, ignored: Optional[dict] = None) -> list[dict]:
-    """Rows `{"id", "messages", "where"}` of a chat JSONL file (chat or prompt/completion rows, multi-turn);
+    """Rows `{"id", "messages", "where"}` of a chat JSONL file (chat, prompt/completion, ShareGPT or alpaca rows, multi-turn);
     a leading system message must equal `system_message` when one is given. Raises `error` naming file:line."""
     rows: list[dict] = []
     _, lines = read_lines(path, error)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from badinput_support import error_locs, in_process_tt, snapshot
-from conftest import echo_spec, write_spec
+from badinput_support import error_locs, general_set_refusal, in_process_tt, snapshot
+from conftest import write_spec
 from tt_engine_adapter.formats import rows
 from tt_engine_foundation.formats import shards
 from tt_engine_foundation.runtime import corpus
@@ -53,15 +53,8 @@ def test_shared_readers_name_file_and_line(tmp_path, what):
 
 @pytest.mark.parametrize("what", sorted(BAD_LINES))
 def test_validate_names_the_field_and_file_line(tt_in, tmp_path, what):
-    _dataset(tmp_path / "s" / "general.jsonl", BAD_LINES[what])
-    spec = echo_spec()
-    spec["evaluation"] = {"general_regression": {"dataset": "general.jsonl"}}
-    path = write_spec(tmp_path / "s", spec)
-    before = snapshot(tmp_path)
-    code, out = tt_in.json("validate", path)
-    assert code == 2 and "evaluation.general_regression" in error_locs(out)[0], out
-    assert f"general.jsonl:2: " in out["errors"][0]["msg"] and what in out["errors"][0]["msg"], out
-    assert snapshot(tmp_path) == before
+    message = general_set_refusal(tt_in, tmp_path, GOOD.encode() + b"\n" + BAD_LINES[what] + b"\n")
+    assert "general.jsonl:2: " in message and what in message, message
 
 
 def test_fifo_or_folder_as_dataset_is_refused_without_hanging(tmp_path):

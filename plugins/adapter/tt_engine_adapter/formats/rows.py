@@ -9,7 +9,8 @@ host compiler's own rule.
 A row is `{"messages": [system?, user, assistant, ...]}` (a chat of user,
 assistant, tool and further system turns that ends with an assistant answer)
 or `{"prompt": ..., "completion": ...}` (strings, or lists of messages as in
-TRL's conversational prompt-completion format), with an optional string `id`.
+TRL's conversational prompt-completion format), or a ShareGPT or alpaca row (mapped by
+tt_stagekit.rowformats), with an optional string `id`.
 A leading system message must equal the compiled one (the compiled message
 leads every row anyway). Other keys are ignored: the readers count them so the
 caller warns once.

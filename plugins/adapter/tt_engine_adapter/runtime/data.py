@@ -46,7 +46,8 @@ def load_prebuilt(spec: AdapterSpecFields, system_message: str) -> dict[str, lis
         raise InvalidInput(f"datasets: {exc}") from None
     if ignored:
         log("datasets: ignored keys " + ", ".join(f"{k!r} ({n} rows)" for k, n in sorted(ignored.items()))
-            + "; a row is read from 'messages' or 'prompt' + 'completion' (and an optional 'id')", "warning")
+            + "; a row is read from 'messages', 'prompt' + 'completion', ShareGPT 'conversations' or alpaca "
+            "'instruction'/'input'/'output' (and an optional 'id')", "warning")
     return loaded
 
 
