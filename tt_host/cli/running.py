@@ -125,7 +125,7 @@ def run_spec(spec: Path, resume: Optional[Path], device: Optional[str], json_mod
         if outcome.status == "interrupted":
             console.print(f"resume with: tt run {loaded.path} --resume {outcome.run_dir}", markup=False)
         elif outcome.report:
-            console.print(f"report: {outcome.run_dir / 'report.md'} (and report.html)", markup=False)
+            console.print(f"report: {outcome.run_dir / 'report.md'}", markup=False)
         if outcome.report and outcome.report.get("verdict") and outcome.status != "interrupted":
             console.print(outcome.report["verdict"], markup=False, soft_wrap=True)  # the last line: the verdict
     raise typer.Exit(outcome.exit_code)

@@ -33,6 +33,7 @@ class Tally:
     general_answers: dict[str, dict[str, str]] = field(default_factory=dict)
     benchmark_scores: dict[str, dict[str, Any]] = field(default_factory=dict)  # side -> lm-eval scores
     answers: dict[str, dict[str, str]] = field(default_factory=dict)  # side -> held-out predictions by row id
+    held_out_sides: dict[str, str] = field(default_factory=dict)  # "baseline"/"candidate" -> its metric prefix
 
 
 def take_result(call: RunCall, state: RunState, stage: Stage, result: dict[str, Any], tally: Tally,
@@ -47,7 +48,8 @@ def take_result(call: RunCall, state: RunState, stage: Stage, result: dict[str, 
     scored: dict[str, Any] = {}
     if stage.evaluates and taken.predictions:
         predictions = read_predictions(run.stage_dir(stage.name) / taken.predictions)
-        tally.answers[stage.evaluates] = predictions
+        role = gate_side(stage) or "candidate"  # an evaluating stage other than the baseline scores the tuned model
+        tally.answers[role], tally.held_out_sides[role] = predictions, stage.evaluates
         scored.update(score(predictions, call.loaded.compiled.references(), stage.evaluates))
         scored["eval.count"] = scored[f"{stage.evaluates}.count"]
     side = gate_side(stage)

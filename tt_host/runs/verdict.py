@@ -44,8 +44,12 @@ def prediction_rows(eval_rows: list[dict], answers: dict[str, dict[str, str]]) -
     return rows
 
 
-def _count(metrics: dict[str, Any], side: str) -> str | None:
-    count, rate = metrics.get(f"{side}.count"), metrics.get(f"{side}.exact_match")
+def _count(report: dict[str, Any], side: str) -> str | None:
+    """"hits/count" of a side; its metrics are under the prefix of the stage that evaluated it (report.json's
+    `held_out_sides`: the foundation engine's tuned model is `chat_eval`), else under the side's name."""
+    prefix = (report.get("held_out_sides") or {}).get(side, side)
+    metrics = report.get("metrics") or {}
+    count, rate = metrics.get(f"{prefix}.count"), metrics.get(f"{prefix}.exact_match")
     if not isinstance(count, int) or not isinstance(rate, (int, float)):
         return None
     return f"{round(rate * count)}/{count}"
@@ -63,8 +67,7 @@ def gate_verdict(report: dict[str, Any]) -> str:
 
 def verdict_line(report: dict[str, Any]) -> str:
     """The run's verdict in one line (see the module docstring); a run that evaluated nothing says so."""
-    metrics = report.get("metrics") or {}
-    base, tuned = _count(metrics, "baseline"), _count(metrics, "candidate")
+    base, tuned = _count(report, "baseline"), _count(report, "candidate")
     if tuned is not None and base is not None:
         score = f"held-out exact match {base} → {tuned}"
     elif tuned is not None:

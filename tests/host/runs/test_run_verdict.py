@@ -8,6 +8,7 @@ from pathlib import Path
 from conftest import echo_spec, write_spec
 from tt_host.runs.charts import wrong_way
 from tt_host.runs.report import write_report
+from tt_host.runs.verdict import verdict_line
 
 VOID = {"meta", "br", "img", "hr", "input", "link", "path", "line", "rect"}  # path/line/rect: SVG, self-closed
 
@@ -110,3 +111,15 @@ def test_falling_reward_gets_its_note_and_a_falling_loss_none(tmp_path):
     assert 'class="wrong-way"' not in (tmp_path / "report-sft-loss.svg").read_text()
     parsed = parse((tmp_path / "report.html").read_text())
     assert parsed.tags.count("svg") == 2 and "wrong way:" in " ".join(parsed.text)
+
+
+def test_the_verdict_reads_a_side_scored_under_its_stage_name_and_names_the_gates():
+    """The foundation engine's tuned model is scored as `chat_eval` (held_out_sides) and it has no held-out
+    baseline; a failed general-regression gate is named."""
+    report = {"run_id": "r2", "metrics": {"chat_eval.count": 11, "chat_eval.exact_match": 8 / 11},
+              "held_out_sides": {"candidate": "chat_eval"}, "general_regression": {"status": "failed"},
+              "predictions": [{"id": "1"}]}
+    assert verdict_line(report) == ("held-out exact match 8/11 (tuned; the base model was not evaluated) · "
+                                    "general-regression gate failed · predictions: tt runs report r2 "
+                                    "(report.md, report.html)")
+    assert verdict_line({"run_id": "r3", "metrics": {}}).startswith("no held-out score")
