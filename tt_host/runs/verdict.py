@@ -46,7 +46,7 @@ def prediction_rows(eval_rows: list[dict], answers: dict[str, dict[str, str]]) -
 
 def _count(report: dict[str, Any], side: str) -> str | None:
     """"hits/count" of a side; its metrics are under the prefix of the stage that evaluated it (report.json's
-    `held_out_sides`: the foundation engine's tuned model is `chat_eval`), else under the side's name."""
+    `held_out_sides`: an engine may score its tuned model as `chat_eval`), else under the side's name."""
     prefix = (report.get("held_out_sides") or {}).get(side, side)
     metrics = report.get("metrics") or {}
     count, rate = metrics.get(f"{prefix}.count"), metrics.get(f"{prefix}.exact_match")
