@@ -18,8 +18,10 @@ TT_BIN = shutil.which("tt", path=str(Path(sys.executable).parent)) or "tt"
 
 
 def shared_envs_dir() -> str:
-    """Engine environments are reused across tests (and sessions): building them is the slow part."""
-    return os.environ.get("TT_ENVS_DIR") or str(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tt" / "envs")
+    """Engine environments are reused across tests (and sessions): building them is the slow part. The same folder
+    as tt_host.engines.envs.envs_root (an empty XDG_CACHE_HOME counts as unset there too); the test environments
+    that are not engine environments live under scripts/test-envs-root (docs/testing.md "Test environments")."""
+    return os.environ.get("TT_ENVS_DIR") or str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tt" / "envs")
 
 
 class TT:
