@@ -41,19 +41,6 @@ def test_two_templates_really_differ(tiny_llama, tiny_qwen3):
     assert chat.render_prompt(qwen, _row("x", "y")[:2]).endswith("<think>\n\n</think>\n\n")
 
 
-def test_dedicated_pad_token_is_not_eos(tiny_model):
-    tok = AutoTokenizer.from_pretrained(tiny_model)
-    pad = chat.pad_token_id(tok)
-    assert pad not in (tok.eos_token_id, chat.end_of_turn_id(tok))
-
-
-def test_pad_equal_to_eos_is_refused(tiny_llama):
-    tok = AutoTokenizer.from_pretrained(tiny_llama)
-    tok.pad_token = tok.eos_token
-    with pytest.raises(chat.ChatError, match="pad token"):
-        chat.pad_token_id(tok)
-
-
 # 36 tokens with the tiny tokenizers, 41-44 with the template's system markers (asserted below): with the
 # templates' ~27 tokens of turn markers a row needs 62-64 tokens before any user text.
 INSTRUCTION = "Classify the sentiment of the review. Follow the demonstrated behavior, one word."

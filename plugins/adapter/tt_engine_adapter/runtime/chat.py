@@ -87,16 +87,49 @@ def end_of_turn_id(tokenizer: Any) -> int:
     raise ChatError("the chat template does not end an assistant turn with a special token")
 
 
+@dataclass(frozen=True)
+class Padding:
+    """The id that fills padding positions, and why that one. Padding is masked by POSITION (the collator's
+    attention mask and labels), never by token id, so the fill id may equal EOS or the end-of-turn token and
+    those tokens keep their labels where the row really has them."""
+
+    id: int
+    token: str
+    source: str  # "pad token" | "pad token = EOS" | "pad token = end-of-turn" | "EOS" | "end-of-turn"
+
+    @property
+    def dedicated(self) -> bool:
+        return self.source == "pad token"
+
+    def record(self) -> dict[str, Any]:
+        return {"id": self.id, "token": self.token, "source": self.source, "masked_by": "position"}
+
+    def note(self) -> str:
+        """One line for the report when the fill id is not a dedicated pad token."""
+        what = {"EOS": "no pad token", "end-of-turn": "no pad token and no EOS"}.get(self.source, self.source)
+        return (f"the tokenizer has no dedicated pad token ({what}): padding is filled with {self.token!r} and "
+                "masked by position (attention mask and labels), so that token keeps its label where a row has it")
+
+
+def padding(tokenizer: Any) -> Padding:
+    """The fill id for padding, as the model ships: its own pad token when it has one (even when it equals
+    EOS or the end-of-turn token), else EOS, else the end-of-turn token. The tokenizer is never edited and
+    the embeddings never resized."""
+    eot = end_of_turn_id(tokenizer)
+    pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
+    if pad is not None:
+        source = "pad token = EOS" if pad == eos else "pad token = end-of-turn" if pad == eot else "pad token"
+        chosen = int(pad)
+    elif eos is not None:
+        source, chosen = "EOS", int(eos)
+    else:
+        source, chosen = "end-of-turn", eot
+    return Padding(id=chosen, token=tokenizer.convert_ids_to_tokens(chosen), source=source)
+
+
 def pad_token_id(tokenizer: Any) -> int:
-    """The dedicated pad token; EOS or the end-of-turn token is refused."""
-    pad = tokenizer.pad_token_id
-    forbidden = {tokenizer.eos_token_id, end_of_turn_id(tokenizer)}
-    if pad is None or pad in forbidden:
-        raise ChatError(
-            "the tokenizer has no dedicated pad token (pad is missing or equals EOS/end-of-turn); "
-            "add a pad token to the model folder's tokenizer"
-        )
-    return int(pad)
+    """The id that fills padding positions (`padding(tokenizer).id`); it is never used to find padding."""
+    return padding(tokenizer).id
 
 
 TURNS = ("all", "last")

@@ -68,7 +68,6 @@ def encode_rows(tokenizer: Any, rows: list[dict], max_seq_length: int, turns: st
     cannot render or a row without supervision is an input error."""
     try:
         eot = chat.end_of_turn_id(tokenizer)
-        chat.pad_token_id(tokenizer)
         return [chat.encode_row(tokenizer, r["id"], r["messages"], max_seq_length, eot, turns) for r in rows]
     except chat.ChatError as exc:
         raise InvalidInput(str(exc)) from None

@@ -3,8 +3,8 @@
 Baseline and candidate use exactly this function with the same settings.
 Prompts are rendered with the chat template (runtime.chat) and fitted into
 `max_seq_length` instruction first (system message whole, the start of the
-user text trimmed: tt_stagekit.promptfit), grouped longest-first into batches, left-padded with
-the dedicated pad token, and decoded until the end-of-turn token or EOS.
+user text trimmed: tt_stagekit.promptfit), grouped longest-first into batches, left-padded (the
+fill id is runtime.chat.padding's; the attention mask marks padding by position), and decoded until the end-of-turn token or EOS.
 """
 
 from __future__ import annotations

@@ -3,11 +3,13 @@
 A local folder is fingerprinted; a hub id is downloaded at its pinned revision
 into the Hugging Face cache. Then the tokenizer renders and tokenizes every
 training row with the exact training code, so a template that cannot render,
-a missing pad token, an answer that cannot fit or a row with no supervised
-token fails the run here, before any evaluation or training. A row whose
+an answer that cannot fit or a row with no supervised token fails the run here, before any evaluation or training. A row whose
 instruction and answer cannot fit `max_seq_length` even with an empty user
 message fails it with exit 2 (invalid input) naming the setting; rows that
 lose user text to fit are counted (`data.trimmed_rows`, a report note).
+The padding choice (runtime.chat.padding: the model's pad token, else EOS, else
+end-of-turn; always masked by position) is recorded in `outputs.padding`, with a
+report note when the model has no dedicated pad token.
 """
 
 from __future__ import annotations
@@ -38,12 +40,14 @@ def main(request: AdapterRequest) -> StageResult:
     trimmed = sum(1 for e in encoded if e.trimmed)
     notes = [trimmed_note(trimmed, len(encoded), "training rows", "hyperparameters.max_seq_length",
                           hp.max_seq_length)] if trimmed else []
+    pad = chat.padding(tokenizer)
+    if not pad.dedicated:
+        notes.append(pad.note())
     for note in notes:
         log(note, "warning")
     eot = chat.end_of_turn_id(tokenizer)
-    pad = chat.pad_token_id(tokenizer)
     log(f"base model {base['name']} ready at {base['path']}; end-of-turn {tokenizer.convert_ids_to_tokens(eot)!r}, "
-        f"pad {tokenizer.convert_ids_to_tokens(pad)!r}")
+        f"padding {pad.token!r} ({pad.source}, masked by position)")
     return StageResult(
         metrics={
             "data.train_tokens": sum(len(e.input_ids) for e in encoded),
@@ -54,7 +58,8 @@ def main(request: AdapterRequest) -> StageResult:
         outputs={
             "base_model": base,
             "end_of_turn_token": tokenizer.convert_ids_to_tokens(eot),
-            "pad_token": tokenizer.convert_ids_to_tokens(pad),
+            "pad_token": pad.token,
+            "padding": pad.record(),
         },
     )
 

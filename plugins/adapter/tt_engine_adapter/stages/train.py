@@ -40,7 +40,8 @@ def main(request: AdapterRequest) -> StageResult:
     rows = encode_rows(tokenizer, read_jsonl(outputs["train"]), hp.max_seq_length, hp.train_on_turns)
     validation = encode_rows(tokenizer, read_jsonl(outputs["validation"]), hp.max_seq_length, hp.train_on_turns) \
         if outputs.get("validation") else []
-    pad = chat.pad_token_id(tokenizer)
+    padding_choice = chat.padding(tokenizer)
+    pad = padding_choice.id
 
     import torch
 
@@ -113,7 +114,7 @@ def main(request: AdapterRequest) -> StageResult:
         "system_message_sha256": request.system_message_sha256,
         "chat": {"enable_thinking": False, "add_special_tokens": False,
                  "end_of_turn_token": tokenizer.convert_ids_to_tokens(chat.end_of_turn_id(tokenizer)),
-                 "pad_token": tokenizer.convert_ids_to_tokens(pad)},
+                 "pad_token": padding_choice.token, "padding": padding_choice.record()},
         "max_seq_length": hp.max_seq_length,
         "generation": {"do_sample": False, "max_new_tokens": hp.max_new_tokens},
     }
@@ -127,7 +128,7 @@ def main(request: AdapterRequest) -> StageResult:
     return StageResult(
         metrics=metrics,
         series={"train.loss": state.losses, **({"train.validation_loss": state.validation} if state.validation else {})},
-        outputs={"adapter": str(adapter_dir)},
+        outputs={"adapter": str(adapter_dir), "padding": padding_choice.record()},
         artifacts=(Artifact(kind="adapter", path=str(adapter_dir), manifest=manifest.MANIFEST),),
     )
 
