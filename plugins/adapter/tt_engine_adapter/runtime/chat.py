@@ -15,7 +15,7 @@ trimmed, and a row whose instruction and answer cannot fit is refused.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 from tt_stagekit import promptfit
 
@@ -40,15 +40,35 @@ class Encoded:
         return sum(1 for label in self.labels if label != IGNORE_INDEX)
 
 
+def _call(tokenizer: Any, messages: Sequence[dict], add_generation_prompt: bool) -> str:
+    return tokenizer.apply_chat_template(
+        list(messages), tokenize=False, add_generation_prompt=add_generation_prompt, enable_thinking=False
+    )
+
+
+def fold_system(messages: Sequence[dict]) -> Optional[list[dict]]:
+    """The chat with its leading system message put at the start of the first user message (a blank line
+    between), for templates without a system role (Gemma 1-2, Mistral 7B v0.1); None when there is none to fold."""
+    if len(messages) < 2 or messages[0]["role"] != "system" or messages[1]["role"] != "user":
+        return None
+    first = {**messages[1], "content": f"{messages[0]['content']}\n\n{messages[1]['content']}"}
+    return [first] + list(messages[2:])
+
+
 def _apply(tokenizer: Any, messages: Sequence[dict], add_generation_prompt: bool) -> str:
     if not getattr(tokenizer, "chat_template", None):
         raise ChatError("the tokenizer has no chat template; a chat model folder must ship one")
     try:
-        return tokenizer.apply_chat_template(
-            list(messages), tokenize=False, add_generation_prompt=add_generation_prompt, enable_thinking=False
-        )
+        return _call(tokenizer, messages, add_generation_prompt)
     except Exception as exc:  # jinja errors, raise_exception() in templates
-        raise ChatError(f"the chat template cannot render this conversation: {type(exc).__name__}: {exc}") from None
+        error = exc
+    folded = fold_system(messages)
+    if folded is not None:  # a template without a system role: the same text every time for the same chat
+        try:
+            return _call(tokenizer, folded, add_generation_prompt)
+        except Exception:
+            pass
+    raise ChatError(f"the chat template cannot render this conversation: {type(error).__name__}: {error}") from None
 
 
 def render_prompt(tokenizer: Any, messages: Sequence[dict]) -> str:
@@ -130,6 +150,35 @@ def padding(tokenizer: Any) -> Padding:
 def pad_token_id(tokenizer: Any) -> int:
     """The id that fills padding positions (`padding(tokenizer).id`); it is never used to find padding."""
     return padding(tokenizer).id
+
+
+def stop_ids(tokenizer: Any) -> list[int]:
+    """Every id that ends an answer: the end-of-turn token, the tokenizer's EOS and each EOS id of the model
+    folder's generation_config.json (Llama 3.1 lists three; generation stops on any of them)."""
+    ids: list[int] = []
+    try:
+        ids.append(end_of_turn_id(tokenizer))
+    except ChatError:
+        pass
+    if tokenizer.eos_token_id is not None:
+        ids.append(int(tokenizer.eos_token_id))
+    ids += _generation_config_eos(getattr(tokenizer, "name_or_path", "") or "")
+    if not ids:
+        raise ChatError("the tokenizer has neither an end-of-turn token nor EOS; generation could never stop")
+    return list(dict.fromkeys(ids))
+
+
+def _generation_config_eos(folder: str) -> list[int]:
+    import json
+    from pathlib import Path
+
+    path = Path(folder) / "generation_config.json"
+    try:
+        value = json.loads(path.read_text(encoding="utf-8")).get("eos_token_id")
+    except (OSError, ValueError, AttributeError):
+        return []
+    values = value if isinstance(value, list) else [value]
+    return [int(v) for v in values if isinstance(v, int) and not isinstance(v, bool)]
 
 
 TURNS = ("all", "last")

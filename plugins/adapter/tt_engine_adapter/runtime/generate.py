@@ -18,10 +18,8 @@ from tt_stagekit.protocol import STOP, Interrupted, InvalidInput
 
 
 def stop_ids(tokenizer: Any) -> list[int]:
-    ids = [chat.end_of_turn_id(tokenizer)]
-    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
-        ids.append(int(tokenizer.eos_token_id))
-    return ids
+    chat.end_of_turn_id(tokenizer)  # evaluation needs the end-of-turn token (a ChatError names what is wrong)
+    return chat.stop_ids(tokenizer)
 
 
 def generation_config(tokenizer: Any, max_new_tokens: int):

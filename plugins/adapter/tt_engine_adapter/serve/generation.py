@@ -76,7 +76,7 @@ class ChatModel:
             model = PeftModel.from_pretrained(model, adapter_path, is_trainable=False)
         model.eval()
         self.model = model
-        self.stop_ids = set(_stop_ids(self.tokenizer))
+        self.stop_ids = set(chat.stop_ids(self.tokenizer))
         config = model.config
         self.context_length = int(getattr(config, "max_position_embeddings", 0) or self.tokenizer.model_max_length)
         self.metrics = Metrics()
@@ -144,19 +144,6 @@ class ChatModel:
             filtered[order[keep]] = sorted_probs[keep]
             probs = filtered / filtered.sum()
         return int(torch.multinomial(probs, 1, generator=generator).item())
-
-
-def _stop_ids(tokenizer: Any) -> list[int]:
-    ids = []
-    try:
-        ids.append(chat.end_of_turn_id(tokenizer))
-    except chat.ChatError:
-        pass
-    if tokenizer.eos_token_id is not None:
-        ids.append(int(tokenizer.eos_token_id))
-    if not ids:
-        raise chat.ChatError("the tokenizer has neither an end-of-turn token nor EOS; generation could never stop")
-    return ids
 
 
 def set_threads() -> None:
