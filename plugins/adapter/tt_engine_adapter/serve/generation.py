@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
 from tt_engine_adapter.runtime import chat
 from tt_stagekit import promptfit
