@@ -9,7 +9,8 @@ Both trainers get the same base folder, the same rows (examples/adapter-real: 60
 of five teams; every fifth held out), rendered with the model's own chat template (TRL: conversational
 prompt-completion, loss on the completion only), the same LoRA settings (all linear layers, rank 8), batch,
 epochs, constant learning rate, AdamW, clipping and seed. Each runs with its own defaults otherwise: TRL's
-SFTConfig turns gradient checkpointing on, tt's does not (`--arm tt_checkpointing`: tt with it on). Each arm trains in its own process, so its peak RSS
+SFTConfig turns gradient checkpointing on, tt's does not (`--arm tt_checkpointing`: tt with it on;
+`--arm trl_no_checkpointing`: TRL without). Each arm trains in its own process, so its peak RSS
 (ru_maxrss) is its own: loading, training and evaluating.
 
 Figures: training tokens/s (non-pad tokens fed / wall seconds of the training loop, tokenization and loading
@@ -127,7 +128,7 @@ def arm_base(base: Path, train: list[dict], held_out: list[dict]) -> dict:
             "eval_prompts_per_second": eval_speed(model, tok, held_out, 32)}
 
 
-def arm_trl(base: Path, train: list[dict], held_out: list[dict]) -> dict:
+def arm_trl(base: Path, train: list[dict], held_out: list[dict], checkpointing: bool = True) -> dict:
     import datasets
     import torch
     from datasets import Dataset
@@ -146,7 +147,8 @@ def arm_trl(base: Path, train: list[dict], held_out: list[dict]) -> dict:
             num_train_epochs=HP["n_epochs"], learning_rate=HP["learning_rate"], lr_scheduler_type="constant",
             warmup_steps=0, weight_decay=0.0, max_grad_norm=HP["max_grad_norm"], logging_steps=1, save_strategy="no",
             report_to=[], seed=HP["seed"], max_length=HP["max_seq_length"], packing=False, completion_only_loss=True,
-            dataloader_num_workers=0, use_cpu=True, disable_tqdm=True, optim="adamw_torch", dataset_num_proc=None)
+            dataloader_num_workers=0, use_cpu=True, disable_tqdm=True, optim="adamw_torch", dataset_num_proc=None,
+            gradient_checkpointing=checkpointing)
         peft_config = LoraConfig(r=HP["lora_rank"], lora_alpha=HP["lora_alpha"], lora_dropout=HP["lora_dropout"],
                                  target_modules=HP["lora_target_modules"], bias="none", task_type="CAUSAL_LM")
         trainer = SFTTrainer(model=model, args=config, train_dataset=rows, processing_class=tok,
@@ -169,7 +171,8 @@ def arm(name: str, base: Path) -> None:
         torch.set_num_threads(int(os.environ["TT_NUM_THREADS"]))
     train, held_out = data()
     arms = {"tt": arm_tt, "trl": arm_trl, "base": arm_base,
-            "tt_checkpointing": lambda *a: arm_tt(*a, checkpointing=True)}
+            "tt_checkpointing": lambda *a: arm_tt(*a, checkpointing=True),
+            "trl_no_checkpointing": lambda *a: arm_trl(*a, checkpointing=False)}
     result = arms[name](base, train, held_out)
     result["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     print("ARM " + json.dumps(result), flush=True)
@@ -179,9 +182,9 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--base", type=Path, help="the model folder (default: scripts/real-base's)")
     parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--arm", choices=["tt", "trl", "base", "tt_checkpointing"],
+    parser.add_argument("--arm", choices=["tt", "trl", "base", "tt_checkpointing", "trl_no_checkpointing"],
                         help="run one arm alone (tt_checkpointing: tt with gradient_checkpointing, as TRL's "
-                             "SFTConfig defaults to)")
+                             "SFTConfig defaults to; trl_no_checkpointing: TRL without, as tt defaults to)")
     args = parser.parse_args()
     base = args.base or Path(subprocess.run([str(REPO / "scripts" / "real-base")], check=True, capture_output=True,
                                             text=True, env={**os.environ, "TT_REAL_BASE_PYTHON": sys.executable})
