@@ -104,3 +104,13 @@ def echo_spec(**echo) -> dict:
         "echo": echo,
     }
 
+
+
+def registered_runs(tt: TT, spec: Path, folders: list[Path]) -> list[str]:
+    """Run `spec` once into each folder (`tt run --resume FOLDER`); the ids of the models they registered."""
+    ids: list[str] = []
+    for folder in folders:
+        code, out = tt.json("run", spec, "--resume", folder)
+        assert code == 0, out
+        ids += [m["id"] for m in out["report"]["models"]]
+    return ids

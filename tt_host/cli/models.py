@@ -77,7 +77,8 @@ def verify(model: str = typer.Argument(..., help="Model id (or its unique prefix
 
 @app.command()
 def export(
-    model: str = typer.Argument(..., help="Registered model id, run directory or model folder."),
+    model: str = typer.Argument(..., help="Registered model id (or its unique prefix, ID@n too), run directory or "
+                               "model folder."),
     out: Path = typer.Argument(..., help="New folder to write (must not exist)."),
     fmt: str = typer.Option("hf", "--format", help="Output format: hf (Hugging Face folder), or one the model's "
                             "engine declares (the shipped engines: gguf for llama.cpp, ollama = GGUF + Modelfile)."),

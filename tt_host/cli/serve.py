@@ -71,8 +71,8 @@ def _apply_config(config: Path, log) -> None:
 
 def serve(
     ctx: typer.Context,
-    model: str = typer.Argument(..., help="Registered model id, `active`, `base` (of the active model), run directory, "
-                                                  "or model folder (an export too)."),
+    model: str = typer.Argument(..., help="Registered model id (or its unique prefix, ID@n too), `active`, `base` "
+                                          "(of the active model), run directory, or model folder (an export too)."),
     host: str = typer.Option(default("host"), "--host", help="Address to bind; anything but loopback needs an API key."),
     port: int = typer.Option(default("port"), "--port", help="Port to bind (0: any free port)."),
     api_key: Optional[str] = typer.Option(None, "--api-key", envvar="TT_API_KEY", show_envvar=True,

@@ -189,13 +189,21 @@ def from_run_dir(run_dir: Path) -> ResolvedModel:
 
 
 def registered_id(reference: str) -> str:
-    """A registered model's id from the id itself or its unique prefix (tt_host.prefixes); `reference`
-    unchanged when nothing matches, so the caller's "no registered model" names what was given."""
+    """A registered model's id from the id itself or its unique prefix (tt_host.models.prefixes), either
+    followed by `@n` (`capitals-2026@2`: the one id the prefix begins, version 2); `reference` unchanged when
+    nothing matches, so the caller's "no registered model" names what was given. An ambiguous prefix raises
+    AmbiguousPrefix (exit 2) listing the ids it begins; a version not in ASCII digits, VersionError (exit 2)."""
     from tt_host.models import prefixes
 
-    if registry.get_model(reference) is not None or registry.get_model(versions.split_reference(reference)[0]):
+    if registry.get_model(reference) is not None:
         return reference
-    return prefixes.pick(reference, (entry["id"] for entry in registry.list_models()), "model") or reference
+    name, number = versions.split_reference(reference)
+    if number is not None and registry.get_model(name) is not None:
+        return reference
+    picked = prefixes.pick(name, (entry["id"] for entry in registry.list_models()), "model")
+    if picked is None:
+        return reference
+    return picked if number is None else f"{picked}@{number}"
 
 
 def resolve_registered(model_id: str) -> ResolvedModel:

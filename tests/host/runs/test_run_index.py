@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 
-from conftest import TT, echo_spec, write_spec
+from conftest import TT, echo_spec, registered_runs, write_spec
 
 
 def test_a_run_resumed_elsewhere_is_found_from_a_third_folder(tt, tmp_path):
@@ -47,12 +47,7 @@ def test_a_run_resumed_elsewhere_is_found_from_a_third_folder(tt, tmp_path):
 
 
 def test_models_by_unique_prefix_and_verified_by_folder_or_manifest(tt, tmp_path):
-    spec = write_spec(tmp_path, echo_spec(steps=2))
-    ids = []
-    for run in ("run-a", "run-b"):
-        code, out = tt.json("run", spec, "--resume", tmp_path / run)
-        assert code == 0, out
-        ids += [m["id"] for m in out["report"]["models"]]
+    ids = registered_runs(tt, write_spec(tmp_path, echo_spec(steps=2)), [tmp_path / "run-a", tmp_path / "run-b"])
     first = ids[0]
     code, got = tt.json("models", "get", first[: first.index("run-a") + len("run-a")])
     assert code == 0 and got["id"] == first, got
