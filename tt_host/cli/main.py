@@ -21,8 +21,8 @@ from tt_host.cli import runs as runs_cli
 from tt_host.cli import serve as serve_cli
 from tt_host.cli import status as status_cli
 from tt_host.cli.common import JsonOption, TTGroup, console, emit_json, escape, fail, load_plugins, show_table
-from tt_host.cli.running import (ConfigOption, QuietOption, SPEC_DEFAULT, SpecArgument, VerboseOption, print_errors,
-                                 print_warnings, run_spec)
+from tt_host.cli.running import (ConfigOption, QuietOption, SetOption, SPEC_DEFAULT, SpecArgument, VerboseOption,
+                                 print_errors, print_warnings, run_spec)
 
 app = typer.Typer(
     name="tt", no_args_is_help=True, add_completion=False, cls=TTGroup,
@@ -97,12 +97,14 @@ def run(
                                  "for them to save and exit."),
     verbose: bool = VerboseOption,
     quiet: bool = QuietOption,
+    overrides: list[str] = SetOption,
     json_mode: bool = JsonOption,
 ) -> None:
     """Train, evaluate and report a spec with its engine."""
     if verbose and quiet:
         fail("give --verbose or --quiet, not both", json_mode=json_mode)
-    run_spec(spec, resume, device, json_mode, dry_run, config=config, wait=not no_wait, verbose=verbose, quiet=quiet)
+    run_spec(spec, resume, device, json_mode, dry_run, config=config, wait=not no_wait, verbose=verbose, quiet=quiet,
+             overrides=tuple(overrides))
 
 
 def _config_beside(spec: Optional[Path]) -> Optional[str]:

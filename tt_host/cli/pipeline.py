@@ -14,7 +14,7 @@ from typing import Any, Optional
 import typer
 
 from tt_host.cli.common import JsonOption, console, emit_json, err, escape, fail, os_errors_refused, show_table
-from tt_host.cli.running import SPEC_DEFAULT, ConfigOption, dry_run, load_valid, run_spec
+from tt_host.cli.running import SPEC_DEFAULT, ConfigOption, SetOption, dry_run, load_valid, run_spec
 
 app = typer.Typer(no_args_is_help=True, help="Pipeline documents (tunedtensor.pipeline.json): init, validate, plan, run.")
 
@@ -173,11 +173,11 @@ def plan(
     file: Optional[Path] = FileOption, spec: Path = SpecOption,
     resume: Optional[Path] = typer.Option(None, "--resume", help="Run directory the run would use."),
     only: Optional[list[str]] = OnlyOption, skip: Optional[list[str]] = SkipOption,
-    config: Optional[Path] = ConfigOption, json_mode: bool = JsonOption,
+    config: Optional[Path] = ConfigOption, overrides: list[str] = SetOption, json_mode: bool = JsonOption,
 ) -> None:
     """Each step, the engine stages it runs, and what the run would do with every stage; creates nothing."""
     document = _document(file, json_mode)
-    _, loaded = load_valid(spec, json_mode, config)
+    _, loaded = load_valid(spec, json_mode, config, tuple(overrides))
     steps, own, stages, warnings = _steps(document, loaded, _ids(only), _ids(skip), json_mode)
     listed = [{"id": s["id"], "uses": s["uses"], "stages": own[s["id"]]} for s in steps]
     if not json_mode:
@@ -193,7 +193,7 @@ def run(
     dry_run_: bool = typer.Option(False, "--dry-run", help="Print what would run, be reused or refused; create "
                                   "nothing (as `tt pipeline plan`)."),
     only: Optional[list[str]] = OnlyOption, skip: Optional[list[str]] = SkipOption,
-    config: Optional[Path] = ConfigOption, json_mode: bool = JsonOption,
+    config: Optional[Path] = ConfigOption, overrides: list[str] = SetOption, json_mode: bool = JsonOption,
 ) -> None:
     """Run the steps of a pipeline document over a spec (without one: every stage, as `tt run --resume`). Each
     evaluate and compare step writes <run>/evaluations/<step>.json."""
@@ -201,8 +201,8 @@ def run(
 
     document = _document(file, json_mode)
     if document is None:
-        run_spec(spec, resume, device, json_mode, dry_run_, config=config)
-    plugins, loaded = load_valid(spec, json_mode, config)
+        run_spec(spec, resume, device, json_mode, dry_run_, config=config, overrides=tuple(overrides))
+    plugins, loaded = load_valid(spec, json_mode, config, tuple(overrides))
     steps, own, stages, _ = _steps(document, loaded, _ids(only), _ids(skip), json_mode)
 
     def after(outcome) -> dict[str, Any]:

@@ -26,6 +26,9 @@ ConfigOption = typer.Option(None, "--config", help="A Node CLI local-runner.json
 
 VerboseOption = typer.Option(False, "--verbose", help="Also print every line the stages write (stderr).")
 QuietOption = typer.Option(False, "--quiet", help="Print no progress on stderr (warnings and errors still).")
+SetOption = typer.Option([], "--set", metavar="KEY=VALUE", help="Override a spec field for this run (repeatable): "
+                         "KEY dotted (hyperparameters.learning_rate, examples.0.output), VALUE read as JSON when "
+                         "it parses, else a string. Recorded in the run and fingerprinted like the spec.")
 
 
 def print_warnings(loaded) -> None:
@@ -50,12 +53,12 @@ def print_errors(loaded, json_mode: bool) -> None:
     err.print("Fix the fields above, then `tt validate` again.")
 
 
-def load_valid(spec: Path, json_mode: bool, config: Optional[Path] = None):
-    """(plugins, the loaded spec); invalid: its errors printed, exit 2."""
+def load_valid(spec: Path, json_mode: bool, config: Optional[Path] = None, overrides: tuple[str, ...] = ()):
+    """(plugins, the loaded spec, `--set` overrides applied); invalid: its errors printed, exit 2."""
     from tt_host.spec.loading import load_spec
 
     plugins = load_plugins()
-    loaded = load_spec(spec, plugins, config=config)
+    loaded = load_spec(spec, plugins, config=config, overrides=overrides)
     print_warnings(loaded)
     if not loaded.valid:
         print_errors(loaded, json_mode)
@@ -92,14 +95,15 @@ def dry_run(loaded, resume: Optional[Path], json_mode: bool, only: Optional[froz
 def run_spec(spec: Path, resume: Optional[Path], device: Optional[str], json_mode: bool, dry: bool = False,
              only: Optional[frozenset[str]] = None,
              after: Optional[Callable[[Any], dict[str, Any]]] = None, prepared: Optional[tuple] = None,
-             config: Optional[Path] = None, wait: bool = True, verbose: bool = False, quiet: bool = False) -> None:
-    """`prepared`: (plugins, loaded spec) when the caller has loaded it already."""
+             config: Optional[Path] = None, wait: bool = True, verbose: bool = False, quiet: bool = False,
+             overrides: tuple[str, ...] = ()) -> None:
+    """`prepared`: (plugins, loaded spec) when the caller has loaded it already; `overrides`: `--set` arguments."""
     from tt_host.runs.progress import reporter
     from tt_host.runs.drive import execute
 
     if device is not None and device not in DEVICES:
         fail(f"--device must be one of {', '.join(DEVICES)}, not {device!r}", json_mode=json_mode)
-    plugins, loaded = prepared or load_valid(spec, json_mode, config)
+    plugins, loaded = prepared or load_valid(spec, json_mode, config, overrides)
     if dry or loaded.dry_run:  # --dry-run, or a local-runner.json's `dryRun: true`
         dry_run(loaded, resume, json_mode, only, device=device)
     extra: dict[str, Any] = {}

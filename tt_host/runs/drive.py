@@ -192,12 +192,17 @@ def _open_state(start: _Start, env: envs.EnvInfo, plan: list[PlannedStage]) -> R
             stages={planned.stage.name: StageRecord() for planned in plan},
             extra={"spec_id": start.loaded.spec_id} if start.loaded.spec_id else {},
         )
+        if start.loaded.overrides:
+            state.extra["overrides"] = list(start.loaded.overrides)
         run.create(state, spec.model_dump(mode="json"))
         return state
     state = run.load_state()
     if state.spec_sha256 != start.digest:
         run.write_spec(spec.model_dump(mode="json"))
         state.spec_sha256 = start.digest
+    state.extra.pop("overrides", None)  # the ones this command gave, as spec.json holds their result
+    if start.loaded.overrides:
+        state.extra["overrides"] = list(start.loaded.overrides)
     state.status = states.RUN_RUNNING
     state.split = compiled.split.to_json()  # the started split, with any new examples' sides added
     state.env_key = env.key

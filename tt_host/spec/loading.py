@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from pydantic import ValidationError
 
@@ -43,6 +43,7 @@ class LoadedSpec:
     config: Optional[Path] = None  # the local-runner.json applied (tt_host.spec.runner_config)
     dry_run: bool = False  # the config's `dryRun: true`: `tt run` previews and creates nothing
     eval_timeout: Optional[float] = None  # the config's evaluation.timeoutMs, in seconds, per evaluation stage
+    overrides: list[str] = field(default_factory=list)  # the `--set KEY=VALUE` arguments applied (tt_host.spec.overrides)
 
     @property
     def valid(self) -> bool:
@@ -100,13 +101,33 @@ def _apply_config(loaded: LoadedSpec, config: Optional[Path], fields: set[str]) 
     return applied.warnings
 
 
-def load_spec(path: Path, plugins: Plugins, require_examples: bool = True, config: Optional[Path] = None) -> LoadedSpec:
+def load_spec(path: Path, plugins: Plugins, require_examples: bool = True, config: Optional[Path] = None,
+              overrides: Sequence[str] = ()) -> LoadedSpec:
     """Read, validate and compile a spec; every problem lands in `errors`. `config`: a Node `local-runner.json`
-    (default: the one beside the spec, when there is one; tt_host.spec.runner_config)."""
+    (default: the one beside the spec, when there is one; tt_host.spec.runner_config). `overrides`: `--set
+    KEY=VALUE` arguments, applied to the spec as read (tt_host.spec.overrides); an error at a field one set
+    names it."""
+    from tt_host.spec import overrides as setting
+
     path = Path(path).expanduser().absolute()
+    parsed, errors = setting.parse(overrides)
+    if errors:
+        return LoadedSpec(path=path, errors=errors)
+    loaded = _load(path, plugins, require_examples, config, parsed)
+    loaded.errors = setting.named(loaded.errors, parsed)
+    loaded.overrides = [o.argument for o in parsed]
+    return loaded
+
+
+def _load(path: Path, plugins: Plugins, require_examples: bool, config: Optional[Path], parsed: list) -> LoadedSpec:
+    from tt_host.spec import overrides as setting
+
     loaded = LoadedSpec(path=path)
     loaded.raw, loaded.errors = read_json(path)
     if loaded.raw is None:
+        return loaded
+    loaded.raw, loaded.errors = setting.apply(loaded.raw, parsed)
+    if loaded.errors:
         return loaded
     engine_name = loaded.raw.get("engine", DEFAULT_ENGINE)
     if not isinstance(engine_name, str):
