@@ -18,6 +18,7 @@ from tt_host.cli import init as init_cli
 from tt_host.cli import models as models_cli
 from tt_host.cli import pipeline as pipeline_cli
 from tt_host.cli import runs as runs_cli
+from tt_host.cli import chat as chat_cli
 from tt_host.cli import serve as serve_cli
 from tt_host.cli import status as status_cli
 from tt_host.cli.common import JsonOption, TTGroup, console, emit_json, escape, fail, load_plugins, show_table
@@ -150,6 +151,7 @@ def doctor(
 
 app.command("init")(init_cli.init)
 app.command("serve")(serve_cli.serve)
+app.command("chat")(chat_cli.chat)
 app.command("info")(status_cli.info)
 app.command("status")(status_cli.status)
 

@@ -30,6 +30,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
                "Exit 1 when a check fails; exit 2, checking nothing, when the spec file cannot be read as JSON."),
     ("init", "Write a starter tunedtensor.json with placeholders (`tt doctor` flags them)."),
     ("serve", "Serve MODEL at /v1/chat/completions (streaming too) and /v1/models until Ctrl-C."),
+    ("chat", "Chat with MODEL line by line (the spec's system message applied, as `tt serve` applies it)."),
     ("info", "This tt: its version, where it keeps models, runs and environments, the Hugging Face cache, its engines."),
     ("status", "The project here: its spec, the local-runner.json applied, the active model, the latest run; creates "
                "nothing."),

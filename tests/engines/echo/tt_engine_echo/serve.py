@@ -58,6 +58,9 @@ class Handler(BaseHTTPRequestHandler):
             self._send(400, {"error": {"message": "messages must hold a user message", "type": "invalid_request_error"}})
             return
         answer = table.get(prompt, prompt)
+        if prompt == "/echo-request":  # tests of `tt chat`: what the server was asked, with its system message
+            answer = json.dumps({"system_message": request.get("system_message"), "messages": body["messages"],
+                                 "temperature": body.get("temperature"), "max_tokens": body.get("max_tokens")})
         self._send(200, {
             "id": "chatcmpl-echo", "object": "chat.completion", "model": request["model_name"],
             "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": answer}}],
