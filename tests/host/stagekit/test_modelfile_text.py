@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from tt_stagekit.gguf import gotemplate
 from tt_stagekit.gguf.modelfile import ChatFormat, ChatFormatError, go_template, modelfile
 
 CHATML = ChatFormat("", {"system": ("<|im_start|>system\n", "<|im_end|>\n"),
@@ -38,3 +39,38 @@ def test_a_template_piece_ending_in_a_brace_is_refused(role):
         go_template(broken)
     with pytest.raises(ChatFormatError, match="ends in '\\{'"):
         go_template(ChatFormat("{", CHATML.roles, CHATML.generation))
+
+
+# The Go template's own text, rendered by tt_stagekit.gguf.gotemplate, equals the format's pieces for each shape a
+# real template takes (a default system turn, a system message folded into the first user turn, a head).
+SHAPES = {"chatml": CHATML,
+          "default system": ChatFormat("", CHATML.roles, CHATML.generation,
+                                       no_system="<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"),
+          "folded": ChatFormat("<bos>", {"system": ("", ""), "user": ("<start_of_turn>user\n", "<end_of_turn>\n"),
+                                         "assistant": ("<start_of_turn>model\n", "<end_of_turn>\n")},
+                               "<start_of_turn>model\n", fold=("", "\n\n"))}
+CHATS = [[{"role": "system", "content": "S"}, {"role": "user", "content": "U"}],
+         [{"role": "user", "content": "U"}, {"role": "assistant", "content": "A"}, {"role": "user", "content": "V"}],
+         [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}, {"role": "assistant", "content": "A"}]]
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_the_go_template_renders_what_the_pieces_render(shape):
+    chat = SHAPES[shape]
+    for messages in CHATS:
+        assert gotemplate.render(go_template(chat), messages) == chat.render(messages, True), messages
+
+
+def test_the_default_system_turn_is_written_only_when_the_chat_has_none():
+    chat = SHAPES["default system"]
+    assert chat.default_system_message() == "You are a helpful assistant."
+    assert gotemplate.render(go_template(chat), CHATS[0]).count("<|im_start|>system") == 1
+    assert "helpful" in gotemplate.render(go_template(chat), CHATS[1])
+    assert "helpful" not in gotemplate.render(go_template(chat), CHATS[0])
+
+
+def test_the_renderer_refuses_what_it_does_not_read():
+    with pytest.raises(ValueError):
+        gotemplate.render("{{ range .Messages }}{{ .Content }}{{ end }}{{ printf \"%s\" .Role }}", CHATS[0])
+    with pytest.raises(ValueError):
+        gotemplate.render("{{ if eq .Role \"user\" }}x", CHATS[0])

@@ -31,7 +31,8 @@ def chat_format(tokenizer) -> modelfile.ChatFormat:
     from tt_engine_adapter.runtime import chat
 
     try:
-        return modelfile.derive(lambda messages, generation: chat._apply(tokenizer, messages, generation))
+        source = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else None
+        return modelfile.derive(lambda messages, generation: chat._apply(tokenizer, messages, generation), source)
     except modelfile.ChatFormatError as exc:
         raise InvalidInput(f"cannot write an Ollama Modelfile for this model: {exc}") from None
 

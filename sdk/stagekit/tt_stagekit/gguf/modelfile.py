@@ -16,9 +16,22 @@ from typing import Callable, Mapping, Optional, Sequence
 
 Render = Callable[[Sequence[Mapping[str, str]], bool], str]  # (messages, add_generation_prompt) -> text
 MARK = {"system": "\u2063tt-system-marker\u2063", "user": "\u2063tt-user-marker\u2063",
-        "assistant": "\u2063tt-assistant-marker\u2063"}
+        "assistant": "\u2063tt-assistant-marker\u2063", "second": "\u2063tt-second-marker\u2063"}
 CHECK_CONVERSATION = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"},
                       {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "What is 12345 + 1?"}]
+CHECK_CONVERSATIONS = [CHECK_CONVERSATION, CHECK_CONVERSATION[1:], CHECK_CONVERSATION[:2], CHECK_CONVERSATION[1:2],
+                       CHECK_CONVERSATION + [{"role": "assistant", "content": "12346"},
+                                             {"role": "user", "content": "And 2 + 2?"}]]
+# Constructs a Go template over .Messages cannot follow (each message's pieces depend on its role only, plus the
+# first message and the last); named with their line when a template renders a conversation differently.
+CONSTRUCTS = [(r"loop\.last|\[-1\]|loop\.revindex", "a test of the last message"),
+              (r"namespace\(", "state carried from message to message (namespace)"),
+              (r"loop\.index|loop\.first|loop\.length|messages\|length", "a test of the message's position"),
+              (r"\|\s*trim|\.strip\(\)", "content trimmed of whitespace"),
+              (r"strftime_now|date_string", "today's date"),
+              (r"raise_exception", "a conversation the template refuses")]
+INSTEAD = ("export with `--format gguf` instead: the GGUF carries the template itself (tokenizer.chat_template), and "
+           "llama.cpp applies it with its own template handling (llama-server --jinja)")
 
 
 class ChatFormatError(ValueError):
@@ -27,21 +40,46 @@ class ChatFormatError(ValueError):
 
 @dataclass(frozen=True)
 class ChatFormat:
+    """`no_system`: what the template writes where a system turn would be when the chat has none (its default system
+    message, or ""). `fold`: for a template without a system role, (before, between): a leading system message is
+    written inside the first user turn as before + system + between + user text. `tail`: what it writes after the
+    last user message when no answer is asked for (never part of Ollama's prompt)."""
+
     head: str
     roles: Mapping[str, tuple[str, str]]
     generation: str
+    no_system: str = ""
+    fold: Optional[tuple[str, str]] = None
+    tail: str = ""
+
+    def default_system_message(self) -> Optional[str]:
+        """The model's own default system message (the template's `no_system` read as a system turn), else None."""
+        prefix, suffix = self.roles["system"]
+        inner = self.no_system
+        if self.fold or not inner or not inner.startswith(prefix) or not inner.endswith(suffix):
+            return None
+        return inner[len(prefix):len(inner) - len(suffix)] or None
 
     def render(self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool) -> str:
-        """The text the Go template renders for these messages (Ollama's view)."""
+        """The text the Go template renders for these messages (Ollama's view; `tail` when no answer is asked)."""
         parts = [self.head] if messages else []
+        if messages and messages[0]["role"] != "system":
+            parts.append(self.no_system)
+        folded = (self.fold is not None and len(messages) > 1 and messages[0]["role"] == "system"
+                  and messages[1]["role"] == "user")
         for index, message in enumerate(messages):
+            if self.fold is not None and message["role"] == "system":
+                continue
             prefix, suffix = self.roles[message["role"]]
+            content = message["content"]
+            if folded and index == 1:
+                content = self.fold[0] + messages[0]["content"] + self.fold[1] + content
             last = index == len(messages) - 1
-            parts.append(prefix + message["content"])
+            parts.append(prefix + content)
             if message["role"] != "assistant" or not last:
                 parts.append(suffix)
-        if add_generation_prompt and messages and messages[-1]["role"] != "assistant":
-            parts.append(self.generation)
+        if messages and messages[-1]["role"] != "assistant":
+            parts.append(self.generation if add_generation_prompt else self.tail)
         return "".join(parts)
 
 
@@ -58,35 +96,88 @@ def _strip(text: str, prefix: str = "", suffix: str = "") -> str:
     return text[len(prefix):len(text) - len(suffix)]
 
 
-def derive(render: Render) -> ChatFormat:
-    """The pieces of a chat template (ChatFormatError when it is not built of them)."""
-    user = {"role": "user", "content": MARK["user"]}
-    assistant = {"role": "assistant", "content": MARK["assistant"]}
-    second = {"role": "user", "content": MARK["user"] + "2"}
+def _common(*texts: str) -> str:
+    """The longest common prefix; when it ends inside every text, cut back to the last newline, '>' or ']' in it
+    (so `<|end|>\n<|user|>` and `<|end|>\n<|assistant|>` share `<|end|>\n`, not `<|end|>\n<|`)."""
+    size = 0
+    while all(len(t) > size for t in texts) and len({t[size] for t in texts}) == 1:
+        size += 1
+    common = texts[0][:size]
+    if all(len(t) > size for t in texts):
+        cut = max(common.rfind(c) for c in "\n>]")
+        common = common[:cut + 1]
+    return common
+
+
+def construct_line(source: Optional[str]) -> str:
+    """The first construct of CONSTRUCTS in the template source, with its line number ("" when none is found).
+    Lines about tools are passed over (a plain chat never renders them), and a line that also names a message, the
+    system message or the content is preferred to one that does not."""
+    if not source:
+        return ""
+    lines = [(n, line) for n, line in enumerate(source.splitlines(), 1) if "tool" not in line]
+    for pattern, what in CONSTRUCTS:
+        hits = [(n, line) for n, line in lines if re.search(pattern, line)]
+        if hits:
+            n, line = next((h for h in hits if re.search(r"message|system|content", h[1])), hits[0])
+            return f"; the likely cause: {what}, line {n}: {line.strip()[:120]!r}"
+    return ""
+
+
+def _pieces(render: Render) -> ChatFormat:
+    s, u, a, u2 = ({"role": role, "content": MARK[name]} for role, name in
+                   (("system", "system"), ("user", "user"), ("assistant", "assistant"), ("user", "second")))
+    su, su_gen = render([s, u], False), render([s, u], True)
+    sua, suau, alone = render([s, u, a], False), render([s, u, a, u2], False), render([u], False)
+    before_s, rest = _around(su, MARK["system"])
+    between_su, after_u = _around(rest, MARK["user"])
+    before_u, after_u_gen = _around(su_gen, MARK["user"])
+    if before_u != before_s + MARK["system"] + between_su:
+        raise ChatFormatError("the chat template renders the conversation before the answer differently when "
+                              "an answer is asked for")
+    between_ua, after_a = _around(_around(sua, MARK["user"])[1], MARK["assistant"])
+    between_au, after_u2 = _around(_around(suau, MARK["assistant"])[1], MARK["second"])
+    user_suffix = _common(after_u, after_u_gen, between_ua)
+    tail, generation = after_u[len(user_suffix):], after_u_gen[len(user_suffix):]
+    assistant_prefix = between_ua[len(user_suffix):]
+    assistant_suffix = _strip(after_a, "", tail)
+    user_prefix = _strip(between_au, assistant_suffix)
+    if after_u2 != after_u:
+        raise ChatFormatError("the chat template ends a later user message differently than the first")
+    pre = _strip(_around(alone, MARK["user"])[0], "", user_prefix)  # head + what stands for the missing system
+    if between_su.endswith(user_prefix):  # a system role of its own
+        head = _common(before_s, pre)
+        system = (before_s[len(head):], between_su[:len(between_su) - len(user_prefix)])
+        fold = None
+    else:  # no system role: the system message is written inside the first user turn
+        head, fold, system = pre, (_strip(before_s, pre + user_prefix), between_su), ("", "")
+    return ChatFormat(head, {"system": system, "user": (user_prefix, user_suffix),
+                             "assistant": (assistant_prefix, assistant_suffix)},
+                      generation, no_system=pre[len(head):], fold=fold, tail=tail)
+
+
+def derive(render: Render, source: Optional[str] = None) -> ChatFormat:
+    """The pieces of a chat template (ChatFormatError when it is not built of them). `source`: the template's text,
+    to name the construct and line that cannot be followed, and the export to use instead."""
     try:
-        u_before, u_suffix = _around(render([user], False), MARK["user"])
-        generation = _strip(render([user], True), u_before + MARK["user"] + u_suffix)
-        ua = render([user, assistant], False)
-        between_ua, a_suffix = _around(ua.split(MARK["user"], 1)[1], MARK["assistant"])
-        a_prefix = _strip(between_ua, u_suffix)
-        uau = render([user, assistant, second], False)
-        between_au = _around(uau, MARK["assistant"])[1].split(MARK["user"] + "2")[0]
-        u_prefix = _strip(between_au, a_suffix)
-        head = _strip(u_before, "", u_prefix)
-        su = render([{"role": "system", "content": MARK["system"]}, user], False)
-        s_before, s_after = _around(su, MARK["system"])
-        s_prefix = _strip(s_before, head)
-        s_suffix = _strip(s_after.split(MARK["user"])[0], "", u_prefix)
-    except ChatFormatError:
-        raise
+        found = _pieces(render)
+    except ChatFormatError as exc:
+        raise ChatFormatError(f"{exc}{construct_line(source)}; {INSTEAD}") from None
     except Exception as exc:  # the template itself refused one of the conversations
-        raise ChatFormatError(f"the chat template cannot render a plain system/user/assistant conversation: {exc}")
-    found = ChatFormat(head, {"system": (s_prefix, s_suffix), "user": (u_prefix, u_suffix),
-                              "assistant": (a_prefix, a_suffix)}, generation)
-    for add in (False, True):
-        if found.render(CHECK_CONVERSATION, add) != render(CHECK_CONVERSATION, add):
-            raise ChatFormatError("the chat template renders a longer conversation differently than per-message "
-                                  "pieces would (it depends on more than each message's role)")
+        raise ChatFormatError(f"the chat template cannot render a plain system/user/assistant conversation: {exc}"
+                              f"{construct_line(source)}; {INSTEAD}") from None
+    for conversation in CHECK_CONVERSATIONS:
+        for add in (False, True):
+            try:
+                want = render(conversation, add)
+            except Exception as exc:
+                raise ChatFormatError(f"the chat template cannot render the {len(conversation)}-message check "
+                                      f"conversation: {exc}{construct_line(source)}; {INSTEAD}") from None
+            if found.render(conversation, add) != want:
+                roles = "/".join(m["role"] for m in conversation)
+                raise ChatFormatError(f"the chat template renders a {roles} conversation differently than "
+                                      f"per-message pieces would (it depends on more than each message's role)"
+                                      f"{construct_line(source)}; {INSTEAD}")
     return found
 
 
@@ -115,10 +206,19 @@ def go_template(chat: ChatFormat) -> str:
     """Ollama's TEMPLATE for the format: on one line, so Go's whitespace trimming never touches the text."""
     (sp, ss), (up, us), (ap, as_) = (tuple(_literal(t, role) for t in chat.roles[role])
                                       for role in ("system", "user", "assistant"))
+    first = _literal(chat.head, "head")
+    if chat.no_system:
+        first += f'{{{{ if ne .Role "system" }}}}{_literal(chat.no_system, "default system")}{{{{ end }}}}'
+    system, folded = f"{sp}{{{{ .Content }}}}{ss}", ""
+    if chat.fold is not None:
+        before, between = (_literal(t, "folded system") for t in chat.fold)
+        system = ""
+        folded = ('{{ if and (eq $i 1) (eq (index $.Messages 0).Role "system") }}'
+                  f"{before}{{{{ (index $.Messages 0).Content }}}}{between}{{{{ end }}}}")
     return ("{{ range $i, $_ := .Messages }}{{ $last := eq (len (slice $.Messages $i)) 1 }}"
-            f"{{{{ if eq $i 0 }}}}{_literal(chat.head, 'head')}{{{{ end }}}}"
-            f'{{{{ if eq .Role "system" }}}}{sp}{{{{ .Content }}}}{ss}'
-            f'{{{{ else if eq .Role "user" }}}}{up}{{{{ .Content }}}}{us}'
+            f"{{{{ if eq $i 0 }}}}{first}{{{{ end }}}}"
+            f'{{{{ if eq .Role "system" }}}}{system}'
+            f'{{{{ else if eq .Role "user" }}}}{up}{folded}{{{{ .Content }}}}{us}'
             f"{{{{ if $last }}}}{_literal(chat.generation, 'generation')}{{{{ end }}}}"
             f'{{{{ else if eq .Role "assistant" }}}}{ap}{{{{ .Content }}}}{{{{ if not $last }}}}{as_}{{{{ end }}}}'
             "{{ end }}{{ end }}")
