@@ -4,7 +4,8 @@ The stage runs as `python -P -m <module> <request.json>` (or the arguments its
 `Stage.launch` returns, e.g. a torchrun launcher; -P and PYTHONSAFEPATH keep the run folder off
 `sys.path`: tt_host.engines.isolation) in a new session (its
 own process group). Its stdout and stderr lines are parsed as JSON-line events
-(docs/protocol.md); anything else becomes a log event. Every line is appended
+(docs/protocol.md); anything else becomes a log event, marked `noise` (level debug, never shown on the
+terminal) when it is known-harmless third-party output (tt_host.engines.noise). Every line is appended
 to the stage log. SIGINT / SIGTERM received by the host are forwarded to the
 stage's group as SIGTERM; after the grace period (default 120 s,
 `TT_STAGE_GRACE_SECONDS`) or a second stop request, the group is killed.
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from tt_host.engines.isolation import python_command, python_env
+from tt_host.engines.noise import NoiseFilter
 from tt_stagekit.contract import EXIT_INTERRUPTED
 from tt_stagekit.signals import AGAIN, COPY, HOST_PID_ENV, STAGE_LOG_ENV, StopRequests
 
@@ -270,6 +272,7 @@ def run_stage(
         on_started(process.pid)
     last_error: Optional[str] = None
     tail: list[str] = []
+    noise = NoiseFilter()
     with SignalForwarder(process, grace_seconds() if grace is None else grace) as forwarder:
         forwarder.time_limit = time_limit
         log_ok = True
@@ -284,7 +287,9 @@ def run_stage(
                     log_ok = False
                     reader.failed(f"writing the stage log {log_path} failed: {exc}")
             event = parse_event(line)
-            if event.get("raw") and line.strip():
+            if event.get("raw") and noise.is_noise(line):  # in the log above; never on the terminal
+                event = {**event, "level": "debug", "noise": True}
+            elif event.get("raw") and line.strip():
                 tail.append(line.rstrip())
                 del tail[:-20]
             if event.get("type") == "log" and event.get("level") == "error":

@@ -64,7 +64,7 @@ def run_engine_module(engine: str, module: str, request: dict[str, Any], offline
         write_json_atomic(request_path, request)
 
         def on_event(event: dict[str, Any]) -> None:
-            if event.get("type") == "log" and event.get("message"):
+            if event.get("type") == "log" and event.get("message") and not event.get("noise"):
                 log(str(event["message"]))
 
         outcome = run_stage(python, module, request_path, Path(tmp), Path(tmp) / "export.log", on_event)

@@ -17,7 +17,8 @@ The host:
    through the environment, never into a file);
 4. runs the server in its own session with stdout parsed for JSON events (by a
    reader that survives its own errors, tt_host.engines.runner.OutputReader) and
-   stderr (uvicorn's log) passed through; Ctrl-C / SIGTERM are forwarded
+   stderr (uvicorn's log) shown line by line, except known-harmless third-party lines (tt_host.engines.noise),
+   which only the server log `TT_HOME/logs/serve.log` keeps (it keeps every line of both streams); Ctrl-C / SIGTERM are forwarded
    (the first asks for a graceful shutdown, a second Ctrl-C stops at once, and
    after the grace period, 30 s or `TT_SERVE_KILL_SECONDS`, the process group is killed).
 """
@@ -28,6 +29,7 @@ import dataclasses
 import ipaddress
 import os
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -38,7 +40,9 @@ from tt_host.models.export import ExportError, engine_python, serving_folder
 from tt_host.fsutil import write_json_atomic
 from tt_host.models.references import ResolvedModel
 from tt_host.engines.isolation import python_command, python_env
+from tt_host.engines.noise import NoiseFilter
 from tt_host.engines.runner import OutputReader, SignalForwarder, parse_event
+from tt_host.terminal import clean
 from tt_stagekit.addresses import check_api_key
 from tt_stagekit.contract import EXIT_INTERRUPTED, InvalidInput, ServeRequest
 
@@ -171,6 +175,40 @@ def server_for(model: ResolvedModel) -> Engine:
                      "cannot be served; install one (tt engines list shows each engine's server)", exit_code=2)
 
 
+def run_process(command: list[str], env: dict[str, str], cwd: Path,
+                on_event: Callable[[dict[str, Any]], None]) -> tuple[int, bool, Optional[str]]:
+    """Run the server command until it stops: its stdout read as events, its stderr shown line by line, known-
+    harmless third-party lines of both only in the server log. Returns (exit code, signalled, reader error)."""
+    with _server_log() as server_log:
+        process = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   stdin=subprocess.DEVNULL, start_new_session=True, text=True, bufsize=1,
+                                   errors="replace")
+        out_noise, err_noise = NoiseFilter(), NoiseFilter()
+
+        def on_stdout(line: str) -> None:
+            server_log.write(line if line.endswith("\n") else line + "\n")
+            event = parse_event(line)
+            if not (event.get("raw") and out_noise.is_noise(line)):
+                on_event(event)
+
+        def on_stderr(line: str) -> None:
+            server_log.write(line if line.endswith("\n") else line + "\n")
+            if not err_noise.is_noise(line):
+                sys.stderr.write(clean(line.rstrip("\n")) + "\n")
+                sys.stderr.flush()
+
+        # Forward the signal received (a second SIGINT makes uvicorn stop at once); kill after the grace.
+        kill_after = float(os.environ.get("TT_SERVE_KILL_SECONDS") or KILL_AFTER_SECONDS)
+        with SignalForwarder(process, kill_after, forward_as=None, second_kills=False) as forwarder:
+            reader = OutputReader(process.stdout, on_stdout, "server").start()
+            errors = OutputReader(process.stderr, on_stderr, "server").start()
+            code = forwarder.wait(reader.thread)
+            reader.finish()
+            errors.finish()
+        reader.error = reader.error or errors.error
+    return code, forwarder.signalled.is_set(), reader.error
+
+
 def run_server(model: ResolvedModel, options: ServeOptions, on_event: Callable[[dict[str, Any]], None],
                log: Callable[[str], None]) -> int:
     """Serve until the server stops; returns the exit code (130 after Ctrl-C / SIGTERM). `serve` checked the
@@ -186,21 +224,50 @@ def run_server(model: ResolvedModel, options: ServeOptions, on_event: Callable[[
         env.pop("TT_SERVE_API_KEY", None)
         if options.api_key:
             env["TT_SERVE_API_KEY"] = options.api_key
-        process = subprocess.Popen(python_command(python, ["-m", engine.serve.module, str(request_path)]), env=env, cwd=tmp,
-                                   stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True,
-                                   text=True, bufsize=1, errors="replace")
-        # Forward the signal received (a second SIGINT makes uvicorn stop at once); kill after the grace.
-        kill_after = float(os.environ.get("TT_SERVE_KILL_SECONDS") or KILL_AFTER_SECONDS)
-        with SignalForwarder(process, kill_after, forward_as=None, second_kills=False) as forwarder:
-            reader = OutputReader(process.stdout, lambda line: on_event(parse_event(line)), "server").start()
-            code = forwarder.wait(reader.thread)
-            reader.finish()
-    signalled = forwarder.signalled.is_set()
-    if reader.error is not None and code == 0:  # reported when it happened; never a silent success
+        code, signalled, error = run_process(python_command(python, ["-m", engine.serve.module, str(request_path)]),
+                                             env, Path(tmp), on_event)
+    if error is not None and code == 0:  # reported when it happened; never a silent success
         return 1
     if code < 0 or (signalled and code in (0, EXIT_INTERRUPTED)):
         return EXIT_INTERRUPTED if signalled else 1
     return code
+
+
+class _Log:
+    """The server log, TT_HOME/logs/serve.log (appended, private, never through a symlink); writing it never stops
+    the server (a full disk loses log lines, not the server)."""
+
+    def __enter__(self) -> "_Log":
+        from tt_host.models.registry import tt_home
+
+        self.file = None
+        try:
+            folder = tt_home() / "logs"
+            folder.mkdir(parents=True, exist_ok=True)
+            fd = os.open(folder / "serve.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            self.file = open(fd, "a", encoding="utf-8")
+        except OSError:
+            pass
+        return self
+
+    def write(self, text: str) -> None:
+        if self.file is not None:
+            try:
+                self.file.write(text)
+                self.file.flush()
+            except OSError:
+                self.file = None
+
+    def __exit__(self, *exc: object) -> None:
+        if self.file is not None:
+            try:
+                self.file.close()
+            except OSError:
+                pass
+
+
+def _server_log() -> _Log:
+    return _Log()
 
 
 def serve(reference: str, options: ServeOptions, on_event: Callable[[dict[str, Any]], None],

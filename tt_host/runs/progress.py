@@ -71,7 +71,7 @@ class RichReporter(QuietReporter):
             if not self.console.is_terminal and event.get("metrics"):
                 self.console.print(f"{stage} {event.get('step')}/{event.get('total')} {_metric_text(event['metrics'])}",
                                    markup=False)
-        elif kind == "log":
+        elif kind == "log" and not event.get("noise"):  # known-harmless third-party lines stay in the log
             level = event.get("level", "info")
             if level in ("warning", "error"):
                 self.message(f"{stage}: {event.get('message')}", "yellow" if level == "warning" else "red")
