@@ -193,7 +193,7 @@ def run_process(command: list[str], env: dict[str, str], cwd: Path,
 
         def on_stderr(line: str) -> None:
             server_log.write(line if line.endswith("\n") else line + "\n")
-            if not err_noise.is_noise(line):
+            if line.strip() and not err_noise.is_noise(line):  # a bar's closing newline is no line to show
                 sys.stderr.write(clean(line.rstrip("\n")) + "\n")
                 sys.stderr.flush()
 

@@ -56,6 +56,7 @@ def test_serving_the_real_model_shows_no_failed_error_or_warning_line(real_base,
     assert code == 130 and "serving real at" in shown, shown
     assert [line for line in shown.splitlines() if any(w in line for w in ("Failed", "Error", "Warning"))] == []
     log = (tmp_path / "home" / "logs" / "serve.log").read_text()
-    assert "Uvicorn running" in log or "Application startup complete" in log, log
+    assert "Started server process" in log and '"type": "ready"' in log, log
     noisy = [line for line in log.splitlines() if "%|" in line or "Failed to load CPU" in line or "Warning" in line]
-    print(f"{len(noisy)} third-party lines kept in the server log, none on the terminal: {noisy[:4]}")
+    assert any("Loading weights" in line for line in noisy), log  # transformers' bar, on every machine
+    print(f"terminal:\n{shown}\n{len(noisy)} third-party lines only in the server log: {noisy}")
