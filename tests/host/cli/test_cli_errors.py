@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-import typer
 from typer.main import get_command
 from typer.testing import CliRunner
 

@@ -4,7 +4,6 @@ instruction predicts a run. Host only: the echo test engine's opt-in baseline st
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from conftest import echo_spec, write_spec

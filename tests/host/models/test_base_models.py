@@ -5,7 +5,6 @@ and prints the pin line; verify-base names what a snapshot lacks.
 
 from __future__ import annotations
 
-import json
 
 from conftest import write_spec
 from node_spec_support import COMMIT, node_init_spec
