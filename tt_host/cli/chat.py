@@ -15,7 +15,7 @@ from typing import Optional
 import typer
 
 from tt_host.cli.common import err
-from tt_host.cli.serve import default
+from tt_host.cli.serve import DeviceOption, NoSpecPromptOption, OfflineOption, SpecPromptOption
 
 COMMANDS = "/reset starts the conversation again, /exit (or Ctrl-D) ends it"
 
@@ -78,15 +78,14 @@ def chat(
                                       "of starting one; its key from TT_API_KEY or --api-key-file."),
     api_key_file: Optional[Path] = typer.Option(None, "--api-key-file", help="With --url: the server's API key "
                                                 "in this file."),
-    no_spec_prompt: bool = typer.Option(False, "--no-spec-prompt", help="Do not apply the spec's system message."),
-    spec: Optional[Path] = typer.Option(None, "--spec", help="Apply this spec's system message instead of the one "
-                                        "recorded with the model."),
+    no_spec_prompt: bool = NoSpecPromptOption,
+    spec: Optional[Path] = SpecPromptOption,
     temperature: Optional[float] = typer.Option(None, "--temperature", help="Sampling temperature (default: the "
                                                 "server's, 1.0; 0 is greedy)."),
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1, help="Answer budget per turn (default: "
                                              "the server's)."),
-    device: str = typer.Option(default("device"), "--device", help="auto, cpu, cuda or mps."),
-    offline: bool = typer.Option(False, "--offline", help="Build engine environments from uv's cache only."),
+    device: str = DeviceOption,
+    offline: bool = OfflineOption,
 ) -> None:
     """Chat with MODEL line by line (the spec's system message applied, as `tt serve` applies it)."""
     import os

@@ -19,6 +19,14 @@ def default(name: str) -> Any:
     return ServeRequest.__dataclass_fields__[name].default
 
 
+# The options `tt serve` shares with `tt chat` (which starts a server), each declared once with its help.
+DeviceOption = typer.Option(default("device"), "--device", help="auto, cpu, cuda or mps.")
+OfflineOption = typer.Option(False, "--offline", help="Build engine environments from uv's cache only.")
+NoSpecPromptOption = typer.Option(False, "--no-spec-prompt", help="Do not apply the spec's compiled system message.")
+SpecPromptOption = typer.Option(None, "--spec", help="Apply this spec's compiled system message instead of the one "
+                                "recorded with the model.")
+
+
 def show_event(event: dict[str, Any]) -> None:
     """A server event for a person: what the server writes is shown as text, never read as rich markup (a
     log line holding `[/x]` would otherwise replace the real message with a MarkupError)."""
@@ -98,16 +106,14 @@ def serve(
     default_max_tokens: Optional[int] = typer.Option(default("default_max_tokens"), "--default-max-tokens",
                                                      help="Answer budget of a request without max_tokens "
                                                           "(default: a quarter of the context, at most 256)."),
-    no_spec_prompt: bool = typer.Option(False, "--no-spec-prompt",
-                                        help="Do not apply the spec's compiled system message."),
-    device: str = typer.Option(default("device"), "--device", help="auto, cpu, cuda or mps."),
-    offline: bool = typer.Option(False, "--offline", help="Build engine environments from uv's cache only."),
+    no_spec_prompt: bool = NoSpecPromptOption,
+    device: str = DeviceOption,
+    offline: bool = OfflineOption,
     temperature: Optional[float] = typer.Option(None, "--temperature", help="Sampling temperature of a request "
                                                 "that sends none (default 1.0; 0 is greedy)."),
     top_p: Optional[float] = typer.Option(None, "--top-p", help="Nucleus sampling of a request that sends no "
                                           "top_p (default 1.0)."),
-    spec: Optional[Path] = typer.Option(None, "--spec", help="Apply this spec's compiled system message instead of "
-                                        "the one recorded with the model."),
+    spec: Optional[Path] = SpecPromptOption,
     config: Optional[Path] = typer.Option(None, "--config", help="A Node local-runner.json: its paths.modelCache "
                                           "(HF_HOME) applies; its other keys are warned about (docs/migrating.md)."),
     print_command: bool = typer.Option(False, "--print-command", help="Print the server's command and the "
