@@ -12,5 +12,6 @@ and in each engine environment for its stages). The host depends on it for
 - `devices`: which device a stage computes on.
 - `launcher`: starting a stage under torchrun.
 - `scoring`: the answer metrics (the host scores with them too).
+- `graders`: the spec's graders (derived or `evaluation.graders`): rewards and held-out grader scores.
 - `benchmarks`: lm-evaluation-harness on a stage's transformers model, for the gate (lm-eval imported lazily).
 """

@@ -53,7 +53,7 @@ def token_f1(prediction: str, reference: str) -> float:
 def _json_object(text: str) -> Optional[dict[str, Any]]:
     try:
         value = json.loads(text)
-    except (json.JSONDecodeError, TypeError):
+    except (ValueError, TypeError, RecursionError):  # RecursionError: a hostile answer nested thousands deep
         return None
     return value if isinstance(value, dict) else None
 
