@@ -107,7 +107,7 @@ def test_json_schema_subset_and_unimplemented_keywords_named():
     bad = {"type": "object", "properties": {"age": {"type": "integer", "minimum": 0}}}
     with pytest.raises(GraderError) as caught:
         from_spec(spec_with(["x"], [{"kind": "json_schema", "schema": bad}]))
-    assert caught.value.field == "evaluation.graders[0].schema.properties.age.minimum"
+    assert caught.value.field == "evaluation.graders.0.schema.properties.age.minimum"
     assert "'minimum' is not implemented" in str(caught.value)
 
 
@@ -118,7 +118,7 @@ def test_regex_grader_refuses_catastrophic_patterns_with_the_hosts_rule_and_matc
     assert regexcheck.pathological is regexsafe.pathological  # one rule for synthesis.checks and graders
     with pytest.raises(GraderError) as caught:
         from_spec(spec_with(["a"], [{"kind": "regex", "pattern": "(a+)+$"}]))
-    assert caught.value.field == "evaluation.graders[0].pattern" and "backtrack" in caught.value.message
+    assert caught.value.field == "evaluation.graders.0.pattern" and "backtrack" in caught.value.message
     graders = from_spec(spec_with(["a"], [{"kind": "regex", "pattern": r"(?:yes|no)\b.*"}]))
     assert graders.passes("  yes, because\nof this  ", "") and not graders.passes("maybe yes", "")
     possessive = from_spec(spec_with(["a"], [{"kind": "regex", "pattern": "(?:a+b)++c"}]))
@@ -139,19 +139,19 @@ def test_constraint_forms_max_chars_valid_json_json_fields_and_labels():
 
 
 @pytest.mark.parametrize("entry, field, words", [
-    ({"kind": "exactly"}, "evaluation.graders[0].kind", "must be one of exact"),
-    ({"kind": "regex", "patern": "x"}, "evaluation.graders[0].patern", "not a setting of kind 'regex'"),
-    ({"kind": "regex"}, "evaluation.graders[0].pattern", "is required"),
-    ({"kind": "regex", "pattern": "("}, "evaluation.graders[0].pattern", "not a valid regular expression"),
-    ({"kind": "max_chars", "max": True}, "evaluation.graders[0].max", "must be an integer"),
-    ({"kind": "max_chars", "max": 0}, "evaluation.graders[0].max", "1 to 1000000"),
-    ({"kind": "number", "tolerance": -1}, "evaluation.graders[0].tolerance", "0 or more"),
-    ({"kind": "number", "tolerance": float("nan")}, "evaluation.graders[0].tolerance", "finite"),
-    ({"kind": "token_f1", "pass_at": 0}, "evaluation.graders[0].pass_at", "above 0"),
-    ({"kind": "label", "labels": ["a", "A."]}, "evaluation.graders[0].labels", "listed twice"),
-    ({"kind": "json_fields", "fields": []}, "evaluation.graders[0].fields", "non-empty list"),
-    ({"kind": "exact", "name": "Bad Name"}, "evaluation.graders[0].name", "lowercase letter"),
-    ("exact", "evaluation.graders[0]", "must be an object"),
+    ({"kind": "exactly"}, "evaluation.graders.0.kind", "must be one of exact"),
+    ({"kind": "regex", "patern": "x"}, "evaluation.graders.0.patern", "not a setting of kind 'regex'"),
+    ({"kind": "regex"}, "evaluation.graders.0.pattern", "is required"),
+    ({"kind": "regex", "pattern": "("}, "evaluation.graders.0.pattern", "not a valid regular expression"),
+    ({"kind": "max_chars", "max": True}, "evaluation.graders.0.max", "must be an integer"),
+    ({"kind": "max_chars", "max": 0}, "evaluation.graders.0.max", "1 to 1000000"),
+    ({"kind": "number", "tolerance": -1}, "evaluation.graders.0.tolerance", "0 or more"),
+    ({"kind": "number", "tolerance": float("nan")}, "evaluation.graders.0.tolerance", "finite"),
+    ({"kind": "token_f1", "pass_at": 0}, "evaluation.graders.0.pass_at", "above 0"),
+    ({"kind": "label", "labels": ["a", "A."]}, "evaluation.graders.0.labels", "listed twice"),
+    ({"kind": "json_fields", "fields": []}, "evaluation.graders.0.fields", "non-empty list"),
+    ({"kind": "exact", "name": "Bad Name"}, "evaluation.graders.0.name", "lowercase letter"),
+    ("exact", "evaluation.graders.0", "must be an object"),
 ])
 def test_a_bad_entry_names_its_field(entry, field, words):
     with pytest.raises(GraderError) as caught:
@@ -162,7 +162,7 @@ def test_a_bad_entry_names_its_field(entry, field, words):
 def test_names_are_unique_and_the_list_is_not_empty():
     graders = from_spec(spec_with(["x"], [{"kind": "exact"}, {"kind": "exact"}, {"kind": "exact"}]))
     assert [g.name for g in graders.graders] == ["exact", "exact_2", "exact_3"]
-    with pytest.raises(GraderError, match=r"evaluation.graders\[1\].name: 'a' names two graders"):
+    with pytest.raises(GraderError, match=r"evaluation.graders.1.name: 'a' names two graders"):
         from_spec(spec_with(["x"], [{"kind": "exact", "name": "a"}, {"kind": "token_f1", "name": "a"}]))
     with pytest.raises(GraderError, match="must list 1 to 32 graders"):
         from_spec(spec_with(["x"], []))

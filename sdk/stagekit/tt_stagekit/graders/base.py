@@ -1,7 +1,7 @@
 """What a grader is: a name, a kind, a score in [0, 1] of an answer against a reference, a pass, a description.
 
 `Grader` is the one contract every kind implements (kinds: tt_stagekit.graders.kinds); `GraderError` is a
-grader entry that cannot be built, with the place it came from (`evaluation.graders[2].pattern`), so the host
+grader entry that cannot be built, with the place it came from (`evaluation.graders.2.pattern`), so the host
 can exit 2 naming the field. Stdlib only.
 """
 

@@ -2,7 +2,7 @@
 
 A declared entry is an object with `kind` (one of KINDS), an optional `name` (default: the kind, then
 `kind_2`, `kind_3` for repeats; `[a-z][a-z0-9_-]*`, at most 64, unique) and the kind's settings; anything
-else is a GraderError naming the field (`evaluation.graders[1].pattern`). `GraderSet.reward` is the mean of
+else is a GraderError naming the field (`evaluation.graders.1.pattern`, dotted as the host names fields). `GraderSet.reward` is the mean of
 the graders' scores, `passes` needs every grader to pass, `check_references` runs every grader on the
 reference outputs (the validate check). Stdlib only.
 """
@@ -94,7 +94,7 @@ def build_entries(entries: Any, field: str = FIELD) -> list[Grader]:
     graders: list[Grader] = []
     names: set[str] = set()
     for index, entry in enumerate(entries):
-        place = f"{field}[{index}]"
+        place = f"{field}.{index}"
         if not isinstance(entry, Mapping):
             raise GraderError(place, "must be an object with a `kind`")
         kind = entry.get("kind")

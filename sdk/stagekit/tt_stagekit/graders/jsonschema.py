@@ -1,7 +1,7 @@
 """A small JSON Schema subset, stdlib only: `type`, `properties`, `required`, `enum`, `items`.
 
 `check_schema(schema, field)` refuses a schema using any other keyword, naming it and its place
-(`evaluation.graders[0].schema.properties.age.minimum`), because a keyword tt silently ignored would pass
+(`evaluation.graders.0.schema.properties.age.minimum`), because a keyword tt silently ignored would pass
 answers the user meant to fail. The annotations `title`, `description`, `$schema` and `$comment` are
 accepted and ignored. `valid(value, schema)` is True when the parsed JSON value satisfies the schema.
 `type` is a name or a list of names among null, boolean, integer, number, string, array, object; an

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from tt_stagekit import scoring
 from tt_stagekit.graders.base import Grader, GraderError, pass_threshold, take, unknown_keys
@@ -80,7 +80,7 @@ class Label(Grader):
         labels = take(entry, field, "labels", (list,), [])
         for index, label in enumerate(labels):
             if not isinstance(label, str) or not scoring.normalize_answer(label):
-                raise GraderError(f"{field}.labels[{index}]", "must be a non-empty string")
+                raise GraderError(f"{field}.labels.{index}", "must be a non-empty string")
         if len({scoring.normalize_answer(label) for label in labels}) != len(labels):
             raise GraderError(f"{field}.labels", "a label is listed twice (after normalisation)")
         return cls(name, labels)
@@ -96,11 +96,14 @@ class Regex(Grader):
     def __init__(self, name: str, pattern: str, max_chars: int = 20_000):
         super().__init__(name)
         self.pattern, self.max_chars = pattern, max_chars
-        self._compiled = re.compile(pattern, re.DOTALL)
+        compiled = re.compile(pattern, re.DOTALL)
+        # fullmatch(text) -> True, False, or None when it ran out of time; a caller may put it under a time
+        # limit (the host runs it in a child process: tt_host.evaluation.scoring)
+        self.matcher: Callable[[str], Optional[bool]] = lambda text: compiled.fullmatch(text) is not None
 
     def score(self, answer: str, reference: str) -> float:
         text = answer.strip()
-        return float(len(text) <= self.max_chars and self._compiled.fullmatch(text) is not None)
+        return float(len(text) <= self.max_chars and bool(self.matcher(text)))
 
     def settings(self) -> dict[str, Any]:
         return {"pattern": self.pattern, "max_chars": self.max_chars}
