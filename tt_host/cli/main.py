@@ -70,6 +70,7 @@ def validate(spec: Path = SpecArgument, config: Optional[Path] = ConfigOption, j
             "input_path": str(loaded.path), "config_path": str(loaded.config) if loaded.config else None,
             "behavior_spec_id": loaded.spec_id, "base_model": getattr(loaded.spec, "base_model", None),
             "dry_run": loaded.dry_run,
+            "graders": loaded.grader_check.described(), "graders_derived_by": loaded.graders.derived_by,
         })
         return
     console.print(f"[green]valid[/] {escape(str(loaded.path))} (engine {loaded.engine_name}): "
@@ -80,9 +81,23 @@ def validate(spec: Path = SpecArgument, config: Optional[Path] = ConfigOption, j
             first = row["messages"][1]["content"].splitlines()[0]
             console.print(f"- {first[:100]}{'…' if first != row['messages'][1]['content'] or len(first) > 100 else ''}",
                           markup=False)
+    _print_graders(loaded.grader_check)
     console.print("System message:")
     console.print(compiled.system_message, markup=False)
     console.print(f"sha256 {compiled.system_message_sha256}")
+
+
+def _print_graders(check) -> None:
+    import json
+
+    how = f"derived from the outputs: {check.graders.derived_by}" if check.graders.derived_by else "declared"
+    console.print(f"Graders ({how}), each passing the examples' own outputs:", markup=False)
+    for grader in check.described():
+        settings = ", ".join(f"{k} {json.dumps(v)}" for k, v in grader.items()
+                             if k not in ("name", "kind", "pass_at") and not k.startswith("reference_"))
+        settings = settings if len(settings) <= 100 else settings[:99] + "…"
+        console.print(f"- {grader['name']} ({grader['kind']}{': ' + settings if settings else ''}): "
+                      f"{grader['reference_passed']}/{grader['reference_count']} references pass", markup=False)
 
 
 @app.command()

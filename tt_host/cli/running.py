@@ -43,9 +43,11 @@ def print_errors(loaded, json_mode: bool) -> None:
 
         first = loaded.errors[0] if loaded.errors else None
         message = f"{loaded.path}: invalid spec" + (f": {first.loc}: {first.msg}" if first else "")
+        graders = loaded.grader_check.described() if loaded.grader_check is not None else None
         emit_json(failure(message, 2, valid=False, engine=loaded.engine_name, spec_path=str(loaded.path),
                           errors=[e.as_dict() for e in loaded.errors],
-                          warnings=[w.as_dict() for w in loaded.warnings]))
+                          warnings=[w.as_dict() for w in loaded.warnings],
+                          **({"graders": graders} if graders else {})))
         return
     err.print(f"[red]{escape(str(loaded.path))}: invalid spec[/]")
     for error in loaded.errors:

@@ -50,7 +50,7 @@ def take_result(call: RunCall, state: RunState, stage: Stage, result: dict[str, 
         predictions = read_predictions(run.stage_dir(stage.name) / taken.predictions)
         role = gate_side(stage) or "candidate"  # an evaluating stage other than the baseline scores the tuned model
         tally.answers[role], tally.held_out_sides[role] = predictions, stage.evaluates
-        scored.update(score(predictions, call.loaded.compiled.references(), stage.evaluates))
+        scored.update(score(predictions, call.loaded.compiled.references(), stage.evaluates, call.loaded.graders))
         scored["eval.count"] = scored[f"{stage.evaluates}.count"]
     side = gate_side(stage)
     if general is not None and side and taken.general_predictions:

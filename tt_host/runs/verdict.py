@@ -5,7 +5,10 @@ side's answer (baseline: the base model, candidate: the tuned one) into the rows
 `predictions`; a row passes when the tuned answer is an exact match (tt_stagekit.scoring). `verdict_line`
 is the last line `tt run` prints and the first line of report.md:
 
-    held-out exact match 0/11 → 8/11 · gate passed · predictions: tt runs report RUN_ID (report.html)
+    held-out exact match 0/11 → 8/11 · grader score 0.05 → 0.78 · gate passed · predictions: tt runs report RUN_ID (report.html)
+
+The grader score (the mean of the spec's graders, docs/evaluation.md "Graders") stands beside exact match
+when the run scored with graders; the count stays exact match, comparable with every earlier run.
 
 `clean` makes a text safe for a terminal, a Markdown table cell and an HTML cell: control characters
 dropped, new lines shown as ⏎, long texts cut with an ellipsis.
@@ -55,6 +58,22 @@ def _count(report: dict[str, Any], side: str) -> str | None:
     return f"{round(rate * count)}/{count}"
 
 
+def _grader_score(report: dict[str, Any], side: str) -> float | None:
+    prefix = (report.get("held_out_sides") or {}).get(side, side)
+    value = (report.get("metrics") or {}).get(f"{prefix}.grader_score")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _graders_said(report: dict[str, Any]) -> str:
+    """" · grader score B → T" (or the one side scored), or "" when no side was scored with graders."""
+    base, tuned = _grader_score(report, "baseline"), _grader_score(report, "candidate")
+    if base is not None and tuned is not None:
+        return f" · grader score {base:.2f} → {tuned:.2f}"
+    if base is not None or tuned is not None:
+        return f" · grader score {base if tuned is None else tuned:.2f}"
+    return ""
+
+
 def gate_verdict(report: dict[str, Any]) -> str:
     """The gates' verdict in words: general-regression and benchmark gates, or that none is configured."""
     found = []
@@ -78,7 +97,7 @@ def verdict_line(report: dict[str, Any]) -> str:
         score = "no held-out score (no evaluating stage finished)"
     where = (f"predictions: tt runs report {report.get('run_id')} (report.md, report.html)"
              if report.get("predictions") else "no predictions")
-    return clean(f"{score} · {gate_verdict(report)} · {where}", limit=400)
+    return clean(f"{score}{_graders_said(report)} · {gate_verdict(report)} · {where}", limit=400)
 
 
 def markdown_table(rows: list[dict[str, Any]], limit: int = 100) -> list[str]:

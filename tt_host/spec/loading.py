@@ -26,6 +26,7 @@ from tt_host.spec.general import example_overlap
 from tt_host.spec.compiler import CompiledSpec, DuplicatePromptError, compile_spec
 from tt_host.spec.placeholders import find_placeholders, node_locs, node_placeholders
 from tt_host.spec.schema import DEFAULT_ENGINE, BehaviorSpec
+from tt_stagekit.graders import GraderError
 from tt_stagekit.userinput import MAX_SPEC_BYTES, InputFileError, JSONInputError, loads, os_reason, read_regular
 
 
@@ -44,6 +45,12 @@ class LoadedSpec:
     dry_run: bool = False  # the config's `dryRun: true`: `tt run` previews and creates nothing
     eval_timeout: Optional[float] = None  # the config's evaluation.timeoutMs, in seconds, per evaluation stage
     overrides: list[str] = field(default_factory=list)  # the `--set KEY=VALUE` arguments applied (tt_host.spec.overrides)
+    grader_check: Optional[Any] = None  # tt_host.spec.graders.GraderCheck: the spec's graders, checked on its outputs
+
+    @property
+    def graders(self):
+        """The spec's graders (tt_stagekit.graders.GraderSet), or None before they were checked."""
+        return self.grader_check.graders if self.grader_check is not None else None
 
     @property
     def valid(self) -> bool:
@@ -161,9 +168,12 @@ def _load(path: Path, plugins: Plugins, require_examples: bool, config: Optional
     except ValidationError as exc:
         for error in exc.errors():
             loc = _dotted(error["loc"])
+            cause = (error.get("ctx") or {}).get("error")
+            if isinstance(cause, GraderError):  # a grader entry names its own field (evaluation.graders.1.pattern)
+                loc = cause.field
             if any(loc == p or loc.startswith(p + ".") for p in placeholders):
                 continue  # the placeholder error already names this field
-            message = error["msg"]
+            message = cause.message if isinstance(cause, GraderError) else error["msg"]
             if error["type"] == "extra_forbidden":
                 message = "unknown field (misspelled?); remove it or check the spelling"
             loaded.errors.append(SpecError(loc, message))
@@ -202,6 +212,10 @@ def _load(path: Path, plugins: Plugins, require_examples: bool, config: Optional
         return loaded
     if require_examples and (problem := _nothing_held_out(loaded, running)):
         loaded.errors.append(problem)
+    from tt_host.spec import graders
+
+    loaded.grader_check = graders.check(loaded.spec)
+    loaded.errors += loaded.grader_check.errors
     return loaded
 
 

@@ -150,6 +150,18 @@ class Evaluation(StrictModel):
         "Salt of the held-out split (tt_host.spec.split); defaults to the spec's name. Set it to the old name "
         "when renaming a spec to keep its held-out set."))
     benchmarks: Optional[Benchmarks] = None
+    graders: Optional[list[dict[str, Any]]] = Field(None, description=(
+        "How an answer is scored against its reference (docs/evaluation.md, Graders): objects with a `kind` "
+        "and its settings; left out, they are derived from the examples' outputs."))
+
+    @field_validator("graders")
+    @classmethod
+    def _graders(cls, value: Optional[list[dict[str, Any]]]) -> Optional[list[dict[str, Any]]]:
+        if value is not None:
+            from tt_stagekit.graders import build_entries
+
+            build_entries(value)  # a GraderError (a ValueError) names the entry's field; tt_host.spec.loading
+        return value
 
 
 ObserverName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]{0,63}$")]

@@ -62,7 +62,8 @@ def test_run_prints_verdict_last_and_report_lists_predictions(tt, tmp_path):
     path = write_spec(tmp_path / "s", verdict_spec())
     proc = tt("run", path, check=True)
     last = proc.stdout.strip().splitlines()[-1]
-    assert last.startswith("held-out exact match 1/3 → 1/3 · no gate configured · predictions: tt runs report "), last
+    assert last.startswith("held-out exact match 1/3 → 1/3 · grader score 0.38 → 0.38 · no gate configured · "
+                           "predictions: tt runs report "), last
     run = next((tmp_path / "s" / ".tuned-tensor" / "runs").iterdir())
     report = json.loads((run / "report.json").read_text())
     assert report["verdict"] == last and run.name in last
