@@ -319,7 +319,8 @@ def _finish(call: RunCall, state: RunState, tally: Tally, exit_code: int, error:
         state.error = error
     run.save(state)
     report = build_report(state.to_json(), tally.metrics, tally.series, tally.notes, tally.models, tally.actions,
-                          prediction_rows(call.loaded.compiled.eval_rows, tally.answers) if tally.answers else None)
+                          prediction_rows(call.loaded.compiled.eval_rows, tally.answers, call.loaded.graders)
+                          if tally.answers else None)
     if tally.held_out_sides:
         report["held_out_sides"] = tally.held_out_sides
     if policy is not None:

@@ -2,8 +2,9 @@
 
 `prediction_rows` joins the held-out prompts, their references (kept on the host) and each evaluating
 side's answer (baseline: the base model, candidate: the tuned one) into the rows report.json keeps under
-`predictions`; a row passes when the tuned answer is an exact match (tt_stagekit.scoring). `verdict_line`
-is the last line `tt run` prints and the first line of report.md:
+`predictions`; a row passes when the tuned answer is an exact match (tt_stagekit.scoring), and carries each
+side's grader score (the spec's graders' mean, docs/evaluation.md "Graders"), a column of report.md's
+table. `verdict_line` is the last line `tt run` prints and the first line of report.md:
 
     held-out exact match 0/11 → 8/11 · grader score 0.05 → 0.78 · gate passed · predictions: tt runs report RUN_ID (report.html)
 
@@ -17,9 +18,10 @@ dropped, new lines shown as ⏎, long texts cut with an ellipsis.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Optional
 
-from tt_host.evaluation.scoring import exact_match
+from tt_host.evaluation.scoring import exact_match, guarded
+from tt_stagekit.graders import GraderSet
 
 SIDES = ("baseline", "candidate")
 CELL_CHARS = 120  # a table cell's text is cut here; report.json keeps the whole text
@@ -32,9 +34,11 @@ def clean(text: Any, limit: int = CELL_CHARS) -> str:
     return shown if len(shown) <= limit else shown[: limit - 1] + "…"
 
 
-def prediction_rows(eval_rows: list[dict], answers: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
+def prediction_rows(eval_rows: list[dict], answers: dict[str, dict[str, str]],
+                    graders: Optional[GraderSet] = None) -> list[dict[str, Any]]:
     """One row per held-out prompt: id, prompt (its user turn), reference, baseline and candidate answers (None
-    where that side did not answer) and `pass` (the candidate's answer matches, None without one)."""
+    where that side did not answer) and `pass` (the candidate's answer matches, None without one); with the
+    spec's `graders`, `grader_score` ({side: the graders' mean score, None where it did not answer})."""
     rows = []
     for row in eval_rows:
         reference = row["messages"][-1]["content"]
@@ -44,7 +48,18 @@ def prediction_rows(eval_rows: list[dict], answers: dict[str, dict[str, str]]) -
             out[side] = (answers.get(side) or {}).get(row["id"])
         out["pass"] = None if out["candidate"] is None else bool(exact_match(out["candidate"], reference))
         rows.append(out)
+    if graders is not None:
+        with guarded(graders):
+            for out in rows:
+                out["grader_score"] = {side: None if out[side] is None else graders.reward(out[side], out["reference"])
+                                       for side in SIDES}
     return rows
+
+
+def _scores(row: dict[str, Any]) -> str:
+    """A row's grader scores, "0.50 → 1.00" (— for a side that did not answer)."""
+    scores = row.get("grader_score") or {}
+    return " → ".join("—" if scores.get(side) is None else f"{scores[side]:.2f}" for side in SIDES)
 
 
 def _count(report: dict[str, Any], side: str) -> str | None:
@@ -104,12 +119,14 @@ def markdown_table(rows: list[dict[str, Any]], limit: int = 100) -> list[str]:
     """The report.md section: a predictions table (the first `limit` rows; report.json has them all)."""
     if not rows:
         return []
-    lines = ["## Held-out predictions", "", "| # | prompt | reference | base | tuned | pass |", "|---|---|---|---|---|---|"]
+    graded = any("grader_score" in row for row in rows)
+    lines = ["## Held-out predictions", "", "| # | prompt | reference | base | tuned | pass |"
+             + (" graders (base → tuned) |" if graded else ""), "|---|---|---|---|---|---|" + ("---|" if graded else "")]
     for number, row in enumerate(rows[:limit], 1):
         cells = [clean(row.get(k)).replace("|", "\\|") if row.get(k) is not None else "—"
                  for k in ("prompt", "reference", *SIDES)]
         verdict = {True: "pass", False: "FAIL", None: "—"}[row.get("pass")]
-        lines.append(f"| {number} | " + " | ".join(cells) + f" | {verdict} |")
+        lines.append(f"| {number} | " + " | ".join(cells) + f" | {verdict} |" + (f" {_scores(row)} |" if graded else ""))
     if len(rows) > limit:
         lines.append(f"\n{len(rows) - limit} more rows in report.json (`predictions`).")
     return lines + [""]

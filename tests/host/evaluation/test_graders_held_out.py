@@ -1,5 +1,6 @@
 """The held-out report scores predictions with the spec's graders beside exact match and F1 (docs/evaluation.md
-"Graders in the report"): metrics per grader and overall, the verdict's grader score, report.md's table; a
+"Graders in the report"): metrics per grader and overall, the verdict's grader score, report.md's tables and
+each prediction's grader score; a
 regex grader's match on a hostile prediction is cut off by its time limit and scores 0; changing the graders
 re-runs no stage, only the report."""
 
@@ -32,6 +33,9 @@ def test_a_run_scores_held_out_predictions_with_the_graders_beside_exact_match(t
     assert last.startswith("held-out exact match 0/3 → 0/3 · grader score 1.00 → 1.00 · no gate configured"), last
     markdown = (run / "report.md").read_text()
     assert "| graders.city_number | 1 | 1 |" in markdown and "| grader_score | 1 | 1 |" in markdown
+    assert [row["grader_score"] for row in report["predictions"]] == [{"baseline": 1.0, "candidate": 1.0}] * 3
+    assert "| pass | graders (base → tuned) |" in markdown
+    assert sum(line.endswith("| FAIL | 1.00 → 1.00 |") for line in markdown.splitlines()) == 3
 
     # Only the graders change: every stage is reused, the report scores with the new ones.
     spec = graded_spec()

@@ -73,7 +73,8 @@ def test_run_prints_verdict_last_and_report_lists_predictions(tt, tmp_path):
     assert "## Held-out predictions" in shown and "| # | prompt | reference | base | tuned | pass |" in shown
     rows = [line for line in shown.splitlines() if line.startswith("| 1 |") or line.startswith("| 2 |")
             or line.startswith("| 3 |")]
-    assert len(rows) == 3 and rows[0].endswith("| pass |") and rows[1].endswith("| FAIL |"), rows
+    assert len(rows) == 3 and rows[0].endswith("| pass | 1.00 → 1.00 |"), rows
+    assert rows[1].endswith("| FAIL | 0.14 → 0.14 |"), rows  # mean of exact 0 and token F1 2/7 (the shared "1")
     assert "Capital of country 1?" in rows[1] and "[31mCity 1[0m" in rows[1]
     assert "\x1b" not in shown and "\x07" not in shown
     assert "…" in rows[2] and "and more " * 20 not in rows[2]  # a long reference is cut in the table
