@@ -204,3 +204,21 @@ def test_derived_graders_pass_their_own_references_and_rewards_stay_in_range(out
     for reference in outputs:
         assert 0.0 <= graders.reward(answer, reference) <= 1.0
         assert graders.passes(reference, reference)
+
+
+EVERY_KIND = [{"kind": "exact"}, {"kind": "token_f1"}, {"kind": "label", "labels": ["yes", "no"]},
+              {"kind": "regex", "pattern": r"\w+"}, {"kind": "number", "relative": 0.1}, {"kind": "max_chars", "max": 8},
+              {"kind": "valid_json"}, {"kind": "json_fields", "fields": ["k"]}, {"kind": "json_shape"},
+              {"kind": "json_values"}, {"kind": "json_schema", "schema": {"type": "object", "required": ["k"]}}]
+
+
+@settings(max_examples=200, deadline=None)
+@given(answer=st.one_of(TEXT, st.sampled_from(['{"k": 1}', '{"k": "x", "j": [1]}', "[[[[", "1e999", "-0.0"])),
+       reference=st.one_of(TEXT, st.sampled_from(["yes", '{"k": 2}', "12", "[1, 2]"])))
+def test_every_kind_scores_in_range_and_passes_exactly_at_its_threshold(answer, reference):
+    graders = from_spec(spec_with(["x"], EVERY_KIND))
+    assert set(KINDS) == {g.kind for g in graders.graders}
+    for grader in graders.graders:
+        value = grader.score(answer, reference)
+        assert 0.0 <= value <= 1.0 and grader.passes(answer, reference) == (value >= grader.pass_at)
+    assert 0.0 <= graders.reward(answer, reference) <= 1.0
