@@ -9,7 +9,8 @@ examples) and general set. Prompts are matched by `tt_host.spec.split.prompt_dig
 by row id (ids are positions, which move when examples are added).
 
 The result: the counts shared and not shared, each side's metrics re-scored on the shared prompts
-(tt_stagekit.scoring, as the host scores a run), and one warning per prompt one run trained on while the
+(tt_stagekit.scoring, as the host scores a run; on the held-out prompts also with the graders of the first
+run's spec.json, the one yardstick for both sides: `graders_from` names that run), and one warning per prompt one run trained on while the
 other held it out (or answered it in its general set). Nothing here writes.
 """
 
@@ -23,6 +24,7 @@ from typing import Any, Optional
 from tt_host.evaluation.scoring import read_predictions, score
 from tt_host.runs.store import RunDir
 from tt_host.spec.split import prompt_digest
+from tt_stagekit.graders import GraderError, GraderSet, from_spec
 
 GENERAL = "general"
 
@@ -74,6 +76,17 @@ def _example_references(run: Path) -> dict[str, str]:
             for e in spec.get("examples") or [] if isinstance(e, dict)}
 
 
+def _graders(run: Path) -> Optional[GraderSet]:
+    """The graders of the run's spec.json (declared or derived); None when it has no examples or they fail to load."""
+    spec = _json(run / "spec.json")
+    if not spec.get("examples"):
+        return None
+    try:
+        return from_spec(spec)
+    except (GraderError, ValueError, TypeError):
+        return None
+
+
 def _general_references(run: Path) -> dict[str, str]:
     policy = ((_json(run / "spec.json").get("evaluation") or {}).get("general_regression") or {})
     if not policy.get("dataset"):
@@ -123,7 +136,8 @@ def run_prompts(run: Path) -> RunPrompts:
     return out
 
 
-def _shared_metrics(a: RunPrompts, b: RunPrompts, shared: set[str], general: bool) -> dict[str, list]:
+def _shared_metrics(a: RunPrompts, b: RunPrompts, shared: set[str], general: bool,
+                    graders: Optional[GraderSet] = None) -> dict[str, list]:
     metrics: dict[str, list] = {}
     for name in sorted(set(a.sides) & set(b.sides)):
         if name.endswith(f".{GENERAL}") != general:
@@ -132,7 +146,8 @@ def _shared_metrics(a: RunPrompts, b: RunPrompts, shared: set[str], general: boo
         for run in (a, b):
             side = run.sides[name]
             ids = sorted(d for d in shared if d in side.predictions and d in side.references)
-            scored.append(score({d: side.predictions[d] for d in ids}, {d: side.references[d] for d in ids}, name))
+            scored.append(score({d: side.predictions[d] for d in ids}, {d: side.references[d] for d in ids}, name,
+                                None if general else graders))
         for key in sorted(set(scored[0]) | set(scored[1])):
             metrics[key] = [scored[0].get(key), scored[1].get(key)]
     return metrics
@@ -155,6 +170,7 @@ def _leaks(a: RunPrompts, b: RunPrompts, ids: tuple[str, str]) -> list[dict[str,
 def compare_prompts(first: Path, second: Path, ids: tuple[str, str]) -> dict[str, Any]:
     """{"held_out": {...}, "general": {...}, "warnings": [...]} for two runs (see the module docstring)."""
     a, b = run_prompts(first), run_prompts(second)
+    graders = _graders(first)
     out: dict[str, Any] = {}
     for key, general in (("held_out", False), (GENERAL, True)):
         left, right = (a.general, b.general) if general else (a.held_out, b.held_out)
@@ -162,6 +178,8 @@ def compare_prompts(first: Path, second: Path, ids: tuple[str, str]) -> dict[str
             continue
         shared = set(left) & set(right)
         out[key] = {"shared": len(shared), "only_first": len(set(left) - shared), "only_second": len(set(right) - shared),
-                    "metrics": _shared_metrics(a, b, shared, general)}
+                    "metrics": _shared_metrics(a, b, shared, general, graders)}
+        if not general and graders is not None:
+            out[key]["graders_from"] = ids[0]
     out["warnings"] = _leaks(a, b, ids)
     return out

@@ -36,6 +36,11 @@ def test_compare_reports_shared_prompts_their_metrics_and_a_leak_warning(tt, tmp
     assert part["metrics"]["candidate.count"] == [len(shared), len(shared)]
     assert part["metrics"]["candidate.exact_match"] == [0.0, 0.0]  # echo answers unseen prompts with the prompt
     assert data["metrics"]["candidate.count"] == [len(shared), len(held(after, "capitals"))]  # the reports' own
+    # the graders of the first run's spec score both sides (one yardstick): on the first run's own held-out
+    # prompts (all shared) its score is the one its report gave
+    assert part["graders_from"] == first.name
+    assert part["metrics"]["candidate.grader_score"][0] == data["metrics"]["candidate.grader_score"][0]
+    assert part["metrics"]["candidate.graders.token_f1"][1] is not None
     assert data["warnings"] == []
 
     # a run made with the old rule (no recorded split) compares the same: the requests say what was evaluated
