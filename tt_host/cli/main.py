@@ -23,7 +23,7 @@ from tt_host.cli import serve as serve_cli
 from tt_host.cli import status as status_cli
 from tt_host.cli.common import JsonOption, TTGroup, console, emit_json, escape, fail, load_plugins, show_table
 from tt_host.cli.running import (ConfigOption, QuietOption, SetOption, SPEC_DEFAULT, SpecArgument, VerboseOption,
-                                 print_errors, print_warnings, run_spec)
+                                 print_errors, print_graders, print_warnings, run_spec)
 
 app = typer.Typer(
     name="tt", no_args_is_help=True, add_completion=False, cls=TTGroup,
@@ -81,23 +81,10 @@ def validate(spec: Path = SpecArgument, config: Optional[Path] = ConfigOption, j
             first = row["messages"][1]["content"].splitlines()[0]
             console.print(f"- {first[:100]}{'…' if first != row['messages'][1]['content'] or len(first) > 100 else ''}",
                           markup=False)
-    _print_graders(loaded.grader_check)
+    print_graders(loaded.grader_check)
     console.print("System message:")
     console.print(compiled.system_message, markup=False)
     console.print(f"sha256 {compiled.system_message_sha256}")
-
-
-def _print_graders(check) -> None:
-    import json
-
-    how = f"derived from the outputs: {check.graders.derived_by}" if check.graders.derived_by else "declared"
-    console.print(f"Graders ({how}), each passing the examples' own outputs:", markup=False)
-    for grader in check.described():
-        settings = ", ".join(f"{k} {json.dumps(v)}" for k, v in grader.items()
-                             if k not in ("name", "kind", "pass_at") and not k.startswith("reference_"))
-        settings = settings if len(settings) <= 100 else settings[:99] + "…"
-        console.print(f"- {grader['name']} ({grader['kind']}{': ' + settings if settings else ''}): "
-                      f"{grader['reference_passed']}/{grader['reference_count']} references pass", markup=False)
 
 
 @app.command()

@@ -68,6 +68,20 @@ def load_valid(spec: Path, json_mode: bool, config: Optional[Path] = None, overr
     return plugins, loaded
 
 
+def print_graders(check) -> None:
+    """The spec's graders, one line each, with how many of the examples' own outputs each passes."""
+    import json
+
+    how = f"derived from the outputs: {check.graders.derived_by}" if check.graders.derived_by else "declared"
+    console.print(f"Graders ({how}), each passing the examples' own outputs:", markup=False)
+    for grader in check.described():
+        settings = ", ".join(f"{k} {json.dumps(v)}" for k, v in grader.items()
+                             if k not in ("name", "kind", "pass_at") and not k.startswith("reference_"))
+        settings = settings if len(settings) <= 100 else settings[:99] + "…"
+        console.print(f"- {grader['name']} ({grader['kind']}{': ' + settings if settings else ''}): "
+                      f"{grader['reference_passed']}/{grader['reference_count']} references pass", markup=False)
+
+
 def dry_run(loaded, resume: Optional[Path], json_mode: bool, only: Optional[frozenset[str]] = None,
             extra: Optional[dict[str, Any]] = None, device: Optional[str] = None) -> None:
     """Print what `tt run` would do with each stage (a baseline the cross-run cache holds as `reuse`); create
@@ -83,12 +97,15 @@ def dry_run(loaded, resume: Optional[Path], json_mode: bool, only: Optional[froz
 
         emit_json({"dry_run": True, **verdict([f"{d.stage}: {d.reason}" for d in decisions if d.action == "refuse"], 2),
                    "run_dir": str(run_dir), "exists": exists,
-                   "stages": [d.as_dict() for d in decisions], **(extra or {})})
+                   "stages": [d.as_dict() for d in decisions], **(extra or {}),
+                   **({"graders": loaded.grader_check.described()} if loaded.grader_check is not None else {})})
     else:
         console.print(f"{'resume' if exists else 'new run'}: {run_dir} (dry run: nothing was created)", markup=False)
         styles = {"refuse": "red", "reuse": "green", "skip": "dim", "leave": "dim", "rerun": "yellow"}
         show_table(("stage", "would", "why"),
                    [(d.stage, Text(d.action, style=styles.get(d.action, "cyan")), d.reason) for d in decisions])
+        if loaded.grader_check is not None:
+            print_graders(loaded.grader_check)
         if refused:
             err.print("[red]tt run would refuse:[/] use a new run directory, or undo the changes named above")
     raise typer.Exit(2 if refused else 0)

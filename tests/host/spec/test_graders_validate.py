@@ -57,6 +57,12 @@ def test_validate_lists_the_graders_and_their_pass_rate_on_the_references(tt, tm
     human = tt("validate", path, check=True).stdout
     assert "Graders (declared), each passing the examples' own outputs:" in human
     assert '- regex (regex: pattern "City \\\\d+", max_chars 20000): 10/10 references pass' in human
+    # the dry run shows the same graders, and creates nothing
+    code, plan = tt.json("run", path, "--dry-run")
+    assert code == 0 and plan["graders"] == out["graders"], plan
+    dry = tt("run", path, "--dry-run", check=True).stdout
+    assert "Graders (declared)" in dry and "- number (number" in dry
+    assert not (tmp_path / "s" / ".tuned-tensor").exists()
     del spec["evaluation"]
     code, out = tt.json("validate", write_spec(tmp_path / "s", spec))
     assert out["graders_derived_by"] == "text" and [g["name"] for g in out["graders"]] == ["exact", "token_f1"]
