@@ -24,6 +24,7 @@ from tt_host.cli import status as status_cli
 from tt_host.cli.common import JsonOption, TTGroup, console, emit_json, escape, fail, load_plugins, show_table
 from tt_host.cli.running import (ConfigOption, QuietOption, SetOption, SPEC_DEFAULT, SpecArgument, VerboseOption,
                                  print_errors, print_graders, print_warnings, run_spec)
+from tt_host.terminal import clean
 
 app = typer.Typer(
     name="tt", no_args_is_help=True, add_completion=False, cls=TTGroup,
@@ -48,11 +49,13 @@ def root(version: bool = typer.Option(False, "--version", callback=_version, is_
 
 
 @app.command()
-def validate(spec: Path = SpecArgument, config: Optional[Path] = ConfigOption, json_mode: bool = JsonOption) -> None:
-    """Validate a spec and show the compiled system message. Exit 2 when invalid."""
+def validate(spec: Path = SpecArgument, config: Optional[Path] = ConfigOption, overrides: list[str] = SetOption,
+             json_mode: bool = JsonOption) -> None:
+    """Validate a spec (with `--set` overrides, as `tt run` would read it) and show the compiled system message.
+    Exit 2 when invalid."""
     from tt_host.spec.loading import load_spec
 
-    loaded = load_spec(spec, load_plugins(), config=config)
+    loaded = load_spec(spec, load_plugins(), config=config, overrides=tuple(overrides))
     print_warnings(loaded)
     if not loaded.valid:
         print_errors(loaded, json_mode)
@@ -65,7 +68,7 @@ def validate(spec: Path = SpecArgument, config: Optional[Path] = ConfigOption, j
             "system_message": compiled.system_message, "system_message_sha256": compiled.system_message_sha256,
             "train_count": len(compiled.train_rows), "eval_count": len(compiled.eval_rows),
             "held_out": [row["messages"][1]["content"] for row in compiled.eval_rows],
-            "split_salt": compiled.split.salt,
+            "split_salt": compiled.split.salt, "overrides": loaded.overrides,
             # Node 0.13's keys (docs/json.md)
             "input_path": str(loaded.path), "config_path": str(loaded.config) if loaded.config else None,
             "behavior_spec_id": loaded.spec_id, "base_model": getattr(loaded.spec, "base_model", None),
@@ -75,6 +78,8 @@ def validate(spec: Path = SpecArgument, config: Optional[Path] = ConfigOption, j
         return
     console.print(f"[green]valid[/] {escape(str(loaded.path))} (engine {loaded.engine_name}): "
                   f"{len(compiled.train_rows)} training and {len(compiled.eval_rows)} held-out examples")
+    if loaded.overrides:
+        console.print("With " + " ".join(f"--set {clean(o)}" for o in loaded.overrides), markup=False)
     if compiled.eval_rows:
         console.print(f"Held out (split salt {compiled.split.salt!r}):", markup=False)
         for row in compiled.eval_rows:

@@ -26,9 +26,9 @@ ConfigOption = typer.Option(None, "--config", help="A Node CLI local-runner.json
 
 VerboseOption = typer.Option(False, "--verbose", help="Also print every line the stages write (stderr).")
 QuietOption = typer.Option(False, "--quiet", help="Print no progress on stderr (warnings and errors still).")
-SetOption = typer.Option([], "--set", metavar="KEY=VALUE", help="Override a spec field for this run (repeatable): "
+SetOption = typer.Option([], "--set", metavar="KEY=VALUE", help="Override a spec field for this command (repeatable): "
                          "KEY dotted (hyperparameters.learning_rate, examples.0.output), VALUE read as JSON when "
-                         "it parses, else a string. Recorded in the run and fingerprinted like the spec.")
+                         "it parses, else a string. A run records it and fingerprints it like the spec.")
 
 
 def print_warnings(loaded) -> None:
