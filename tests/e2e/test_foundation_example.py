@@ -1,5 +1,6 @@
 """examples/foundation runs end to end on CPU through `tt run` and reports every metric; the tuned model answers
-most held-out prompts exactly, and no held-out question is in its corpus."""
+most held-out prompts exactly, the verdict reads base → tuned, the replay loss is charted, and no held-out
+question is in its corpus."""
 
 from __future__ import annotations
 
@@ -49,6 +50,40 @@ def test_example_runs_end_to_end_on_cpu(tmp_path):
     assert config["architectures"] == ["LlamaForCausalLM"]
     held_out = {p["id"]: p["prediction"] for p in predictions}
     assert metrics["chat_eval.exact_match"] >= EXACT_MATCH_FLOOR, (metrics["chat_eval.exact_match"], held_out)
+
+
+def test_example_reports_base_to_tuned_and_the_replay_loss(tmp_path):
+    """The verdict reads base → tuned (the pretrained model, before SFT, answered the same held-out prompts), the
+    predictions table has both answers, and the replay loss is a series report.html charts beside the chat loss.
+    The same run as above at its size; a shorter SFT keeps it cheap (the figures are not checked here)."""
+    example = tmp_path / "example"
+    shutil.copytree(REPO / "examples" / "foundation", example, ignore=shutil.ignore_patterns(".tuned-tensor"))
+    run_dir = tmp_path / "run"
+    proc = tt(tmp_path, "run", example / "tunedtensor.json", "--device", "cpu", "--resume", run_dir,
+              "--set", "foundation.pretrain_steps=60", "--set", "foundation.finetune_steps=20",
+              "--set", "foundation.log_interval_steps=5")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads((run_dir / "report.json").read_text())
+    metrics = report["metrics"]
+    assert report["held_out_sides"] == {"baseline": "baseline", "candidate": "chat_eval"}, report.get("held_out_sides")
+    assert metrics["baseline.count"] == metrics["chat_eval.count"] == 11, metrics
+    base, tuned = round(metrics["baseline.exact_match"] * 11), round(metrics["chat_eval.exact_match"] * 11)
+    verdict = f"held-out exact match {base}/11 → {tuned}/11 · no gate configured"
+    assert report["verdict"].startswith(verdict), report["verdict"]
+    assert verdict in proc.stdout.strip().splitlines()[-1], proc.stdout[-500:]  # tt run's last line
+    assert verdict in (run_dir / "report.md").read_text().splitlines()[2]  # report.md's first line under its title
+    rows = report["predictions"]
+    assert len(rows) == 11 and all(isinstance(r["baseline"], str) and isinstance(r["candidate"], str) for r in rows)
+    replay = report_series(run_dir, "sft.corpus_loss")
+    assert [step for step, _ in replay] == list(range(1, 21)) and all(math.isfinite(v) for _, v in replay), replay
+    page = (run_dir / "report.html").read_text()
+    assert "corpus_loss (nats/token)" in page and "sft.corpus_loss" in page  # charted, with its unit
+    assert (run_dir / "report-sft-corpus_loss.svg").is_file()
+
+
+def report_series(run_dir, name: str) -> list:
+    """A series as the sft stage returned it to the host (its result.json), the one the report charts."""
+    return json.loads((run_dir / "sft" / "result.json").read_text())["series"][name]
 
 
 def test_no_held_out_question_is_in_the_corpus():

@@ -77,7 +77,7 @@ def test_more_examples_and_sft_steps_rerun_sft_onward_and_reuse_pretraining(done
     assert code == 0, plan
     actions = {s["stage"]: s["action"] for s in plan["stages"]}
     assert actions == {"tokenizer": "reuse", "token_cache": "reuse", "pretrain": "reuse", "bpb": "reuse",
-                       "sft": "rerun", "rl": "skip", "chat_eval": "rerun", "general_baseline": "skip"}, plan
+                       "sft": "rerun", "rl": "skip", "chat_eval": "rerun", "general_baseline": "rerun"}, plan
     sft_reason = next(s["reason"] for s in plan["stages"] if s["stage"] == "sft")
     assert "foundation.finetune_steps" in sft_reason and "examples" in sft_reason
     assert snapshot(original) == before_dry  # the dry run wrote nothing

@@ -22,7 +22,7 @@ def test_default_foundation_runs(tmp_path):
     out = json.loads(proc.stdout)
     ran = {name: stage.get("this_run") for name, stage in out["report"]["stages"].items()}
     assert {name for name, action in ran.items() if action == "ran"} == {
-        "tokenizer", "token_cache", "pretrain", "bpb", "sft", "chat_eval"}, ran
+        "tokenizer", "token_cache", "pretrain", "bpb", "sft", "chat_eval", "general_baseline"}, ran
     for step in ("bpb", "chat", "infer"):
         evaluation = json.loads((tmp_path / "run" / "evaluations" / f"{step}.json").read_text())
         assert evaluation["metrics"], (step, evaluation)

@@ -20,6 +20,7 @@ import pytest
 from tt_engine_foundation.testing import write_corpus
 
 STAGES = ["tokenizer", "token_cache", "pretrain", "bpb", "sft", "rl", "chat_eval"]
+MODULES = {"general_baseline": "chat_eval"}  # a stage whose module is another stage's (plugin.py STAGES)
 SYSTEM = "Answer with the sum only."
 
 
@@ -63,7 +64,7 @@ def make_request(run_dir: Path, stage: str, cfg: dict[str, Any], resume: bool = 
         "result_path": str(stage_dir / "result.json"),
         "spec": {"name": "t", "engine": "foundation", "foundation": cfg}, "spec_dir": str(run_dir.parent),
         "system_message": SYSTEM, "system_message_sha256": hashlib.sha256(SYSTEM.encode()).hexdigest(),
-        "train_rows": train_rows(), "eval_prompts": eval_prompts() if stage == "chat_eval" else [],
+        "train_rows": train_rows(), "eval_prompts": eval_prompts() if stage in ("chat_eval", "general_baseline") else [],
         "device": "cpu", "resume": resume, "fingerprint": "test", "stages": stages,
     }
     path = stage_dir / "request.json"
@@ -102,7 +103,8 @@ def run_stage(run_dir: Path, stage: str, cfg: dict[str, Any], resume: bool = Fal
     # nproc_per_node > 1: under the torchrun launcher, as tt starts it; signals then go to every process at
     # once (the agent and each rank, which run in sessions of their own), as a cgroup-wide stop sends them.
     group = int(cfg.get("nproc_per_node") or 1) > 1
-    args = stage_arguments({"nproc_per_node": cfg.get("nproc_per_node") or 1}, f"tt_engine_foundation.stages.{stage}")
+    module = MODULES.get(stage, stage)
+    args = stage_arguments({"nproc_per_node": cfg.get("nproc_per_node") or 1}, f"tt_engine_foundation.stages.{module}")
     proc = subprocess.Popen([sys.executable, *args, str(request)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, env=env, cwd=run_dir, start_new_session=group)
     events, lines, sent = [], [], False

@@ -2,7 +2,7 @@
 
 The rows are the token cache's own rows in a seeded order of their own, a pure function of the step; the
 corpus loss is split over ranks so that their sum is the single-process mean; the stage reports the corpus
-loss, records the token cache in its checkpoints, and a SIGTERM-and-resume ends byte-identical."""
+loss (every step's, as the series `sft.corpus_loss`, whole after a resume), records the token cache in its checkpoints, and a SIGTERM-and-resume ends byte-identical."""
 
 import json
 import shutil
@@ -86,8 +86,13 @@ def test_the_stage_reports_the_corpus_loss_and_records_the_token_cache(pretraine
     cfg, run, out = pretrained
     steps = [e for e in out.events if e.get("type") == "progress"]
     assert len(steps) == 10 and all(np.isfinite(e["metrics"]["corpus_loss"]) for e in steps)
-    metrics = json.loads((run / "sft/result.json").read_text())["metrics"]
+    result = json.loads((run / "sft/result.json").read_text())
+    metrics = result["metrics"]
     assert metrics["sft.corpus_rows_per_step"] == 3 and metrics["sft.final_corpus_loss"] == steps[-1]["metrics"]["corpus_loss"]
+    # the replay loss as a series beside the chat loss, one point per step (what report.html charts)
+    series = result["series"]
+    assert [s for s, _ in series["sft.corpus_loss"]] == [s for s, _ in series["sft.loss"]] == list(range(1, 11))
+    assert [v for _, v in series["sft.corpus_loss"]] == [e["metrics"]["corpus_loss"] for e in steps]
     recorded = json.loads((run / "sft/recovery/checkpoints/step-000000004/metadata.json").read_text())["config"]
     cache = json.loads((run / "pretrain/recovery/pretrain-tokens.manifest.json").read_text())["file"]["sha256"]
     assert recorded["finetune_corpus_rows"] == 3 and recorded["replay_token_cache_sha256"] == cache
@@ -110,3 +115,6 @@ def test_replay_changes_the_weights_and_sigterm_then_resume_is_byte_identical(tm
     assert resumed.code == 0, resumed.text
     assert any(m.startswith("SFT resumed from step-") for m in resumed.logs())
     assert (run / SFT_MODEL).read_bytes() == (ref / SFT_MODEL).read_bytes()
+    # the resumed stage reports every step's replay loss, those before the stop from its checkpoint
+    series = [json.loads((folder / "sft/result.json").read_text())["series"]["sft.corpus_loss"] for folder in (run, ref)]
+    assert series[0] == series[1] and len(series[0]) == cfg["finetune_steps"]

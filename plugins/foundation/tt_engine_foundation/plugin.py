@@ -130,14 +130,21 @@ def chat_eval_inputs(spec: FoundationSpec) -> Mapping[str, Any]:
     return _pick(spec, "sequence_length", "rl_steps", "bf16")
 
 
+def baseline_inputs(spec: FoundationSpec) -> Mapping[str, Any]:
+    """chat_eval's settings and what decides the base model: the tokenizer, token cache and pretraining inputs
+    (or init_model's digest). The fingerprint chains pretrain's anyway; these are for the cross-run baseline
+    cache's hint (tt_host.evaluation.baseline_cache), which omits earlier results, so that `tt run --dry-run`
+    never predicts reusing a base evaluation made with another pretraining (another depth, say)."""
+    if spec.foundation.init_model is not None:
+        base: Mapping[str, Any] = {"init_model": model_digest(spec.foundation.init_model)}
+    else:
+        base = {"tokenizer": tokenizer_inputs(spec), "token_cache": token_cache_inputs(spec),
+                "pretrain": pretrain_inputs(spec)}
+    return {**chat_eval_inputs(spec), "base_model": base}
+
+
 def _rl_enabled(spec: FoundationSpec) -> bool:
     return spec.foundation.rl_steps > 0
-
-
-def _baseline_enabled(spec: FoundationSpec) -> bool:
-    """The gate's baseline side runs when the spec has a general-regression set or lm-eval benchmarks."""
-    evaluation = spec.evaluation
-    return evaluation is not None and (evaluation.general_regression is not None or evaluation.benchmarks is not None)
 
 
 def _launch(module: str):
@@ -168,12 +175,13 @@ STAGES = (
     Stage("chat_eval", "tt_engine_foundation.stages.chat_eval", inputs=chat_eval_inputs, needs=("rl",), replaceable=True,
           evaluates="chat_eval", gets_train_rows=True, general="candidate", benchmarks=True,
           description="generate answers for the held-out prompts"),
-    # The pretrained model (before SFT; init_model when given) answers the general-regression set and scores
-    # the lm-eval benchmarks as the gate's baseline (docs/evaluation.md). Last, so that adding it changed no
-    # earlier fingerprint.
-    Stage("general_baseline", "tt_engine_foundation.stages.chat_eval", inputs=chat_eval_inputs, needs=("pretrain",),
-          replaceable=True, enabled=_baseline_enabled, gets_train_rows=True, general="baseline", benchmarks=True,
-          description="the gate's baseline: the pretrained model on the general-regression set and benchmarks"),
+    # The base model (pretrained, before SFT; init_model when given) answers the held-out prompts (the run's
+    # base side: base → tuned in its verdict) and, with a gate, the general-regression set and the lm-eval
+    # benchmarks as the gate's baseline (docs/evaluation.md). Last, so that adding it changed no earlier
+    # fingerprint.
+    Stage("general_baseline", "tt_engine_foundation.stages.chat_eval", inputs=baseline_inputs, needs=("pretrain",),
+          replaceable=True, evaluates="baseline", gets_train_rows=True, general="baseline", benchmarks=True,
+          description="the base model (before SFT) on the held-out prompts, and the gate's baseline"),
 )
 
 

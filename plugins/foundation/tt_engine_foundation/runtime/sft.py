@@ -140,7 +140,8 @@ def run_sft(
     replay: Optional[Replay] = None,
 ) -> list[tuple[int, float]]:
     """Fine-tune `model` in place; returns the (chat) losses. `stats` receives `trimmed_rows` (rows that lost
-    user text) and, with `replay`, `corpus_loss` (the last step's corpus loss)."""
+    user text) and, with `replay`, `corpus_loss` (the last step's corpus loss) and `corpus_losses` (every
+    step's, (step, loss) like the chat losses, kept in checkpoints so a resumed run reports them all)."""
     seq = cfg.sequence_length
     steps = cfg.finetune_steps
     examples, trimmed = build_examples(tok, rows, seq)
@@ -151,13 +152,16 @@ def run_sft(
     torch.manual_seed(cfg.seed + 1)
     optimizer = build_adamw(model, peak_lr, cfg.weight_decay, device)
     dist = distributed.context()
-    first, cursor, epoch, losses = 0, 0, 0, []
+    first, cursor, epoch, losses, corpus_losses = 0, 0, 0, [], []
+    if stats is not None and replay is not None:
+        stats["corpus_losses"] = corpus_losses
     saver = ckpt.Saver(checkpoints.directory, checkpoints.keep)
     choice = ckpt.choose(checkpoints.directory, None, checkpoints.fingerprint, checkpoints.config)
     if choice.path is not None:  # before DDP wraps the model: its start-up broadcast shares rank 0's weights
         position = ckpt.restore(choice.path, model, optimizer, device).scheduler
         first, cursor, epoch = position["step"], position["cursor"], position["epoch"]
         losses = [(int(s), float(v)) for s, v in position["losses"]]
+        corpus_losses[:] = [(int(s), float(v)) for s, v in position.get("corpus_losses", [])]
         log(f"SFT resumed from {choice.path.name} at step {first}/{steps}")
     net = distributed.wrap(model, device)
     clip = cfg.gradient_clip
@@ -167,7 +171,7 @@ def run_sft(
 
     def save(step: int) -> Path:
         position = {"kind": "sft_linear_decay", "step": step, "total": steps, "cursor": cursor, "epoch": epoch,
-                    "losses": [[s, v] for s, v in losses]}
+                    "losses": [[s, v] for s, v in losses], "corpus_losses": [[s, v] for s, v in corpus_losses]}
         state = ckpt.TrainerState(step=step, samples_consumed=step * batch, last_loss=losses[-1][1] if losses else None,
                                   scheduler=position)
         return ckpt.save(saver, model, optimizer, state, checkpoints.config, checkpoints.fingerprint)
@@ -213,6 +217,8 @@ def run_sft(
             if not np.isfinite(value):
                 raise StageError(f"SFT loss became {value} at step {step + 1}; lower foundation.finetune_learning_rate")
             losses.append((step + 1, value))
+            if replay is not None:
+                corpus_losses.append((step + 1, corpus_value))
             if on_step is not None:
                 on_step(step + 1, steps, value, lr)
             stop_now = stopping or (not dist.enabled and stop_requested())

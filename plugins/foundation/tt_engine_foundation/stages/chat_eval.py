@@ -1,13 +1,12 @@
 """Stages `chat_eval` and `general_baseline`: greedy batched generation with a KV cache.
 
-`chat_eval` uses the RL model when RL ran, else the SFT model, and answers the
-held-out prompts into predictions.jsonl rows `{"id", "prediction"}`; the host
-joins them to the references and scores. Both stages answer the
-general-regression prompts (`general_prompts`) into predictions-general.jsonl:
-`chat_eval` as the gate's candidate, `general_baseline` with the pretrained
-model (before SFT) as its baseline, with the same generation settings. With
-`evaluation.benchmarks` in the spec both then score their model with
-lm-evaluation-harness (stages.benchmarks) as the gate's two sides.
+`chat_eval` uses the RL model when RL ran, else the SFT model; `general_baseline` the base model SFT started
+from (this run's pretrained model, or `foundation.init_model`). Both answer the held-out prompts into
+predictions.jsonl rows `{"id", "prediction"}`, which the host joins to the references and scores: `chat_eval` as
+the tuned side, `general_baseline` as the base side (metrics `baseline.*`), so the run's verdict reads base →
+tuned. Both answer the general-regression prompts (`general_prompts`) into predictions-general.jsonl as the
+gate's candidate and baseline, with the same generation settings. With `evaluation.benchmarks` in the spec both
+then score their model with lm-evaluation-harness (stages.benchmarks) as the gate's two sides.
 """
 
 from __future__ import annotations
@@ -66,11 +65,10 @@ def main(request: FoundationRequest) -> StageResult:
     metrics: dict[str, Any] = {}
     predictions = general_predictions = scores = None
     answered = 0
-    if not baseline:
-        count = answer(list(request.eval_prompts), "predictions.jsonl")
-        answered += count
-        protocol.log(f"generated {count} predictions with the {source} model")
-        predictions, metrics = "predictions.jsonl", {"chat_eval.generated": count}
+    count = answer(list(request.eval_prompts), "predictions.jsonl")
+    answered += count
+    protocol.log(f"answered {count} held-out prompts with the {source} model")
+    predictions, metrics = "predictions.jsonl", {f"{request.stage}.generated": count}
     general = list(request.general_prompts)
     if general:
         count = answer(general, "predictions-general.jsonl")

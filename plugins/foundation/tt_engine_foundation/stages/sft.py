@@ -90,7 +90,9 @@ def main(request: FoundationRequest) -> StageResult:
     return StageResult(
         metrics=metrics,
         notes=tuple(notes),
-        series={"sft.loss": [[s, v] for s, v in losses]},
+        # the replayed rows' loss beside the chat loss: whether SFT keeps what pretraining taught (report.html charts it)
+        series={"sft.loss": [[s, v] for s, v in losses],
+                **({"sft.corpus_loss": [[s, v] for s, v in stats["corpus_losses"]]} if replay is not None else {})},
         outputs={"model": str(model_dir)},
         artifacts=(Artifact(kind="foundation-sft", path=str(model_dir), manifest=MANIFEST),),
     )
