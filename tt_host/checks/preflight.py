@@ -56,6 +56,20 @@ def _describe(info: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def environment_torch(engine: Engine, path: Path, info: dict[str, Any]) -> str:
+    """The environment's torch build as recorded when it was built (tt_host.engines.torch_build), and a note when
+    it is a CUDA build on a machine whose torch sees no CUDA device (docs/host.md "The torch build")."""
+    from tt_host.engines import envs
+    from tt_host.engines.torch_build import summary
+
+    record = envs.torch_record(engine, path)
+    if not record:
+        return ""
+    unused = (record.get("build") == "cuda" and not info.get("cuda_available")
+              and " (no CUDA device here: its GPU libraries go unused; docs/host.md \"The torch build\")")
+    return f"; environment: {summary(record)}{unused or ''}"
+
+
 def torch_device_check(engine: Engine, device: str, name: str) -> Check:
     """Whether torch in the engine's environment can compute on `device` (cpu, cuda, mps or auto)."""
     from tt_host.engines import envs
@@ -72,7 +86,7 @@ def torch_device_check(engine: Engine, device: str, name: str) -> Check:
     except (OSError, subprocess.SubprocessError, RuntimeError, json.JSONDecodeError) as exc:
         return Check(name, "fail", f"could not ask torch in {path} about device {device!r}: {exc}",
                      f"rebuild the environment: `tt engines prepare {engine.name}`")
-    detail = _describe(info)
+    detail = _describe(info) + environment_torch(engine, path, info)
     if device == "cuda" and not info.get("cuda_available"):
         wanted = info.get("torch_cuda")
         return Check(name, "fail", f"device 'cuda' asked for, but torch sees no usable CUDA device: {detail}",

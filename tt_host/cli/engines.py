@@ -26,6 +26,7 @@ def engine_rows() -> tuple[list[dict], list[dict]]:
             row["runtime_source"] = str(envs.runtime_source(engine)[1])
             path = envs.env_dir(engine)
             row.update(env_key=envs.env_key(engine), env_path=str(path), env_ready=envs.is_ready(path))
+            row["torch"] = envs.torch_record(engine, path) if row["env_ready"] else None
         except envs.EnvBuildError as exc:
             row["error"] = str(exc)
         rows.append(row)
@@ -43,10 +44,13 @@ def list_engines(json_mode: bool = JsonOption) -> None:
         return
     from rich.table import Table
 
-    table = Table("engine", "distribution", "runtime (project or shipped lock)", "env key", "env ready")
+    from tt_host.engines.torch_build import short
+
+    table = Table("engine", "distribution", "runtime (project or shipped lock)", "env key", "env ready", "torch")
     for row in rows:
         table.add_row(row["name"], f"{row['distribution']} {row['version']}", row["runtime_source"] or "-",
-                      row["env_key"] or f"[red]{row['error']}[/]", "yes" if row["env_ready"] else "no")
+                      row["env_key"] or f"[red]{row['error']}[/]", "yes" if row["env_ready"] else "no",
+                      short(row.get("torch")) if row["env_ready"] else "-")
     console.print(table)
     for problem in problems:
         err.print(f"[red]plugin {problem['plugin']!r} ({problem['distribution']} {problem['version']}) "
@@ -62,15 +66,24 @@ def prepare(
     """Build an engine's environment ahead of time."""
     from tt_host.engines import envs
 
+    from tt_host.engines.torch_build import summary
+
     engine = load_plugins().engine(name)
-    log = (lambda line: None) if json_mode else (lambda line: err.print(line, markup=False))
-    info = envs.ensure_env(engine, offline=offline or None, log=log)
+    if json_mode:  # quiet: one JSON object at the end
+        info = envs.ensure_env(engine, offline=offline or None)
+    else:  # packages and bytes as uv fetches them (tt_host.engines.build_progress)
+        from tt_host.engines.build_progress import BuildDisplay
+
+        with BuildDisplay(err, f"preparing the {name} environment") as show:
+            info = envs.ensure_env(engine, offline=offline or None, progress=show)
+    torch = envs.torch_record(engine, info.path)
     if json_mode:
         emit_json({"engine": info.engine, "key": info.key, "path": str(info.path), "python": str(info.python),
-                   "built": info.built, "seconds": round(info.seconds, 3)})
+                   "built": info.built, "seconds": round(info.seconds, 3), "torch": torch})
     else:
         verb = "built" if info.built else "already ready"
-        console.print(f"{name}: environment {verb} at {info.path} ({info.seconds:.1f}s)")
+        console.print(f"{name}: environment {verb} at {info.path} ({info.seconds:.1f}s); {summary(torch)}",
+                      markup=False, soft_wrap=True)
 
 
 @app.command()

@@ -48,6 +48,7 @@ from tt_host.engine import Engine
 from tt_host.fsutil import FileLock, LockHeld, NotARegularFile, open_regular, remove_tree, write_json_atomic
 from tt_host.ids import inside
 from tt_host.engines import runtime_lock
+from tt_host.engines.torch_build import describe_torch
 from tt_host.engines.uv import base_python, uv_command
 from tt_host.errors import EnvBuildError
 
@@ -143,8 +144,10 @@ def ensure_env(
     engine: Engine,
     offline: Optional[bool] = None,
     log: Callable[[str], None] = lambda line: None,
+    progress: Callable[[str], None] = lambda line: None,
 ) -> EnvInfo:
-    """Return a ready environment for the engine, building it first when needed."""
+    """Return a ready environment for the engine, building it first when needed. `log` gets tt's lines and
+    uv's; `progress` gets uv's output lines only (tt_host.engines.build_progress reads them)."""
     started = time.monotonic()
     key = env_key(engine)
     path = envs_root() / f"{engine.name}-{key}"
@@ -170,18 +173,46 @@ def ensure_env(
             log(f"removing incomplete environment {path}")
             shutil.rmtree(path)
         kind, source = runtime_source(engine)
+        both = _tee(log, progress)
         if kind == "project":
-            _uv_sync(engine, source, path, offline, log)
+            _uv_sync(engine, source, path, offline, both)
         else:
-            _from_lock(engine, source, path, offline, log)
+            _from_lock(engine, source, path, offline, both)
         write_json_atomic(
             path / MARKER,
             {"engine": engine.name, "key": key, "source": kind, "from": str(source),
              "interpreter": interpreter_tag(), "platform": platform_tag(),
-             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+             # the torch build the lock gave this platform (cpu or cuda), its wheel and the GPU libraries' size
+             "torch": describe_torch(path, lock_file(kind, source))},
         )
     hold(path)
     return EnvInfo(engine.name, key, path, env_python(path), True, time.monotonic() - started)
+
+
+def _tee(log: Callable[[str], None], progress: Callable[[str], None]) -> Callable[[str], None]:
+    def both(line: str) -> None:
+        log(line)
+        if not line.startswith("building environment "):  # tt's own line, not uv's
+            progress(line)
+    return both
+
+
+def lock_file(kind: str, source: Path) -> Path:
+    """The lock an environment is built from: the project's uv.lock, or the shipped pylock.toml itself."""
+    return source / "uv.lock" if kind == "project" else source
+
+
+def torch_record(engine: Engine, path: Path) -> Optional[dict]:
+    """The environment's torch build as its marker records it (read from the folder for an older marker)."""
+    marker = describe(path)
+    if "torch" in marker:
+        return marker["torch"]
+    try:
+        kind, source = runtime_source(engine)
+    except EnvBuildError:
+        return describe_torch(path)
+    return describe_torch(path, lock_file(kind, source))
 
 
 def _uv_sync(engine: Engine, project: Path, path: Path, offline: bool, log: Callable[[str], None]) -> None:

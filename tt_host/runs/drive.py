@@ -37,7 +37,7 @@ from tt_host.runs.observers import Observers
 from tt_host.runs.opening import RunRefused, check_run_path, claim_new_run_dir, open_run
 from tt_host.runs.plan import (Decision, decide, default_run_dir, kept_split, new_run_id, refusal, same_engine,
                                spec_digest)
-from tt_host.runs.progress import QuietReporter, problem_sink
+from tt_host.runs.progress import QuietReporter, build_display, problem_sink
 from tt_host.runs.report import build_report, write_report
 from tt_host.runs.verdict import prediction_rows
 from tt_host.runs.results import Tally, take_result
@@ -143,8 +143,8 @@ def _drive(start: _Start, plan: list[PlannedStage], decisions: list[Decision]) -
     write the report."""
     with _TermAsInterrupt():
         try:
-            start.reporter.message(f"preparing the {start.loaded.engine.name} environment…")
-            env = envs.ensure_env(start.loaded.engine, log=lambda line: None)
+            with build_display(start.reporter, f"preparing the {start.loaded.engine.name} environment") as show:
+                env = envs.ensure_env(start.loaded.engine, log=lambda line: None, progress=show)
             if env.built:
                 start.reporter.message(f"built environment {env.path.name} in {env.seconds:.0f}s")
         except KeyboardInterrupt:

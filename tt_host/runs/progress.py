@@ -7,8 +7,9 @@ the end instead).
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from typing import Any, Callable, Optional
+from typing import Any, Callable, ContextManager, Optional
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -91,6 +92,16 @@ def reporter(json_mode: bool, verbose: bool = False, quiet: bool = False) -> Qui
     if quiet or (json_mode and not verbose):
         return QuietReporter()
     return RichReporter(verbose=verbose)
+
+
+def build_display(reporter: QuietReporter, title: str) -> ContextManager[Callable[[str], None]]:
+    """An engine environment build's progress on the reporter's console (tt_host.engines.build_progress): a
+    status line with packages and bytes on a terminal; nothing under --json or --quiet."""
+    if isinstance(reporter, RichReporter):
+        from tt_host.engines.build_progress import BuildDisplay
+
+        return BuildDisplay(reporter.console, title)
+    return contextlib.nullcontext(lambda line: None)
 
 
 def problem_sink(reporter: QuietReporter) -> Callable[[str], None]:
