@@ -71,7 +71,10 @@ def test_example_reports_base_to_tuned_and_the_replay_loss(tmp_path):
     verdict = f"held-out exact match {base}/11 → {tuned}/11 · no gate configured"
     assert report["verdict"].startswith(verdict), report["verdict"]
     assert verdict in proc.stdout.strip().splitlines()[-1], proc.stdout[-500:]  # tt run's last line
-    assert verdict in (run_dir / "report.md").read_text().splitlines()[2]  # report.md's first line under its title
+    markdown = (run_dir / "report.md").read_text()
+    assert verdict in markdown.splitlines()[2]  # report.md's first line under its title
+    # Base versus tuned pairs the base side with the tuned one scored as chat_eval
+    assert f"| exact_match | {_fmt(metrics['baseline.exact_match'])} | {_fmt(metrics['chat_eval.exact_match'])} |" in markdown
     rows = report["predictions"]
     assert len(rows) == 11 and all(isinstance(r["baseline"], str) and isinstance(r["candidate"], str) for r in rows)
     replay = report_series(run_dir, "sft.corpus_loss")
@@ -79,6 +82,10 @@ def test_example_reports_base_to_tuned_and_the_replay_loss(tmp_path):
     page = (run_dir / "report.html").read_text()
     assert "corpus_loss (nats/token)" in page and "sft.corpus_loss" in page  # charted, with its unit
     assert (run_dir / "report-sft-corpus_loss.svg").is_file()
+
+
+def _fmt(value) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def report_series(run_dir, name: str) -> list:

@@ -52,11 +52,23 @@ def _fmt(value: Any) -> str:
     return html.escape(str(value))
 
 
+def _paired(report: dict[str, Any]) -> dict[str, Any]:
+    """The metrics, a held-out side scored under its stage's name (the foundation's tuned model as `chat_eval`,
+    report.json `held_out_sides`) shown under the side's, for each score the other side has too."""
+    metrics, sides = dict(report["metrics"]), report.get("held_out_sides") or {}
+    for side, other in (("baseline", "candidate"), ("candidate", "baseline")):
+        prefix, other_prefix = sides.get(side, side), sides.get(other, other)
+        for key in [k for k in metrics if prefix != side and k.startswith(prefix + ".")]:
+            if f"{other_prefix}.{key[len(prefix) + 1:]}" in metrics:
+                metrics.setdefault(f"{side}.{key[len(prefix) + 1:]}", metrics.pop(key))
+    return metrics
+
+
 def render_markdown(report: dict[str, Any], charts: list[tuple[str, str]]) -> str:
     lines = [f"# tt run {report['run_id']}", "", f"**{_fmt(report.get('verdict') or verdict_line(report))}**", "",
              f"- spec: **{_fmt(report.get('spec_name'))}**", f"- engine: `{report['engine']}`",
              f"- status: **{report['status']}**", ""]
-    metrics = dict(report["metrics"])
+    metrics = _paired(report)
     for left, right in COMPARE:
         names = sorted({k.split(".", 1)[1] for k in metrics if k.startswith(left + ".") or k.startswith(right + ".")})
         if names:
