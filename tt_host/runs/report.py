@@ -53,8 +53,8 @@ def _fmt(value: Any) -> str:
 
 
 def _paired(report: dict[str, Any]) -> dict[str, Any]:
-    """The metrics, a held-out side scored under its stage's name (the foundation's tuned model as `chat_eval`,
-    report.json `held_out_sides`) shown under the side's, for each score the other side has too."""
+    """The metrics, a held-out side scored under its stage's name (an engine's tuned model under its evaluating
+    stage's: report.json `held_out_sides`) shown under the side's, for each score the other side has too."""
     metrics, sides = dict(report["metrics"]), report.get("held_out_sides") or {}
     for side, other in (("baseline", "candidate"), ("candidate", "baseline")):
         prefix, other_prefix = sides.get(side, side), sides.get(other, other)
