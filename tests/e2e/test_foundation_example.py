@@ -68,8 +68,8 @@ def test_example_reports_base_to_tuned_and_the_replay_loss(tmp_path):
     assert report["held_out_sides"] == {"baseline": "baseline", "candidate": "chat_eval"}, report.get("held_out_sides")
     assert metrics["baseline.count"] == metrics["chat_eval.count"] == 11, metrics
     base, tuned = round(metrics["baseline.exact_match"] * 11), round(metrics["chat_eval.exact_match"] * 11)
-    verdict = f"held-out exact match {base}/11 → {tuned}/11 · no gate configured"
-    assert report["verdict"].startswith(verdict), report["verdict"]
+    verdict = f"held-out exact match {base}/11 → {tuned}/11"  # then the grader score, when graded, and the gate
+    assert report["verdict"].startswith(verdict) and " · no gate configured · " in report["verdict"], report["verdict"]
     assert verdict in proc.stdout.strip().splitlines()[-1], proc.stdout[-500:]  # tt run's last line
     markdown = (run_dir / "report.md").read_text()
     assert verdict in markdown.splitlines()[2]  # report.md's first line under its title
