@@ -3,8 +3,8 @@ tt_host.engines.build_progress) and is quiet under --json; the build records whi
 its wheel's size from the lock, the GPU libraries' size: tt_host.engines.torch_build) in its marker, which
 `tt engines prepare|list` show.
 
-The progress test builds the echo test engine's environment with an empty uv cache, so uv really downloads
-(pydantic-core, about 2 MB, from PyPI); the torch record is read from environment folders laid out as uv lays
+The progress tests build the echo test engine's environment with an empty uv cache, so uv really downloads
+(pydantic-core, about 2 MB, from PyPI), once through pipes and once on a real pseudo-terminal; the torch record is read from environment folders laid out as uv lays
 them (dist-info folders, library files) against the foundation engine's real locks.
 """
 
@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
+from conftest import TT_BIN
 from plugin_site import ECHO_SOURCE, add_distribution
 
 from tt_host.engines.envs import MARKER
@@ -86,3 +90,35 @@ def test_the_torch_build_and_its_wheel_size_are_read_from_the_environment_and_it
     assert cpu["build"] == "cpu" and cpu["gpu_libraries_bytes"] == 0 and cpu["wheel"] is None, cpu  # not in this lock
     assert describe_torch(tmp_path / "empty") is None
     assert describe_torch(fake_env(tmp_path / "rocm", "2.13.0+rocm6.4"))["build"] == "rocm"
+
+
+def read_pty(tt, *args: str) -> tuple[int, str]:
+    """`tt ARGS` with stdout and stderr on a real pseudo-terminal (160 columns); its exit status and what it
+    drew, escape sequences removed."""
+    master, slave = pty.openpty()
+    env = dict(tt.env, COLUMNS="160", TERM="xterm")
+    proc = subprocess.Popen([TT_BIN, *args], env=env, cwd=tt.cwd, stdin=subprocess.DEVNULL, stdout=slave,
+                            stderr=slave)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the terminal's other side closed
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    text = b"".join(chunks).decode("utf-8", "replace")
+    return proc.wait(timeout=300), re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\r", "\n", text)
+
+
+def test_on_a_terminal_the_build_is_one_status_line_with_packages_and_bytes(tt, tmp_path):
+    echo_copy(tmp_path, tt)
+    code, drawn = read_pty(tt, "engines", "prepare", "echo")
+    assert code == 0, drawn
+    status = [line for line in drawn.splitlines() if "preparing the echo environment: " in line]
+    assert any(" large packages, " in line and " MB downloaded" in line for line in status), drawn
+    assert not any(line.startswith("downloading pydantic-core") for line in drawn.splitlines()), drawn  # no log lines
+    assert "echo: environment built at " in drawn and "; no torch" in drawn, drawn
