@@ -51,8 +51,9 @@ def root(version: bool = typer.Option(False, "--version", callback=_version, is_
 @app.command()
 def validate(spec: Path = SpecArgument, config: Optional[Path] = ConfigOption, overrides: list[str] = SetOption,
              json_mode: bool = JsonOption) -> None:
-    """Validate a spec (with `--set` overrides, as `tt run` would read it) and show the compiled system message.
-    Exit 2 when invalid."""
+    """Validate a spec and show the compiled system message. Exit 2 when invalid.
+
+    With `--set KEY=VALUE`, the spec is checked as `tt run --set` would read it."""
     from tt_host.spec.loading import load_spec
 
     loaded = load_spec(spec, load_plugins(), config=config, overrides=tuple(overrides))
