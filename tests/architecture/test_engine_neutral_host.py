@@ -11,7 +11,11 @@ HOST = Path(__file__).resolve().parents[2] / "tt_host"
 SHIPPED = re.compile(r"\b(foundation|adapter)s?\b|tt_engine_(foundation|adapter)|tt-engine-(foundation|adapter)", re.I)
 # The one place tt_host may name a shipped engine: the engine a spec without `engine` is for. (A pipeline document's
 # runtime keyword is the one an engine declares in its record, `PipelineVocabulary.runtime`.)
-ALLOWED = {("spec/schema.py", 'DEFAULT_ENGINE = "adapter"')}
+ALLOWED = {("spec/schema.py", 'DEFAULT_ENGINE = "adapter"'),
+           # the option's name is the one vLLM users know (`--max-loras`) in tt's words (issue 43); its meaning
+           # is engine-neutral: models resident at once on one base (ServeRequest.max_resident)
+           ("cli/serve.py", 'max_resident: Optional[int] = typer.Option(None, "--max-adapters", help="Models kept '
+                            'loaded at once (least "')}
 
 
 def test_tt_host_source_names_no_shipped_engine():

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -192,3 +193,18 @@ a, b = load_file(sys.argv[1]), load_file(sys.argv[2])
 print(json.dumps({"same_keys": a.keys() == b.keys(), "count": len(a),
                   "max_diff": max(float((a[k] - b[k]).abs().max()) for k in a) if a.keys() == b.keys() else None}))
 """
+
+
+def ready_event(process: subprocess.Popen, what: str, timeout: float = 300) -> dict:
+    """The `ready` event a `tt serve --json` process prints (its stdout a pipe); kills it and fails naming `what`
+    when it ends or does not get ready in `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        event = json.loads(line) if line.startswith("{") else {}
+        if event.get("type") == "ready":
+            return event
+    process.kill()
+    raise AssertionError(f"{what} did not become ready: {process.stderr.read()[-4000:]}")

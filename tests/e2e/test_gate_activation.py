@@ -27,8 +27,8 @@ from typing import Iterator
 
 import pytest
 
-from adapter_support import (TT_BIN, engine_python, engine_run, run_resumed, shared_tiny_model, stage_starts, tt,
-                             tt_env, write_spec)
+from adapter_support import (TT_BIN, engine_python, engine_run, ready_event, run_resumed, shared_tiny_model,
+                             stage_starts, tt, tt_env, write_spec)
 
 REPO = Path(__file__).resolve().parents[2]
 GENERAL_SYSTEM = "You are a helpful assistant."
@@ -129,16 +129,7 @@ def test_gate_fails_on_worse_general_answers_activation_refuses_policy_reruns_re
 def _serve(home: Path, which: str) -> tuple[subprocess.Popen, dict]:
     process = subprocess.Popen([TT_BIN, "serve", which, "--port", "0", "--json"], env=tt_env(home), cwd=home,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            break
-        event = json.loads(line) if line.startswith("{") else {}
-        if event.get("type") == "ready":
-            return process, event
-    process.kill()
-    raise AssertionError(f"tt serve {which} did not become ready: {process.stderr.read()}")
+    return process, ready_event(process, f"tt serve {which}")
 
 
 OPENAI_ASK = r"""

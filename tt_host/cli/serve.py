@@ -79,8 +79,14 @@ def _apply_config(config: Path, log) -> None:
 
 def serve(
     ctx: typer.Context,
-    model: str = typer.Argument(..., help="Registered model id (or its unique prefix, ID@n too), `active`, `base` "
-                                          "(of the active model), run directory, or model folder (an export too)."),
+    model: Optional[list[str]] = typer.Argument(None, help="Registered model id (or its unique prefix, ID@n too), "
+                                                "`active`, `base` (of the active model), run directory, or model "
+                                                "folder (an export too). Several registered models of one base: "
+                                                "one server holding the base once."),
+    models_from: Optional[Path] = typer.Option(None, "--models-from", help="A file of registered model ids, one "
+                                               "per line (# comments), served together with any MODEL given."),
+    max_resident: Optional[int] = typer.Option(None, "--max-adapters", help="Models kept loaded at once (least "
+                                               "recently used evicted, reloaded on demand; default: all)."),
     host: str = typer.Option(default("host"), "--host", help="Address to bind; anything but loopback needs an API key."),
     port: int = typer.Option(default("port"), "--port", help="Port to bind (0: any free port)."),
     api_key: Optional[str] = typer.Option(None, "--api-key", envvar="TT_API_KEY", show_envvar=True,
@@ -125,7 +131,7 @@ def serve(
     With --json, stdout carries one JSON event per line, among them
     {"type": "ready", "url": ...} once the server answers.
     """
-    from tt_host.models.serve import ServeError, ServeOptions, plan, read_api_key_file, serve as run
+    from tt_host.models.serve import ServeError, ServeOptions, is_many, plan, read_api_key_file, serve as run
 
     def log(line: str, level: str = "info") -> None:
         if json_mode:
@@ -144,17 +150,22 @@ def serve(
                            allowed_hosts=tuple(allowed_host), default_max_tokens=default_max_tokens,
                            max_queue=max_queue, queue_timeout=queue_timeout, max_batch_tokens=max_batch_tokens,
                            max_connections=max_connections, default_temperature=temperature,
-                           default_top_p=top_p)
+                           default_top_p=top_p, max_resident=max_resident)
     if spec is not None and no_spec_prompt:
         raise ServeError("give --spec or --no-spec-prompt, not both")
     if config is not None:
         _apply_config(config, log)
     options = ServeOptions(request=request, api_key=api_key or None, spec_prompt=not no_spec_prompt,
                            offline=offline or None, system_message=_spec_message(spec, json_mode))
+    references = list(model or [])
+    if not references and models_from is None:
+        raise ServeError("give MODEL (or several registered models of one base, or --models-from FILE); see `tt models list`")
     if print_command:
         from tt_host.cli.common import emit_json
 
-        shown = plan(model, options)
+        if is_many(references, models_from, options):
+            raise ServeError("--print-command shows one model's server; give one MODEL")
+        shown = plan(references[0], options)
         if json_mode:
             emit_json(shown)
         else:
@@ -167,7 +178,7 @@ def serve(
 
     try:
         with os_errors_refused(json_mode):  # a path the OS refuses (a name too long): exit 2 naming it
-            code = run(model, options, on_event, log)
+            code = run(references, options, on_event, log, models_from)
     except KeyboardInterrupt:
         code = EXIT_INTERRUPTED
     raise typer.Exit(code)

@@ -38,11 +38,12 @@ import getpass
 import json
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from tt_host.errors import CorruptRecord, TTError
 from tt_host.models import registry
 from tt_host.fsutil import FileLock, append_line, sha256_file
+from tt_stagekit import activations
 
 HISTORY = "activations.jsonl"
 
@@ -63,32 +64,15 @@ def read_history() -> list[dict[str, Any]]:
         data = history_path().read_bytes()
     except FileNotFoundError:
         return []
-    lines = data.split(b"\n")
-    lines.pop()  # after the last newline: b"" or a torn last line
-    records = []
-    for number, line in enumerate(lines, 1):
-        try:
-            record = json.loads(line.decode("utf-8"))
-        except (ValueError, RecursionError):
-            record = None
-        if not isinstance(record, dict) or record.get("action") not in ("activate", "rollback") or (
-                record["action"] == "activate" and not isinstance(record.get("model"), str)):
-            raise CorruptRecord(f"{history_path()}:{number}", "not an activation record",
-                                "restore the file from a backup, or remove that line (the active model is then "
-                                "worked out without it) and check `tt models history`")
-        records.append(record)
+    records, bad = activations.parse(data)
+    if bad is not None:
+        raise CorruptRecord(f"{history_path()}:{bad}", "not an activation record",
+                            "restore the file from a backup, or remove that line (the active model is then "
+                            "worked out without it) and check `tt models history`")
     return records
 
 
-def _stack(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], Optional[dict[str, Any]]]:
-    """The activate records still on the stack (activate pushes, rollback pops) and the last record."""
-    stack: list[dict[str, Any]] = []
-    for record in records:
-        if record.get("action") == "activate":
-            stack.append(record)
-        elif record.get("action") == "rollback" and stack:
-            stack.pop()
-    return stack, (records[-1] if records else None)
+_stack = activations.replay  # the one replay, shared with the server that answers `model: "active"`
 
 
 def current() -> dict[str, Any]:

@@ -28,9 +28,12 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import os
+import json
 import subprocess
 import sys
 import tempfile
+import threading
+from types import SimpleNamespace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -175,20 +178,25 @@ def server_for(model: ResolvedModel) -> Engine:
                      "cannot be served; install one (tt engines list shows each engine's server)", exit_code=2)
 
 
-def run_process(command: list[str], env: dict[str, str], cwd: Path,
-                on_event: Callable[[dict[str, Any]], None]) -> tuple[int, bool, Optional[str]]:
+def run_process(command: list[str], env: dict[str, str], cwd: Path, on_event: Callable[[dict[str, Any]], None],
+                answer: Optional[Callable[[dict[str, Any]], dict[str, Any]]] = None) -> tuple[int, bool, Optional[str]]:
     """Run the server command until it stops: its stdout read as events, its stderr shown line by line, known-
-    harmless third-party lines of both only in the server log. Returns (exit code, signalled, reader error)."""
+    harmless third-party lines of both only in the server log. Returns (exit code, signalled, reader error).
+    `answer`: the server's `model_request` events are answered on its stdin, each in a thread of its own
+    (tt_host.models.serve_many.answer), never shown."""
     with _server_log() as server_log:
         process = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   stdin=subprocess.DEVNULL, start_new_session=True, text=True, bufsize=1,
-                                   errors="replace")
+                                   stdin=subprocess.PIPE if answer else subprocess.DEVNULL, start_new_session=True,
+                                   text=True, bufsize=1, errors="replace")
         out_noise, err_noise = NoiseFilter(), NoiseFilter()
+        replies = _Replies(process, answer) if answer else None
 
         def on_stdout(line: str) -> None:
             server_log.write(line if line.endswith("\n") else line + "\n")
             event = parse_event(line)
-            if not (event.get("raw") and out_noise.is_noise(line)):
+            if replies is not None and event.get("type") == "model_request":
+                replies.start(event)
+            elif not (event.get("raw") and out_noise.is_noise(line)):
                 on_event(event)
 
         def on_stderr(line: str) -> None:
@@ -210,14 +218,18 @@ def run_process(command: list[str], env: dict[str, str], cwd: Path,
 
 
 def run_server(model: ResolvedModel, options: ServeOptions, on_event: Callable[[dict[str, Any]], None],
-               log: Callable[[str], None]) -> int:
+               log: Callable[[str], None], many: Optional[tuple[list[ResolvedModel], list[Any]]] = None) -> int:
     """Serve until the server stops; returns the exit code (130 after Ctrl-C / SIGTERM). `serve` checked the
-    options."""
+    options. `many`: the models and ServedModels of a multi-model server (`model` is the first)."""
     engine = server_for(model)
     assert engine.serve is not None
     python = engine_python(engine.name, options.offline, log)
+    answer = None
     with tempfile.TemporaryDirectory(prefix="tt-serve-") as tmp:
-        request = build_request(model, options, log, Path(tmp) / "ready.json")
+        if many is None:
+            request = build_request(model, options, log, Path(tmp) / "ready.json")
+        else:
+            request, answer = _many_request(many, options, Path(tmp) / "ready.json")
         request_path = Path(tmp) / "serve-request.json"
         write_json_atomic(request_path, request.to_json())
         env = python_env(PYTHONUNBUFFERED="1")
@@ -225,12 +237,36 @@ def run_server(model: ResolvedModel, options: ServeOptions, on_event: Callable[[
         if options.api_key:
             env["TT_SERVE_API_KEY"] = options.api_key
         code, signalled, error = run_process(python_command(python, ["-m", engine.serve.module, str(request_path)]),
-                                             env, Path(tmp), on_event)
+                                             env, Path(tmp), on_event, answer)
     if error is not None and code == 0:  # reported when it happened; never a silent success
         return 1
     if code < 0 or (signalled and code in (0, EXIT_INTERRUPTED)):
         return EXIT_INTERRUPTED if signalled else 1
     return code
+
+
+class _Replies:
+    """Answers to the server's questions, written whole on its stdin (one JSON line each, under a lock)."""
+
+    def __init__(self, process: subprocess.Popen, answer: Callable[[dict[str, Any]], dict[str, Any]]):
+        self.process, self.answer, self.lock = process, answer, threading.Lock()
+
+    def start(self, event: dict[str, Any]) -> None:
+        threading.Thread(target=self._reply, args=(event,), daemon=True).start()
+
+    def _reply(self, event: dict[str, Any]) -> None:
+        try:
+            reply = self.answer(event)
+        except Exception as exc:  # never leave the server waiting on a question
+            reply = {"ref": event.get("ref"), "error": f"tt could not resolve it: {clean(str(exc))}", "status": 400}
+        line = json.dumps(reply, ensure_ascii=False) + "\n"
+        with self.lock:
+            try:
+                assert self.process.stdin is not None
+                self.process.stdin.write(line)
+                self.process.stdin.flush()
+            except (OSError, ValueError):  # the server is gone
+                pass
 
 
 class _Log:
@@ -270,13 +306,57 @@ def _server_log() -> _Log:
     return _Log()
 
 
-def serve(reference: str, options: ServeOptions, on_event: Callable[[dict[str, Any]], None],
-          log: Callable[[str], None]) -> int:
+def _many_request(many: tuple[list[ResolvedModel], list[Any]], options: ServeOptions,
+                  ready_file: Path) -> tuple[ServeRequest, Callable[[dict[str, Any]], dict[str, Any]]]:
+    """A multi-model server's request (each model its own system message, or --spec's, or none with
+    --no-spec-prompt) and the answer to its admin endpoint's questions."""
+    from tt_host.models import activation, serve_many
+
+    models, versions = many
+    base = serve_many.base_key(models[0])
+
+    def message(served: Any) -> Optional[str]:
+        if not options.spec_prompt:
+            return None
+        return options.system_message if options.system_message is not None else served.system_message
+
+    def answer(event: dict[str, Any]) -> dict[str, Any]:
+        reply = serve_many.answer(event, base)
+        if "model" in reply:
+            reply["model"]["system_message"] = message(SimpleNamespace(**reply["model"]))
+        return reply
+
+    request = dataclasses.replace(
+        options.request, model_path=str(models[0].base_model_path), adapter_path=None,
+        model_name=versions[0].name, system_message=None, ready_file=str(ready_file),
+        served_models=tuple(dataclasses.replace(v, system_message=message(v)) for v in versions),
+        activation_file=str(activation.history_path()), host_channel=True)
+    return request, answer
+
+
+def is_many(references: list[str], models_file: Optional[Path], options: ServeOptions) -> bool:
+    """Whether `tt serve` starts a multi-model server: several MODELs, --models-from or a resident bound."""
+    return len(references) != 1 or models_file is not None or options.request.max_resident is not None
+
+
+def serve(references: list[str], options: ServeOptions, on_event: Callable[[dict[str, Any]], None],
+          log: Callable[[str], None], models_file: Optional[Path] = None) -> int:
     from tt_host.models.references import resolve
 
     check_options(options)
-    model = resolve(reference)
+    many = None
+    if is_many(references, models_file, options):
+        from tt_host.models import serve_many
+
+        listed = [(r, f"MODEL {r!r}") for r in references]
+        listed += serve_many.read_models_file(models_file) if models_file is not None else []
+        if not listed:
+            raise ServeError("give MODEL or --models-from FILE")
+        many = serve_many.resolve_many(listed)
+        model = many[0][0]
+    else:
+        model = resolve(references[0])
     try:
-        return run_server(model, options, on_event, log)
+        return run_server(model, options, on_event, log, many)
     except ExportError as exc:
         raise ServeError(str(exc), exc.exit_code) from None

@@ -208,6 +208,19 @@ class StageResult:
 # ------------------------------------------------------------------ the serve request
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class ServedModel:
+    """One adapter a multi-adapter server serves on its base (`tt serve A B ...`, docs/serving.md "Many
+    adapters"): its registered id and version, its verified folder and the sha256 of its artifact-manifest.json
+    (the server loads it only while that digest and every file still match), and its spec's system message."""
+
+    name: str
+    path: str
+    manifest_sha256: str
+    version: Optional[int] = None
+    system_message: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class ServeRequest:
     """The request `tt serve` writes for an engine's server (docs/serving.md, docs/plugins.md `Serve`).
 
@@ -238,11 +251,19 @@ class ServeRequest:
     body_timeout: float = 30.0
     default_temperature: Optional[float] = None  # a request without `temperature` samples at this (null: 1.0)
     default_top_p: Optional[float] = None  # ... without `top_p` (null: 1.0)
+    served_models: tuple[ServedModel, ...] = ()  # several adapters on model_path (then adapter_path is null)
+    max_resident: Optional[int] = None  # adapters resident at once (least recently used evicted); null: all
+    activation_file: Optional[str] = None  # activations.jsonl: `model: "active"` is its active served adapter
+    host_channel: bool = False  # stdin carries the host's answers to `POST /admin/adapters` (tt serve sets it)
 
     def to_json(self) -> dict[str, Any]:
-        """The request file as `tt serve` writes it: keys in field order, `allowed_hosts` as a list."""
-        return {f.name: list(value) if isinstance(value := getattr(self, f.name), tuple) else value
-                for f in dataclasses.fields(ServeRequest)}
+        """The request file as `tt serve` writes it: keys in field order, tuples as lists."""
+        def plain(value: Any) -> Any:
+            if isinstance(value, tuple):
+                return [plain(item) for item in value]
+            return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+
+        return {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(ServeRequest)}
 
     def check_bounds(self) -> None:
         """InvalidInput (exit 2) naming the first limit out of its range."""
@@ -268,6 +289,13 @@ class ServeRequest:
             raise InvalidInput("serve request: 'header_timeout' must be a number of seconds between 0 and 3600")
         if not 1 <= self.max_connections <= 1000000:
             raise InvalidInput("--max-connections must be between 1 and 1000000")
+        if self.max_resident is not None and not 1 <= self.max_resident <= 4096:
+            raise InvalidInput("--max-adapters must be between 1 and 4096")
+        names = [(adapter.name, adapter.version) for adapter in self.served_models]
+        if len(set(names)) != len(names):
+            raise InvalidInput("serve request: 'served_models' names one model version twice")
+        if self.served_models and self.adapter_path:
+            raise InvalidInput("serve request: give 'adapter_path' or 'served_models', not both")
         for name in ("send_timeout", "body_timeout"):  # no option, as header_timeout
             if not 0 < getattr(self, name) <= 3600:
                 raise InvalidInput(f"serve request: {name!r} must be a number of seconds between 0 and 3600")

@@ -234,7 +234,7 @@ def test_serve_defaults_are_tt_serves():
     fields = {f.name: f.default for f in dataclasses.fields(C.ServeRequest)}
     shared = sorted(set(options) & set(fields))
     assert shared == ["default_max_tokens", "device", "host", "max_batch_tokens", "max_concurrency",
-                      "max_connections", "max_queue", "port", "queue_timeout"]
+                      "max_connections", "max_queue", "max_resident", "port", "queue_timeout"]
     assert {name: options[name] for name in shared} == {name: fields[name] for name in shared}
 
 
@@ -259,10 +259,15 @@ def test_tt_serve_writes_its_one_serve_request_and_the_server_reads_it_back(tmp_
         "ready_file": str(tmp_path / "ready.json"), "allowed_hosts": ["box.lan"], "default_max_tokens": None,
         "header_timeout": 10.0, "max_queue": 3, "queue_timeout": 60.0, "max_batch_tokens": None,
         "max_connections": 1000, "send_timeout": 30.0, "body_timeout": 30.0, "default_temperature": None,
-        "default_top_p": None}
+        "default_top_p": None, "served_models": [], "max_resident": None, "activation_file": None,
+        "host_channel": False}
     assert list(written) == [f.name for f in dataclasses.fields(C.ServeRequest)]
     assert key not in json.dumps(written)
     assert parse(C.ServeRequest, json.loads(json.dumps(written)), "serve request") == request
+    many = dataclasses.replace(request, served_models=(C.ServedModel(name="m-1", path="/v/1", manifest_sha256="a" * 64,
+                                                                     version=1, system_message="Be brief."),),
+                               max_resident=2, host_channel=True)
+    assert parse(C.ServeRequest, json.loads(json.dumps(many.to_json())), "serve request") == many
 
 
 @pytest.mark.parametrize("policy", [F.REFUSE, F.REPLACE, F.KEEP])

@@ -74,8 +74,9 @@ def check(raw: Any) -> ServeRequest:
     request.check_bounds()
     if not (Path(request.model_path) / "config.json").is_file():
         raise Refused(f"{request.model_path}: not a Hugging Face model folder (no config.json)")
-    if request.adapter_path is not None and not (Path(request.adapter_path) / "adapter_config.json").is_file():
-        raise Refused(f"{request.adapter_path}: not a PEFT adapter folder (no adapter_config.json)")
+    for adapter in [request.adapter_path] + [a.path for a in request.served_models]:
+        if adapter is not None and not (Path(adapter) / "adapter_config.json").is_file():
+            raise Refused(f"{adapter}: not a PEFT adapter folder (no adapter_config.json)")
     if not all(h.strip() for h in request.allowed_hosts or ()):
         raise Refused("serve request: 'allowed_hosts' must be a list of host names")
     check_api_key(os.environ.get("TT_SERVE_API_KEY"), request.host)
@@ -108,12 +109,14 @@ def serve(request: ServeRequest) -> int:
         signal.signal(sig, _interrupt)
     set_threads()
     max_connections = fitted_cap(request.max_connections, BACKLOG, raise_soft_limit(), log)
-    log(f"loading {request.model_path}" + (f" with adapter {request.adapter_path}" if request.adapter_path else ""))
+    log(f"loading {request.model_path}" + (f" with adapter {request.adapter_path}" if request.adapter_path else "")
+        + (f" with {len(request.served_models)} adapters" if request.served_models else ""))
     try:
         model = ChatModel(request.model_path, request.adapter_path, request.device or "auto",
                           default_max_tokens=request.default_max_tokens)
     except BadSetting as exc:
         raise Refused(str(exc)) from None
+    many = _many(model, request)
     signals: list[int] = []
     for sig in (signal.SIGINT, signal.SIGTERM):  # uvicorn re-raises the signal it shut down for, into these
         signal.signal(sig, lambda signum, frame: signals.append(signum))
@@ -124,7 +127,7 @@ def serve(request: ServeRequest) -> int:
                      bound_host=request.host, body_timeout=request.body_timeout,
                      allowed_hosts=list(request.allowed_hosts or ()),
                      sampling=(1.0 if request.default_temperature is None else request.default_temperature,
-                               1.0 if request.default_top_p is None else request.default_top_p))
+                               1.0 if request.default_top_p is None else request.default_top_p), many=many)
     sock = bind(request.host, request.port)
     host, port = sock.getsockname()[:2]
     url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
@@ -135,10 +138,29 @@ def serve(request: ServeRequest) -> int:
     logging.getLogger("asyncio").addFilter(AcceptErrorFilter())
     server = uvicorn.Server(config)
     ready = {"type": "ready", "url": url, "model": request.model_name, "pid": os.getpid(),
-             "context_length": model.context_length, "device": model.device}
+             "context_length": model.context_length, "device": model.device,
+             **({"models": [e.reference for e in many.catalog.entries()]} if many else {})}
     _announce(ready, request.ready_file)
     server.run(sockets=[sock])
     return EXIT_INTERRUPTED if signals or server.should_exit else EXIT_OK
+
+
+def _many(model: Any, request: ServeRequest) -> Any:
+    """A multi-adapter server's catalog and residency, the first `max_resident` adapters loaded (each checked
+    against its pinned manifest first: one that fails stops the start, exit 1); None for one model."""
+    if not request.served_models:
+        return None
+    from tt_engine_adapter.serve.adapters import Catalog, Residency
+    from tt_engine_adapter.serve.hostlink import host_link
+    from tt_engine_adapter.serve.many import Many
+
+    catalog = Catalog(request.served_models, request.activation_file)
+    residency = Residency(model, request.max_resident, catalog)
+    first = catalog.entries()[:request.max_resident or len(request.served_models)]
+    failed = residency.ensure(first, set())
+    if failed:
+        raise StageError("; ".join(reason for _, reason in failed))
+    return Many(catalog, residency, host_link(request.host_channel))
 
 
 def _announce(ready: dict[str, Any], ready_file: Optional[str]) -> None:

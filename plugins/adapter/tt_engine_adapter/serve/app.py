@@ -39,6 +39,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from tt_engine_adapter.serve.batching import DONE, Job, Scheduler, Started
+from tt_engine_adapter.serve.many import Many
 from tt_engine_adapter.serve.generation import ChatModel, Delta, Finish
 from tt_engine_adapter.serve.guard import HostCheck, HostPolicy, is_json, not_json
 from tt_engine_adapter.serve.request import ApiError, apply_system_message, parse_chat
@@ -118,7 +119,7 @@ class LoopPost:
 
 
 def _submit(scheduler: Scheduler, params: Any, prompt: list[int], max_new: int, cancel: threading.Event,
-            queue_timeout: float, lease: Lease) -> asyncio.Queue:
+            queue_timeout: float, lease: Lease, adapter: Any = None) -> asyncio.Queue:
     """Hand a request to the scheduler; its items arrive on the returned queue (delivered on this loop).
 
     The slot goes back as soon as the scheduler is done with the job (its DONE is delivered), whether or not
@@ -132,7 +133,7 @@ def _submit(scheduler: Scheduler, params: Any, prompt: list[int], max_new: int, 
         queue.put_nowait(item)
 
     scheduler.submit(Job(params, prompt, max_new, emit, cancel, time.monotonic() + queue_timeout,
-                         LoopPost(asyncio.get_running_loop())))
+                         LoopPost(asyncio.get_running_loop()), adapter))
     return queue
 
 
@@ -185,20 +186,25 @@ def create_app(model: ChatModel, *, model_name: str, system_message: Optional[st
                max_concurrency: int, max_queue: int = 0, queue_timeout: float = 60.0,
                max_batch_tokens: Optional[int] = None, bound_host: str = "127.0.0.1",
                allowed_hosts: Iterable[str] = (), body_timeout: float = BODY_TIMEOUT_SECONDS,
-               sampling: tuple[float, float] = (1.0, 1.0)) -> HostCheck:
+               sampling: tuple[float, float] = (1.0, 1.0), many: Optional[Many] = None) -> HostCheck:
     """The app; `max_concurrency` sequences decode together, `max_queue` more requests wait (then 429);
-    `sampling`: the (temperature, top_p) of a request that does not say."""
+    `sampling`: the (temperature, top_p) of a request that does not say; `many`: the adapters of a
+    multi-adapter server (`model_name` and `system_message` are then each adapter's own)."""
     slots = Slots(max_concurrency + max_queue)
     metrics = model.metrics
-    scheduler = Scheduler(model, max_concurrency, max_batch_tokens or max_concurrency * model.context_length)
+    scheduler = Scheduler(model, max_concurrency, max_batch_tokens or max_concurrency * model.context_length,
+                          many.residency if many else None)
     scheduler.start()
     created = int(time.time())
 
     def model_card() -> dict[str, Any]:
         return {"id": model_name, "object": "model", "created": created, "owned_by": "tt"}
 
+    def cards() -> list[dict[str, Any]]:
+        return [model_card()] if many is None else many.cards(created)
+
     async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+        return JSONResponse({"status": "ok", **(many.health() if many else {})})
 
     async def show_metrics(request: Request) -> Response:
         metrics.set("tt_serve_requests_accepted", slots.used)
@@ -208,10 +214,14 @@ def create_app(model: ChatModel, *, model_name: str, system_message: Optional[st
         return PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4")
 
     async def list_models(request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [model_card()]})
+        return JSONResponse({"object": "list", "data": cards()})
 
     async def get_model(request: Request) -> Response:
-        if request.path_params["model_id"] != model_name:
+        if many is not None:
+            card = next((c for c in cards() if c["id"] == request.path_params["model_id"]), None)
+            if card is not None:
+                return JSONResponse(card)
+        if request.path_params["model_id"] != model_name or many is not None:
             return error_response(ApiError(404, f"the model {request.path_params['model_id']!r} does not exist",
                                            "model", "model_not_found"))
         return JSONResponse(model_card())
@@ -228,12 +238,14 @@ def create_app(model: ChatModel, *, model_name: str, system_message: Optional[st
             chunks.append(chunk)
         return b"".join(chunks)
 
-    def prepare(raw: bytes) -> tuple[Any, list[int], int]:
-        """Parse, apply the system message, render and tokenize (a worker thread: CPU work off the loop)."""
-        params = parse_chat(raw, model_name, model.context_length, *sampling)
-        messages = apply_system_message(params.messages, system_message)
+    def prepare(raw: bytes) -> tuple[Any, list[int], int, Any]:
+        """Parse, pick the adapter, apply its system message, render and tokenize (a worker thread: CPU work off
+        the loop)."""
+        params = parse_chat(raw, None if many else model_name, model.context_length, *sampling)
+        adapter = many.catalog.find(params.model) if many else None  # resolved once: the whole answer is its
+        messages = apply_system_message(params.messages, adapter.spec.system_message if adapter else system_message)
         prompt, max_new = model.plan(params, messages)
-        return params, prompt, max_new
+        return params, prompt, max_new, adapter
 
     async def chat_completions(request: Request) -> Response:
         if not is_json(request.headers.get("content-type")):
@@ -250,7 +262,7 @@ def create_app(model: ChatModel, *, model_name: str, system_message: Optional[st
             except asyncio.TimeoutError:
                 raise ApiError(408, f"the request body did not arrive within {body_timeout:g} s", None,
                                "request_timeout") from None
-            params, prompt, max_new = await run_in_threadpool(prepare, raw)
+            params, prompt, max_new, adapter = await run_in_threadpool(prepare, raw)
         except ApiError as exc:
             lease.release()
             return error_response(exc)
@@ -261,7 +273,8 @@ def create_app(model: ChatModel, *, model_name: str, system_message: Optional[st
         watcher = asyncio.create_task(_watch_disconnect(request, cancel))
         streaming = False
         try:
-            queue = _submit(scheduler, params, prompt, max_new, cancel, queue_timeout, lease)
+            queue = _submit(scheduler, params, prompt, max_new, cancel, queue_timeout, lease, adapter)
+            answered_as = adapter.reference if adapter else model_name
             items = _batches(queue, cancel)
             first = await queue.get()  # Started, or an error / DONE while waiting (timeout, client gone)
             if first is not DONE and not isinstance(first, Started):
@@ -272,7 +285,7 @@ def create_app(model: ChatModel, *, model_name: str, system_message: Optional[st
             if params.stream:
                 watcher.cancel()  # the streaming response listens for the disconnect itself
                 streaming = True
-                return _StreamWithSlot(_sse(items, completion_id, stamp, model_name, params.include_usage), lease,
+                return _StreamWithSlot(_sse(items, completion_id, stamp, answered_as, params.include_usage), lease,
                                        cancel)
             text, finish = [], None
             async for batch in items:
@@ -291,7 +304,7 @@ def create_app(model: ChatModel, *, model_name: str, system_message: Optional[st
         if finish is None:  # the client went away; nobody reads this
             return error_response(ApiError(400, "the client closed the connection", None, "client_closed"))
         return JSONResponse({
-            "id": completion_id, "object": "chat.completion", "created": stamp, "model": model_name,
+            "id": completion_id, "object": "chat.completion", "created": stamp, "model": answered_as,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(text)},
                          "logprobs": None, "finish_reason": finish.reason}],
             "usage": _usage(finish),
@@ -314,6 +327,8 @@ def create_app(model: ChatModel, *, model_name: str, system_message: Optional[st
         Route("/v1/models/{model_id:path}", get_model, methods=["GET"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
     ]
+    if many is not None:
+        routes.append(Route("/admin/adapters", many.admin_route(read_body, body_timeout), methods=["POST"]))
     app = Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: server_error})
     return HostCheck(app, HostPolicy(bound_host, allowed_hosts), api_key)
 

@@ -67,6 +67,7 @@ class Job:
     deadline: float  # time.monotonic() by which it must have started
     post: Callable[[Callable[[], None]], None] = _call_now  # runs a callable on the consumer's side, thread-safe;
     # jobs whose `post`s are equal get one call per delivery for all their items
+    adapter: Optional[Any] = None  # a multi-adapter server's adapters.Entry: the LoRA this row runs with
 
     @property
     def reserve(self) -> int:
@@ -88,11 +89,12 @@ class _Row:
 class Scheduler:
     """The running batch and the queue in front of it; `submit` from any thread, `start` once."""
 
-    def __init__(self, model: ChatModel, max_batch: int, max_batch_tokens: int):
+    def __init__(self, model: ChatModel, max_batch: int, max_batch_tokens: int, residency: Optional[Any] = None):
         from transformers import DynamicCache
 
         self.model, self.torch, self.metrics = model, model.torch, model.metrics
         self.max_batch, self.max_batch_tokens = max_batch, max_batch_tokens
+        self.residency = residency  # adapters.Residency of a multi-adapter server: rows name their adapters
         self._cache_class = DynamicCache
         base = model.model.get_base_model() if hasattr(model.model, "get_base_model") else model.model
         accepted = inspect.signature(base.forward).parameters
@@ -142,6 +144,8 @@ class Scheduler:
             admitted = self._admit()
         try:
             self._drop_cancelled()
+            if self.residency is not None:
+                admitted = self._load_adapters(admitted)
             for group in prefill_groups(admitted):
                 self._guarded(group, lambda: self._prefill(group))
             if self._rows:
@@ -168,6 +172,7 @@ class Scheduler:
     def _admit(self) -> list[Job]:
         now, kept, admitted = time.monotonic(), deque(), []
         longest = max((r.job.reserve for r in self._rows), default=0)
+        in_use = {r.job.adapter.peft_name for r in self._rows if r.job.adapter is not None}
         while self._pending:
             job = self._pending.popleft()
             if job.cancel.is_set():
@@ -176,9 +181,13 @@ class Scheduler:
                 continue
             rows = len(self._rows) + len(admitted) + 1
             fits = not kept and rows <= self.max_batch and rows * max(longest, job.reserve) <= self.max_batch_tokens
+            if fits and job.adapter is not None and self.residency is not None:
+                fits = self.residency.fits(in_use, job.adapter)  # --max-adapters: wait for a resident place
             if fits:
                 admitted.append(job)
                 longest = max(longest, job.reserve)
+                if job.adapter is not None:
+                    in_use.add(job.adapter.peft_name)
             elif now > job.deadline:
                 self._send(job, ApiError(503, "the request waited longer than the server's --queue-timeout for a "
                                               "place in the running batch; retry shortly", None, "queue_timeout",
@@ -220,7 +229,7 @@ class Scheduler:
         cache = self._cache_class()
         with torch.inference_mode():
             out = self.model.model(**inputs.kwargs(), use_cache=True, **self._last_logits,
-                                   **{self._cache_kwarg: cache})
+                                   **{self._cache_kwarg: cache}, **self._adapter_names(jobs))
         self.metrics.add("tt_serve_prefills_total")
         self._take(rows, self.model.pick(out.logits[:, -1].float(), [job.params for job in jobs],
                                          [row.generator for row in rows]))
@@ -242,12 +251,33 @@ class Scheduler:
         cache = self._cache_class(ddp_cache_data=list(zip(batch.keys, batch.values)))
         with torch.inference_mode():
             out = self.model.model(**inputs.kwargs(), use_cache=True, **self._last_logits,
-                                   **{self._cache_kwarg: cache})
+                                   **{self._cache_kwarg: cache}, **self._adapter_names([r.job for r in rows]))
         self.metrics.add("tt_serve_decode_steps_total")
         self.metrics.high("tt_serve_batch_rows_max", len(rows))
         batch.keys, batch.values = layers(cache)
         self._take(rows, self.model.pick(out.logits[:, -1].float(), [row.job.params for row in rows],
                                          [row.generator for row in rows]))
+
+    def _adapter_names(self, jobs: list[Job]) -> dict[str, Any]:
+        """PEFT's per-row `adapter_names` of a multi-adapter batch (each row its own LoRA; none otherwise)."""
+        if self.residency is None:
+            return {}
+        names = [job.adapter.peft_name for job in jobs]
+        self.residency.check_loaded(names)
+        return {"adapter_names": names}
+
+    def _load_adapters(self, admitted: list[Job]) -> list[Job]:
+        """Make the admitted jobs' adapters resident (within --max-adapters, the running rows' kept); a job whose
+        adapter fails its manifest check gets 503 and leaves. Returns the jobs that can be prefilled."""
+        in_use = {row.job.adapter.peft_name for row in self._rows}
+        failed = dict(self.residency.ensure([job.adapter for job in admitted], in_use))
+        for job in admitted:
+            if job.adapter in failed:
+                self._send(job, ApiError(503, f"the adapter {job.adapter.reference} failed its manifest check and "
+                                              "is not loaded (the server log says why); restore its files",
+                                         "model", "adapter_unavailable", "server_error"))
+                self._send(job, DONE)
+        return [job for job in admitted if job.adapter not in failed]
 
     def _take(self, rows: list[_Row], tokens: list[int]) -> None:
         """Account each row's sampled token; send its text; mark a row done at a stop or its budget."""

@@ -48,6 +48,7 @@ class ChatParams:
     top_p: float = 1.0
     stop: list[str] = field(default_factory=list)
     seed: Optional[int] = None
+    model: str = ""  # as the request names it (a multi-adapter server resolves it: `adapters.Catalog.find`)
 
 
 def _bad(message: str, param: Optional[str] = None, code: Optional[str] = None) -> ApiError:
@@ -148,10 +149,11 @@ def _refuse_unsupported(body: dict[str, Any]) -> None:
             raise _bad(f"'{key}' is not supported by this server (only 0)", key)
 
 
-def parse_chat(raw: bytes, model_name: str, context_length: int, temperature: float = 1.0,
+def parse_chat(raw: bytes, model_name: Optional[str], context_length: int, temperature: float = 1.0,
                top_p: float = 1.0) -> ChatParams:
     """Parse and check a request body; raises ApiError (4xx) for anything wrong. `temperature`, `top_p`: the
-    server's defaults (`tt serve --temperature/--top-p`) for a request that leaves them out."""
+    server's defaults (`tt serve --temperature/--top-p`) for a request that leaves them out. `model_name` None:
+    any model name is taken here (a multi-adapter server resolves it itself)."""
     try:
         body = loads(raw)  # an integer thousands of digits long, deep nesting, a duplicated key: 400, not 500
     except JSONInputError as exc:
@@ -162,10 +164,11 @@ def parse_chat(raw: bytes, model_name: str, context_length: int, temperature: fl
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise _bad("'model' is required and must be a string", "model")
-    if model != model_name:
+    if model_name is not None and model != model_name:
         raise ApiError(404, f"the model {model!r} does not exist; this server serves {model_name!r}",
                        "model", "model_not_found")
-    params = ChatParams(messages=parse_messages(body.get("messages")), temperature=temperature, top_p=top_p)
+    params = ChatParams(messages=parse_messages(body.get("messages")), temperature=temperature, top_p=top_p,
+                        model=model)
 
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):

@@ -1,0 +1,227 @@
+"""Many adapters on one base in one server (docs/serving.md "Many adapters").
+
+In-process scheduler, driven one iteration at a time: four tiny adapters, trained once for this module to
+answer four different words (`testing.tiny_adapters`), answer in ONE mixed batch (PEFT's per-row
+`adapter_names`) exactly as each does served alone on the same base (`PeftModel.from_pretrained`, one adapter),
+token for token, each with its own system message and stop strings. Residency: `--max-adapters 2` keeps two
+loaded, evicts the least recently used, reloads on demand; an adapter whose files no longer match the pinned
+manifest is never loaded (its request gets 503, the others answer). The catalog: ids, `ID@n`, prefixes, and
+`active` read from the activation history at each request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tt_engine_adapter.serve.adapters import Catalog, Residency
+from tt_engine_adapter.serve.batching import DONE, Job, Scheduler
+from tt_engine_adapter.serve.generation import ChatModel, Delta, Finish
+from tt_engine_adapter.serve.request import ApiError, ChatParams, apply_system_message
+from tt_engine_adapter.testing.tiny_adapters import SYSTEMS, WORDS
+from tt_stagekit.contract import ServedModel
+
+PROMPTS = ["the film was great", "honestly the plot is dull", "the music felt lovely to me"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """(base folder, four adapter folders), trained once (seconds)."""
+    from tt_engine_adapter.testing.tiny_adapters import build as build_adapters
+    from tt_engine_adapter.testing.tiny_model import build
+
+    root = tmp_path_factory.mktemp("many")
+    base = build(root / "base", arch="llama", hidden=64, layers=2)
+    return base, build_adapters(base, root / "adapters", count=4)
+
+
+def _spec(folder: Path, k: int, version: int = 1) -> ServedModel:
+    digest = hashlib.sha256((folder / "artifact-manifest.json").read_bytes()).hexdigest()
+    return ServedModel(name=f"tuned-{WORDS[k]}", path=str(folder), manifest_sha256=digest, version=version,
+                         system_message=SYSTEMS[k])
+
+
+class Recording(Scheduler):
+    """The scheduler, recording every token each job's row picked (the parity is token for token)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.tokens: dict[int, list[int]] = {}
+
+    def _take(self, rows, tokens):
+        for row, token in zip(rows, tokens):
+            self.tokens.setdefault(id(row.job), []).append(token)
+        super()._take(rows, tokens)
+
+
+def _job(model: ChatModel, text: str, system: str, adapter=None, stop=("\u2603",)) -> tuple[Job, list]:
+    params = ChatParams(messages=[{"role": "user", "content": text}], temperature=0, max_tokens=8, stop=list(stop))
+    prompt, max_new = model.plan(params, apply_system_message(params.messages, system))
+    items: list = []
+    return Job(params, prompt, max_new, items.append, threading.Event(), time.monotonic() + 600,
+               adapter=adapter), items
+
+
+def _drain(scheduler: Scheduler) -> None:
+    scheduler._iteration()
+    while scheduler.running or scheduler._pending:
+        scheduler._iteration()
+
+
+def _answer(items: list) -> tuple:
+    text = "".join(i.text for i in items if isinstance(i, Delta))
+    finish = [(i.reason, i.completion_tokens) for i in items if isinstance(i, Finish)]
+    errors = [(i.status, i.code) for i in items if isinstance(i, ApiError)]
+    return text, finish, errors, items[-1] is DONE
+
+
+def _alone(base: Path, folder: Path, k: int, stop=("\u2603",)) -> list[tuple]:
+    """Each prompt answered by adapter k served alone (its own server's model: base + that one adapter)."""
+    model = ChatModel(str(base), str(folder), device="cpu")
+    out = []
+    for text in PROMPTS:
+        scheduler = Recording(model, max_batch=1, max_batch_tokens=model.context_length)
+        job, items = _job(model, text, SYSTEMS[k], stop=stop)
+        scheduler.submit(job)
+        _drain(scheduler)
+        out.append((scheduler.tokens[id(job)], _answer(items)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def alone(trained):
+    base, folders = trained
+    return [_alone(base, folder, k) for k, folder in enumerate(folders)]
+
+
+def _mixed(base: Path, specs: list[ServedModel], limit=None) -> tuple[Recording, Catalog, Residency, ChatModel]:
+    model = ChatModel(str(base), device="cpu")
+    catalog = Catalog(specs)
+    residency = Residency(model, limit, catalog)
+    residency.ensure(catalog.entries()[:limit or len(specs)], set())
+    return Recording(model, max_batch=16, max_batch_tokens=16 * model.context_length,
+                     residency=residency), catalog, residency, model
+
+
+def test_four_adapters_in_one_mixed_batch_answer_token_for_token_as_each_alone(trained, alone):
+    base, folders = trained
+    answers = {k: [a for _, a in alone[k]] for k in range(4)}
+    assert len({tuple(a[0] for a in answers[k]) for k in range(4)}) == 4, answers  # the adapters really differ
+    scheduler, catalog, _, model = _mixed(base, [_spec(folder, k) for k, folder in enumerate(folders)])
+    jobs = []
+    for i, text in enumerate(PROMPTS):  # interleaved: every batch mixes the four adapters
+        for k in range(4):
+            entry = catalog.find(f"tuned-{WORDS[k]}")
+            jobs.append((k, i, *_job(model, text, entry.spec.system_message, entry)))
+    for _, _, job, _ in jobs:
+        scheduler.submit(job)
+    before = model.metrics.snapshot()
+    _drain(scheduler)
+    assert model.metrics.snapshot()["tt_serve_batch_rows_max"] >= 12 > before.get("tt_serve_batch_rows_max", 0)
+    for k, i, job, items in jobs:
+        tokens, answer = alone[k][i]
+        assert scheduler.tokens[id(job)] == tokens, (WORDS[k], PROMPTS[i])
+        assert _answer(items) == answer, (WORDS[k], PROMPTS[i])
+
+
+def test_each_row_keeps_its_own_stop_strings_in_a_mixed_batch(trained, alone):
+    base, folders = trained
+    scheduler, catalog, _, model = _mixed(base, [_spec(folder, k) for k, folder in enumerate(folders)])
+    full = {k: alone[k][0][1][0] for k in range(4)}
+    cut = {0: full[0][2:4], 1: None}  # adapter 0 stops at a piece of its own answer; adapter 1 has no stop
+    jobs = []
+    for k in (0, 1):
+        entry = catalog.find(f"tuned-{WORDS[k]}")
+        stop = (cut[k],) if cut[k] else ("\u2603",)
+        jobs.append((k, *_job(model, PROMPTS[0], entry.spec.system_message, entry, stop=stop)))
+    for _, job, _ in jobs:
+        scheduler.submit(job)
+    _drain(scheduler)
+    text0, finish0, _, _ = _answer(jobs[0][2])
+    assert cut[0] and text0 == full[0][:full[0].index(cut[0])] and finish0[0][0] == "stop"
+    assert _answer(jobs[1][2]) == alone[1][0][1]
+
+
+def test_max_adapters_evicts_the_least_recently_used_and_reloads_it_on_demand(trained, alone, capfd):
+    base, folders = trained
+    scheduler, catalog, residency, model = _mixed(base, [_spec(folder, k) for k, folder in enumerate(folders)],
+                                                  limit=2)
+    assert [e.spec.name for e in residency.resident] == ["tuned-alpha", "tuned-bravo"]
+    order = [2, 0, 3, 1, 2, 2, 0]
+    jobs = []
+    for k in order:  # all submitted together: at most two adapters run at once, the others wait their turn
+        entry = catalog.find(f"tuned-{WORDS[k]}")
+        jobs.append((k, *_job(model, PROMPTS[1], entry.spec.system_message, entry)))
+    for _, job, _ in jobs:
+        scheduler.submit(job)
+    _drain(scheduler)
+    for k, job, items in jobs:
+        assert _answer(items) == alone[k][1][1], WORDS[k]
+    assert len(residency.resident) == 2 and residency.evictions >= 3
+    assert len(model.model.peft_config) == 2
+    logged = capfd.readouterr().err
+    assert logged.index("adapter tuned-bravo@1 evicted (least recently used)") < logged.index("tuned-charlie@1 loaded")
+    assert "adapter tuned-charlie@1 loaded; resident 2 of 2 (--max-adapters)" in logged
+
+
+def test_an_adapter_failing_its_manifest_check_is_never_loaded(trained, alone, tmp_path):
+    import shutil
+
+    base, folders = trained
+    broken = tmp_path / "broken"
+    shutil.copytree(folders[3], broken)
+    specs = [_spec(folders[0], 0), _spec(broken, 3)]
+    scheduler, catalog, residency, model = _mixed(base, specs, limit=1)
+    weights = broken / "adapter_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-8] + b"\0" * 8)  # same size, other bytes
+    good, bad = catalog.find("tuned-alpha"), catalog.find("tuned-delta@1")
+    jobs = [_job(model, PROMPTS[0], good.spec.system_message, good),
+            _job(model, PROMPTS[0], bad.spec.system_message, bad)]
+    for job, _ in jobs:
+        scheduler.submit(job)
+    _drain(scheduler)
+    assert _answer(jobs[0][1]) == alone[0][0][1]
+    assert _answer(jobs[1][1]) == ("", [], [(503, "adapter_unavailable")], True)
+    assert [e.spec.name for e in residency.resident] == ["tuned-alpha"] and bad.peft_name not in model.model.peft_config
+
+
+def test_catalog_names_ids_versions_prefixes_and_the_active_model(tmp_path):
+    specs = [ServedModel(name="capitals-2026-adapter", path="/a", manifest_sha256="1" * 64, version=1),
+             ServedModel(name="capitals-2026-adapter", path="/b", manifest_sha256="2" * 64, version=2),
+             ServedModel(name="cities-2026-adapter", path="/c", manifest_sha256="3" * 64, version=1)]
+    history = tmp_path / "activations.jsonl"
+    catalog = Catalog(specs, str(history))
+    assert catalog.find("capitals-2026-adapter").spec.path == "/b"  # an id alone: its highest served version
+    assert catalog.find("capitals-2026-adapter@1").spec.path == "/a"
+    assert catalog.find("cit").spec.path == "/c" and catalog.find("cap@1").spec.path == "/a"
+    for name, words in [("c", "begins several"), ("zzz", "not served"), ("capitals-2026-adapter@3", "not served")]:
+        with pytest.raises(ApiError) as caught:
+            catalog.find(name)
+        assert caught.value.status == 404 and words in caught.value.message
+    with pytest.raises(ApiError, match="no model is active"):
+        catalog.find("active")
+
+    def record(**fields):
+        with open(history, "a") as handle:
+            handle.write(json.dumps(fields) + "\n")
+
+    record(action="activate", model="cities-2026-adapter", version=1, manifest_sha256="3" * 64)
+    assert catalog.find("active").spec.path == "/c"
+    record(action="activate", model="capitals-2026-adapter", version=1, manifest_sha256="1" * 64)
+    assert catalog.find("active").spec.path == "/a"
+    record(action="rollback", model="cities-2026-adapter")
+    assert catalog.find("active").spec.path == "/c"
+    record(action="activate", model="capitals-2026-adapter", version=2, manifest_sha256="f" * 64)  # other bytes
+    with pytest.raises(ApiError, match="not served here"):
+        catalog.find("active")
+    # a same-name reload with another digest replaces the entry: a new PEFT name, never the old weights
+    old = catalog.find("capitals-2026-adapter@2")
+    entry, how = catalog.add(ServedModel(name="capitals-2026-adapter", path="/b2", manifest_sha256="f" * 64,
+                                           version=2))
+    assert how == "replaced" and entry.peft_name != old.peft_name and catalog.find("active") is entry
+    assert catalog.add(entry.spec)[1] == "unchanged"

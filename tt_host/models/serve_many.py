@@ -1,0 +1,135 @@
+"""`tt serve A B ...` / `--models-from FILE`: several registered models served on one base, in one server (host side).
+
+Each MODEL is a registered model (its id, unique prefix, `ID@n` or `active`; never a folder: a version is what
+pins the weights), resolved and verified as `tt serve MODEL` does (tt_host.models.references). All must be
+models of a kind served on its base (`SERVE_ON_BASE`) (a model served on its own is served alone, one per server) trained on the
+same base: the same base name, revision and content fingerprint as recorded in their manifests (verified
+files); any other is refused (exit 2) naming it and the base it was trained on. The server gets each as a
+`ServedModel` pinned by the sha256 of its artifact-manifest.json, and answers its admin endpoint by
+asking this process (`answer`), which resolves among registered models only, with the same checks.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tt_host.engine import SERVE_ON_BASE
+from tt_host.errors import TTError
+from tt_host.models import registry
+from tt_host.models.references import ModelRefError, ResolvedModel, registered_id, resolve_active, resolve_registered
+from tt_host.terminal import clean
+from tt_stagekit.contract import ServedModel
+
+MAX_MODELS = 1024
+MAX_LINE = 1000
+
+
+class ManyError(TTError):
+    """The set of models cannot be served together (exit 2)."""
+
+    exit_code = 2
+
+
+def read_models_file(path: Path) -> list[tuple[str, str]]:
+    """(reference, "FILE:line") of each model listed in `path`: one id per line; blank lines and lines starting
+    with `#` are skipped. Read as data: exit 2 naming FILE:line for a line that is not one plain name."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ManyError(f"--models-from {path}: cannot read it ({exc.strerror or exc})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ManyError(f"--models-from {path}: not UTF-8 text (byte {exc.start})") from None
+    found = []
+    for number, line in enumerate(text.split("\n"), 1):
+        where = f"{path}:{number}"
+        name = line.strip()
+        if not name or name.startswith("#"):
+            continue
+        if len(name) > MAX_LINE or any(c.isspace() or not c.isprintable() for c in name):
+            raise ManyError(f"{where}: give one model id per line (found {clean(name[:80])!r})")
+        if name.startswith(("/", ".", "~")):
+            raise ManyError(f"{where}: {clean(name[:80])!r} is a path; a multi-model server takes registered "
+                            "model ids only (`tt models list`)")
+        found.append((name, where))
+        if len(found) > MAX_MODELS:
+            raise ManyError(f"{where}: more than {MAX_MODELS} models")
+    if not found:
+        raise ManyError(f"--models-from {path}: no model id in it (one per line)")
+    return found
+
+
+def base_key(model: ResolvedModel) -> tuple:
+    """What identifies the base a model was trained on: its manifest's base name, revision and fingerprint."""
+    base = model.manifest.get("base_model") if isinstance(model.manifest.get("base_model"), dict) else {}
+    return (base.get("name"), base.get("revision"), base.get("fingerprint"))
+
+
+def _describe(key: tuple) -> str:
+    name, revision, fingerprint = key
+    return f"{clean(str(name))}" + (f" at {revision}" if revision else "") + \
+        (f" (fingerprint {str(fingerprint)[:12]})" if fingerprint else "")
+
+
+def served_model(reference: str) -> tuple[ResolvedModel, ServedModel]:
+    """A registered model served on a base (id, unique prefix, `ID@n` or `active`), verified, as the server is handed it."""
+    if Path(reference).expanduser().exists() and reference not in ("active",):
+        raise ModelRefError(f"{reference!r} is a folder; a multi-model server takes registered model ids only "
+                            "(`tt models list`), so every model it serves is a pinned version")
+    if reference == "active":
+        model = resolve_active()
+        reference = model.model_id
+    else:
+        model = resolve_registered(reference)
+    entry = registry.get_version(registered_id(reference))
+    if entry is None or model.form != SERVE_ON_BASE:
+        raise ManyError(f"{model.model_id} is a {model.kind} model, not one served on its base: a model of "
+                        "another kind is served alone (`tt serve MODEL`), one per server")
+    return model, ServedModel(name=model.model_id, path=str(model.path), manifest_sha256=entry["manifest_sha256"],
+                                version=entry.get("version"), system_message=model.system_message)
+
+
+def resolve_many(references: list[tuple[str, str]]) -> tuple[list[ResolvedModel], list[ServedModel]]:
+    """Each (reference, where) resolved and checked to share one base; ManyError (exit 2) naming the ones that
+    do not, or a version given twice."""
+    models, versions, seen = [], [], {}
+    for reference, where in references:
+        try:
+            model, served = served_model(reference)
+        except (ModelRefError, ManyError) as exc:
+            raise type(exc)(f"{where}: {exc}", exit_code=exc.exit_code) from None
+        key = (served.name, served.version)
+        if key in seen:
+            raise ManyError(f"{where}: {served.name}@{served.version} is already given ({seen[key]})")
+        seen[key] = where
+        models.append(model)
+        versions.append(served)
+    first = base_key(models[0])
+    others = [(m, w) for m, (_, w) in zip(models, references) if base_key(m) != first]
+    if others:
+        named = "; ".join(f"{clean(m.model_id)} ({w}) is trained on {_describe(base_key(m))}" for m, w in others)
+        raise ManyError(f"one server serves models of one base: {clean(models[0].model_id)} is trained on "
+                        f"{_describe(first)}, but {named}; serve those with another `tt serve`")
+    return models, versions
+
+
+def answer(event: dict[str, Any], base: tuple) -> dict[str, Any]:
+    """The host's answer to the server's `model_request` event (its admin endpoint): the registered
+    model it names, verified and on the served base, or an error with its HTTP status."""
+    ref, reference = event.get("ref"), event.get("model")
+    if not isinstance(reference, str) or not reference or reference == "active":
+        return {"ref": ref, "error": "give a registered model id or ID@n", "status": 400}
+    try:
+        model, served = served_model(reference)
+    except ModelRefError as exc:
+        return {"ref": ref, "error": clean(str(exc)), "status": 404 if exc.exit_code == 2 else 422}
+    except TTError as exc:
+        return {"ref": ref, "error": clean(str(exc)), "status": 409}
+    if base_key(model) != base:
+        return {"ref": ref, "error": f"{clean(model.model_id)} is trained on {_describe(base_key(model))}, not on "
+                                     f"this server's base {_describe(base)}", "status": 409}
+    return {"ref": ref, "model": {"name": served.name, "path": served.path, "version": served.version,
+                                  "manifest_sha256": served.manifest_sha256,
+                                  "system_message": served.system_message}}
