@@ -16,7 +16,7 @@ from typing import Any
 
 from tt_host.engine import SERVE_ON_BASE
 from tt_host.errors import TTError
-from tt_host.models import registry
+from tt_host.models import activation, registry
 from tt_host.models.references import ModelRefError, ResolvedModel, registered_id, resolve_active, resolve_registered
 from tt_host.terminal import clean
 from tt_stagekit.contract import ServedModel
@@ -78,11 +78,13 @@ def served_model(reference: str) -> tuple[ResolvedModel, ServedModel]:
     if Path(reference).expanduser().exists() and reference not in ("active",):
         raise ModelRefError(f"{reference!r} is a folder; a multi-model server takes registered model ids only "
                             "(`tt models list`), so every model it serves is a pinned version")
-    if reference == "active":
-        model = resolve_active()
-        reference = model.model_id
-    else:
-        model = resolve_registered(reference)
+    if reference == "active":  # the active version (not its id's latest), verified against what was activated
+        state = activation.current()
+        if state["model"] is None:
+            raise ModelRefError("`active`: no model is active (`tt models active`); give a model id")
+        resolve_active()
+        reference = activation.active_reference(state)
+    model = resolve_registered(reference)
     entry = registry.get_version(registered_id(reference))
     if entry is None or model.form != SERVE_ON_BASE:
         raise ManyError(f"{model.model_id} is a {model.kind} model, not one served on its base: a model of "

@@ -1,0 +1,127 @@
+"""Bench: 8 clients over 4 adapters on ONE server, against 4 single-adapter servers, against one server of one
+adapter: answers per second and resident memory (issue 43; docs/performance.md "Many adapters").
+
+    <adapter env>/bin/python bench/serve_many.py [--hidden 512] [--layers 8] [--clients 8] [--per-client 12]
+        [--max-tokens 16] [--threads 1]
+
+Builds a Llama-style base (`hidden` x `layers`, random weights, large enough that its weights show in the
+resident memory), trains four adapters on it (`testing.tiny_adapters`), then runs three setups, one after the
+other, each with `--clients` client processes sending `--per-client` greedy requests (`max_tokens`):
+
+- `many`: one server (`served_models`: the four adapters), client k asks adapter k % 4;
+- `separate`: four servers, each one adapter (`adapter_path`), client k asks server k % 4;
+- `single`: one server of one adapter, every client asks it.
+
+Every server runs with `TT_NUM_THREADS=--threads` and 8 sequences per batch. Prints one JSON object per setup
+(answers, seconds, answers/s, every server's VmRSS and their sum in MiB, the load average before and after)
+and a summary: many/single throughput and many/separate memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import multiprocessing
+import os
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def _client(args: tuple[str, str, int, int, int]) -> int:
+    import urllib.request
+
+    url, model, per_client, max_tokens, k = args
+    answered = 0
+    for i in range(per_client):
+        body = json.dumps({"model": model, "temperature": 0, "max_tokens": max_tokens,
+                           "messages": [{"role": "user", "content": f"review {k}-{i}: the film was great"}]}).encode()
+        request = urllib.request.Request(f"{url}/v1/chat/completions", body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=600) as reply:
+            answered += reply.status == 200 and bool(json.loads(reply.read())["choices"])
+    return answered
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _drive(targets: list[tuple[str, str]], clients: int, per_client: int, max_tokens: int) -> tuple[int, float]:
+    jobs = [(*targets[k % len(targets)], per_client, max_tokens, k) for k in range(clients)]
+    _drive_once(targets, max_tokens)  # warm every server and adapter once
+    started = time.perf_counter()
+    with multiprocessing.get_context("spawn").Pool(clients) as pool:
+        answered = sum(pool.map(_client, jobs))
+    return answered, time.perf_counter() - started
+
+
+def _drive_once(targets: list[tuple[str, str]], max_tokens: int) -> None:
+    for k, target in enumerate(targets):
+        _client((*target, 1, max_tokens, k))
+
+
+def _setup(name: str, servers: list, targets: list[tuple[str, str]], args: argparse.Namespace) -> dict:
+    load_before = Path("/proc/loadavg").read_text().strip()
+    answered, seconds = _drive(targets, args.clients, args.per_client, args.max_tokens)
+    rss = [round(_rss_mib(s.process.pid), 1) for s in servers]
+    return {"setup": name, "servers": len(servers), "answers": answered, "seconds": round(seconds, 2),
+            "answers_per_s": round(answered / seconds, 3), "rss_mib": rss, "rss_total_mib": round(sum(rss), 1),
+            "loadavg_before": load_before, "loadavg_after": Path("/proc/loadavg").read_text().strip()}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hidden", type=int, default=512)
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--per-client", type=int, default=12)
+    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    os.environ["TT_NUM_THREADS"] = str(args.threads)
+
+    from tt_engine_adapter.testing import serving
+    from tt_engine_adapter.testing.tiny_adapters import SYSTEMS, build as build_adapters
+    from tt_engine_adapter.testing.tiny_model import build
+
+    with tempfile.TemporaryDirectory(prefix="tt-bench-many-") as tmp:
+        root = Path(tmp)
+        base = build(root / "base", arch="llama", hidden=args.hidden, layers=args.layers)
+        folders = build_adapters(base, root / "adapters", count=4, steps=20)
+        served = [{"name": f"tuned-{k}", "path": str(folder), "version": 1, "system_message": SYSTEMS[k],
+                   "manifest_sha256": hashlib.sha256((folder / "artifact-manifest.json").read_bytes()).hexdigest()}
+                  for k, folder in enumerate(folders)]
+        results = []
+        common = {"max_concurrency": 8, "max_queue": 64}
+        with serving.start(root / "many", base, model_name="tuned-0", served_models=served, **common) as server:
+            results.append(_setup("many", [server], [(server.url, f"tuned-{k}@1") for k in range(4)], args))
+        servers = [serving.start(root / f"separate-{k}", base, adapter_path=folder, model_name=f"tuned-{k}",
+                                 system_message=SYSTEMS[k], **common) for k, folder in enumerate(folders)]
+        try:
+            results.append(_setup("separate", servers, [(s.url, f"tuned-{k}") for k, s in enumerate(servers)], args))
+        finally:
+            for s in servers:
+                s.stop()
+        with serving.start(root / "single", base, adapter_path=folders[0], model_name="tuned-0",
+                           system_message=SYSTEMS[0], **common) as server:
+            results.append(_setup("single", [server], [(server.url, "tuned-0")], args))
+    for result in results:
+        print(json.dumps(result))
+    by = {r["setup"]: r for r in results}
+    print(json.dumps({"summary": True, "many_vs_single_throughput": round(by["many"]["answers_per_s"]
+                                                                        / by["single"]["answers_per_s"], 3),
+                      "many_vs_separate_memory": round(by["many"]["rss_total_mib"]
+                                                       / by["separate"]["rss_total_mib"], 3),
+                      "many_vs_single_memory": round(by["many"]["rss_total_mib"] / by["single"]["rss_total_mib"], 3),
+                      "args": vars(args)}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

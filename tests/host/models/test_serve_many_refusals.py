@@ -1,0 +1,51 @@
+"""`tt serve A B ...` / `--models-from FILE` refusals that need no engine environment (echo engine, fast).
+
+The file is data: a line with spaces or control characters inside, a path, an unknown id, a
+file that is not UTF-8 or lists nothing: exit 2 naming FILE:line (or the file), nothing started. Several MODELs
+must be registered models served on a base: a folder, or a model served on its own (the echo engine's), is
+refused naming it. The terminal never shows a control character from the file.
+"""
+
+from __future__ import annotations
+
+from conftest import echo_spec, write_spec
+
+
+def _model(tt, tmp_path, steps: int) -> str:
+    code, out = tt.json("run", write_spec(tmp_path / f"s{steps}", echo_spec(steps=steps)))
+    assert code == 0, out
+    return out["report"]["models"][0]["id"]
+
+
+def test_a_models_file_is_data_and_every_bad_line_is_named(tt, tmp_path):
+    first = _model(tt, tmp_path, 2)
+    listed = tmp_path / "models.txt"
+    cases = [
+        (f"# ours\n{first}\n\n{first} extra\n", ":4", "one model id per line"),
+        (f"{first}\n/etc/passwd\n", ":2", "is a path"),
+        (f"{first}\nbad\x1b[31mred\n", ":2", "one model id per line"),
+        ("# first\nno-such-model-anywhere\n", ":2", "no-such-model-anywhere"),
+        ("# nothing\n\n", "", "no model id in it"),
+    ]
+    for text, line, words in cases:
+        listed.write_text(text)
+        proc = tt("serve", "--models-from", listed, "--port", "0", timeout=120)
+        assert proc.returncode == 2 and f"{listed}{line}" in proc.stderr and words in proc.stderr, (text, proc.stderr)
+        assert "\x1b" not in proc.stderr
+    listed.write_bytes(b"\xff\xfe\n")
+    proc = tt("serve", "--models-from", listed, "--port", "0", timeout=120)
+    assert proc.returncode == 2 and "not UTF-8" in proc.stderr
+
+
+def test_several_models_must_be_registered_models_served_on_one_base(tt, tmp_path):
+    first, second = _model(tt, tmp_path, 2), _model(tt, tmp_path, 3)
+    proc = tt("serve", first, second, "--port", "0", timeout=120)
+    assert proc.returncode == 2 and first in proc.stderr and "served alone" in proc.stderr, proc.stderr
+    folder = tmp_path / "a-folder"
+    folder.mkdir()
+    proc = tt("serve", str(folder), first, "--port", "0", timeout=120)
+    assert proc.returncode == 2 and "registered model ids only" in proc.stderr, proc.stderr
+    proc = tt("serve", "--port", "0", timeout=120)
+    assert proc.returncode == 2 and "--models-from" in proc.stderr
+    proc = tt("serve", first, second, "--max-adapters", "0", "--port", "0", timeout=120)
+    assert proc.returncode == 2 and "--max-adapters must be between 1 and 4096" in proc.stderr
