@@ -13,7 +13,8 @@ other, each with `--clients` client processes sending `--per-client` greedy requ
 - `single`: one server of one adapter, every client asks it.
 
 Every server runs with `TT_NUM_THREADS=--threads` and 8 sequences per batch. Prints one JSON object per setup
-(answers, seconds, answers/s, every server's VmRSS and their sum in MiB, the load average before and after)
+(answers, seconds, answers/s, completion tokens and tokens/s: the adapters' answers differ in length, so
+tokens/s is the fairer rate; every server's VmRSS and their sum in MiB, the load average before and after)
 and a summary: many/single throughput and many/separate memory.
 """
 
@@ -31,18 +32,21 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def _client(args: tuple[str, str, int, int, int]) -> int:
+def _client(args: tuple[str, str, int, int, int]) -> tuple[int, int]:
+    """(answers, completion tokens) of one client's requests."""
     import urllib.request
 
     url, model, per_client, max_tokens, k = args
-    answered = 0
+    answered = tokens = 0
     for i in range(per_client):
         body = json.dumps({"model": model, "temperature": 0, "max_tokens": max_tokens,
                            "messages": [{"role": "user", "content": f"review {k}-{i}: the film was great"}]}).encode()
         request = urllib.request.Request(f"{url}/v1/chat/completions", body, {"Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=600) as reply:
-            answered += reply.status == 200 and bool(json.loads(reply.read())["choices"])
-    return answered
+            answer = json.loads(reply.read())
+            answered += reply.status == 200 and bool(answer["choices"])
+            tokens += answer["usage"]["completion_tokens"]
+    return answered, tokens
 
 
 def _rss_mib(pid: int) -> float:
@@ -52,13 +56,14 @@ def _rss_mib(pid: int) -> float:
     return 0.0
 
 
-def _drive(targets: list[tuple[str, str]], clients: int, per_client: int, max_tokens: int) -> tuple[int, float]:
+def _drive(targets: list[tuple[str, str]], clients: int, per_client: int,
+           max_tokens: int) -> tuple[int, int, float]:
     jobs = [(*targets[k % len(targets)], per_client, max_tokens, k) for k in range(clients)]
     _drive_once(targets, max_tokens)  # warm every server and adapter once
     started = time.perf_counter()
     with multiprocessing.get_context("spawn").Pool(clients) as pool:
-        answered = sum(pool.map(_client, jobs))
-    return answered, time.perf_counter() - started
+        counts = pool.map(_client, jobs)
+    return sum(a for a, _ in counts), sum(t for _, t in counts), time.perf_counter() - started
 
 
 def _drive_once(targets: list[tuple[str, str]], max_tokens: int) -> None:
@@ -68,10 +73,11 @@ def _drive_once(targets: list[tuple[str, str]], max_tokens: int) -> None:
 
 def _setup(name: str, servers: list, targets: list[tuple[str, str]], args: argparse.Namespace) -> dict:
     load_before = Path("/proc/loadavg").read_text().strip()
-    answered, seconds = _drive(targets, args.clients, args.per_client, args.max_tokens)
+    answered, tokens, seconds = _drive(targets, args.clients, args.per_client, args.max_tokens)
     rss = [round(_rss_mib(s.process.pid), 1) for s in servers]
     return {"setup": name, "servers": len(servers), "answers": answered, "seconds": round(seconds, 2),
-            "answers_per_s": round(answered / seconds, 3), "rss_mib": rss, "rss_total_mib": round(sum(rss), 1),
+            "answers_per_s": round(answered / seconds, 3), "completion_tokens": tokens,
+            "tokens_per_s": round(tokens / seconds, 2), "rss_mib": rss, "rss_total_mib": round(sum(rss), 1),
             "loadavg_before": load_before, "loadavg_after": Path("/proc/loadavg").read_text().strip()}
 
 
@@ -116,6 +122,7 @@ def main() -> int:
     by = {r["setup"]: r for r in results}
     print(json.dumps({"summary": True, "many_vs_single_throughput": round(by["many"]["answers_per_s"]
                                                                         / by["single"]["answers_per_s"], 3),
+                      "many_vs_single_tokens_per_s": round(by["many"]["tokens_per_s"] / by["single"]["tokens_per_s"], 3),
                       "many_vs_separate_memory": round(by["many"]["rss_total_mib"]
                                                        / by["separate"]["rss_total_mib"], 3),
                       "many_vs_single_memory": round(by["many"]["rss_total_mib"] / by["single"]["rss_total_mib"], 3),
