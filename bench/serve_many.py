@@ -16,6 +16,10 @@ Every server runs with `TT_NUM_THREADS=--threads` and 8 sequences per batch. Pri
 (answers, seconds, answers/s, completion tokens and tokens/s: the adapters' answers differ in length, so
 tokens/s is the fairer rate; every server's VmRSS and their sum in MiB, the load average before and after)
 and a summary: many/single throughput and many/separate memory.
+
+`--forward-only` measures what a mixed batch costs instead, with no server: one decode forward of `--clients`
+rows (one token each) with one adapter, with `adapter_names` naming one adapter for every row, and with the
+four adapters mixed (ms, the mean of 30).
 """
 
 from __future__ import annotations
@@ -81,6 +85,33 @@ def _setup(name: str, servers: list, targets: list[tuple[str, str]], args: argpa
             "loadavg_before": load_before, "loadavg_after": Path("/proc/loadavg").read_text().strip()}
 
 
+def _forwards(base: Path, folders: list[Path], rows: int) -> dict:
+    import torch
+    from peft import PeftModel
+
+    from tt_engine_adapter.runtime import model_source
+
+    torch.set_num_threads(int(os.environ["TT_NUM_THREADS"]))
+    model = PeftModel.from_pretrained(model_source.load_model(str(base), "cpu", torch.float32), str(folders[0]),
+                                      adapter_name="a0")
+    for k, folder in enumerate(folders[1:], 1):
+        model.load_adapter(str(folder), adapter_name=f"a{k}")
+    model.eval()
+    ids = torch.randint(0, 400, (rows, 1))
+
+    def timed(**names) -> float:
+        with torch.inference_mode():
+            model(input_ids=ids, **names)
+            started = time.perf_counter()
+            for _ in range(30):
+                model(input_ids=ids, **names)
+        return round((time.perf_counter() - started) / 30 * 1000, 2)
+
+    return {"rows": rows, "one_adapter_ms": timed(), "names_one_adapter_ms": timed(adapter_names=["a0"] * rows),
+            "names_four_mixed_ms": timed(adapter_names=[f"a{i % len(folders)}" for i in range(rows)]),
+            "loadavg": Path("/proc/loadavg").read_text().strip()}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hidden", type=int, default=512)
@@ -89,6 +120,7 @@ def main() -> int:
     parser.add_argument("--per-client", type=int, default=12)
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--forward-only", action="store_true")
     args = parser.parse_args()
     os.environ["TT_NUM_THREADS"] = str(args.threads)
 
@@ -100,6 +132,9 @@ def main() -> int:
         root = Path(tmp)
         base = build(root / "base", arch="llama", hidden=args.hidden, layers=args.layers)
         folders = build_adapters(base, root / "adapters", count=4, steps=20)
+        if args.forward_only:
+            print(json.dumps(_forwards(base, folders, args.clients)))
+            return 0
         served = [{"name": f"tuned-{k}", "path": str(folder), "version": 1, "system_message": SYSTEMS[k],
                    "manifest_sha256": hashlib.sha256((folder / "artifact-manifest.json").read_bytes()).hexdigest()}
                   for k, folder in enumerate(folders)]
