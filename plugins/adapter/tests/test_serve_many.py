@@ -225,3 +225,15 @@ def test_catalog_names_ids_versions_prefixes_and_the_active_model(tmp_path):
                                            version=2))
     assert how == "replaced" and entry.peft_name != old.peft_name and catalog.find("active") is entry
     assert catalog.add(entry.spec)[1] == "unchanged"
+
+
+def test_a_batch_of_one_adapter_runs_it_as_peft_s_active_adapter_and_answers_as_alone(trained, alone):
+    base, folders = trained
+    scheduler, catalog, _, model = _mixed(base, [_spec(folder, k) for k, folder in enumerate(folders)])
+    for k in (2, 0, 3, 3, 1):  # one request at a time: every pass names one adapter (no `adapter_names`)
+        entry = catalog.find(f"tuned-{WORDS[k]}")
+        job, items = _job(model, PROMPTS[2], entry.spec.system_message, entry)
+        scheduler.submit(job)
+        _drain(scheduler)
+        assert model.model.active_adapter == entry.peft_name
+        assert scheduler.tokens[id(job)] == alone[k][2][0] and _answer(items) == alone[k][2][1], WORDS[k]

@@ -239,6 +239,12 @@ class Residency:
         self._order.append(entry)
         self.loads += 1
 
+    def activate(self, name: str) -> None:
+        """Make `name` PEFT's active adapter (for a pass without `adapter_names`)."""
+        model = self.chat_model.model
+        if model.active_adapter != name:
+            model.set_adapter(name)
+
     def check_loaded(self, names: Iterable[str]) -> None:
         """Refuse a forward pass naming an adapter that is not loaded (PEFT would silently use the base)."""
         loaded = set(getattr(self.chat_model.model, "peft_config", {}) or {})

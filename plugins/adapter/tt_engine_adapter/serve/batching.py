@@ -259,11 +259,16 @@ class Scheduler:
                                          [row.generator for row in rows]))
 
     def _adapter_names(self, jobs: list[Job]) -> dict[str, Any]:
-        """PEFT's per-row `adapter_names` of a multi-adapter batch (each row its own LoRA; none otherwise)."""
+        """PEFT's per-row `adapter_names` of a multi-adapter batch (each row its own LoRA; none otherwise). A
+        pass whose rows all use one adapter makes it PEFT's active adapter instead (`Residency.activate`): the
+        same arithmetic as that adapter served alone, without the per-call hooks (docs/performance.md)."""
         if self.residency is None:
             return {}
         names = [job.adapter.peft_name for job in jobs]
         self.residency.check_loaded(names)
+        if len(set(names)) == 1:
+            self.residency.activate(names[0])
+            return {}
         return {"adapter_names": names}
 
     def _load_adapters(self, admitted: list[Job]) -> list[Job]:
