@@ -108,13 +108,18 @@ def resolve_many(references: list[tuple[str, str]]) -> tuple[list[ResolvedModel]
         seen[key] = where
         models.append(model)
         versions.append(served)
+    check_one_base(models, [where for _, where in references])
+    return models, versions
+
+
+def check_one_base(models: list[ResolvedModel], wheres: list[str]) -> None:
+    """ManyError (exit 2) naming every model whose base (name, revision, fingerprint) is not the first's."""
     first = base_key(models[0])
-    others = [(m, w) for m, (_, w) in zip(models, references) if base_key(m) != first]
+    others = [(m, w) for m, w in zip(models, wheres) if base_key(m) != first]
     if others:
         named = "; ".join(f"{clean(m.model_id)} ({w}) is trained on {_describe(base_key(m))}" for m, w in others)
         raise ManyError(f"one server serves models of one base: {clean(models[0].model_id)} is trained on "
                         f"{_describe(first)}, but {named}; serve those with another `tt serve`")
-    return models, versions
 
 
 def answer(event: dict[str, Any], base: tuple) -> dict[str, Any]:

@@ -49,3 +49,30 @@ def test_several_models_must_be_registered_models_served_on_one_base(tt, tmp_pat
     assert proc.returncode == 2 and "--models-from" in proc.stderr
     proc = tt("serve", first, second, "--max-adapters", "0", "--port", "0", timeout=120)
     assert proc.returncode == 2 and "--max-adapters must be between 1 and 4096" in proc.stderr
+
+
+def test_models_trained_on_another_base_name_revision_or_fingerprint_are_each_named(tmp_path):
+    import pytest
+
+    from tt_host.engine import SERVE_ON_BASE
+    from tt_host.models.references import ResolvedModel
+    from tt_host.models.serve_many import ManyError, check_one_base
+
+    def model(name: str, base: dict) -> ResolvedModel:
+        return ResolvedModel(form=SERVE_ON_BASE, path=tmp_path / name, model_id=name, kind="lora",
+                             manifest={"base_model": base})
+
+    base = {"name": "/models/base", "revision": None, "fingerprint": "a" * 64}
+    same = [model("m1", base), model("m2", dict(base))]
+    check_one_base(same, ["MODEL 1", "MODEL 2"])
+    others = [model("other-fingerprint", dict(base, fingerprint="b" * 64)),
+              model("other-revision", dict(base, revision="c0ffee")),
+              model("other-name", dict(base, name="org/other\x1b[2J"))]
+    with pytest.raises(ManyError) as caught:
+        check_one_base(same + others, ["MODEL 1", "MODEL 2", "list.txt:3", "list.txt:4", "list.txt:5"])
+    message = str(caught.value)
+    assert caught.value.exit_code == 2 and "m2" not in message.split("but", 1)[1]
+    for name, where in [("other-fingerprint", "list.txt:3"), ("other-revision", "list.txt:4"),
+                        ("other-name", "list.txt:5")]:
+        assert f"{name} ({where}) is trained on" in message
+    assert "bbbbbbbbbbbb" in message and "at c0ffee" in message and "\x1b" not in message
