@@ -113,8 +113,10 @@ def test_bad_row_while_streaming_fails_names_line_and_resumes_after_fix(tmp_path
     gate = report(run_dir)["general_regression"]
     assert gate["status"] in ("passed", "failed") and gate["baseline"]["count"] == gate["candidate"]["count"] == 3
     baseline = json.loads((run_dir / "general_baseline" / "request.json").read_text())
-    assert baseline["eval_prompts"] == [] and [m["role"] for m in baseline["general_prompts"][0]["messages"]] == [
-        "system", "user"]
+    # it answers the held-out prompts too (the run's base side: base -> tuned) and the general set with its own system
+    held_out = json.loads((run_dir / "chat_eval" / "request.json").read_text())["eval_prompts"]
+    assert [p["id"] for p in baseline["eval_prompts"]] == [p["id"] for p in held_out] != []
+    assert [m["role"] for m in baseline["general_prompts"][0]["messages"]] == ["system", "user"]
     outputs = json.loads((run_dir / "general_baseline" / "result.json").read_text())["outputs"]
     assert outputs["model"] == str(run_dir / "pretrain" / "model")
     assert json.loads((run_dir / "chat_eval" / "result.json").read_text())["outputs"]["model"] == str(
