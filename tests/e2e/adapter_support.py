@@ -7,12 +7,14 @@ TT_ENVS_DIR); its python builds the tiny base model and runs the PEFT checks.
 
 from __future__ import annotations
 
+import collections
 import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -195,6 +197,18 @@ print(json.dumps({"same_keys": a.keys() == b.keys(), "count": len(a),
 """
 
 
+def _drain(process: subprocess.Popen, keep: int = 200) -> None:
+    """Read the server's stdout and stderr from here on, keeping their last `keep` lines (`process.tails`), so a
+    long test never fills a pipe: a full pipe would block `tt serve` on its next write (a hang that looks like
+    the server's)."""
+    process.tails = {}
+    for name in ("stdout", "stderr"):
+        stream, tail = getattr(process, name), collections.deque(maxlen=keep)
+        process.tails[name] = tail
+        threading.Thread(target=lambda s=stream, t=tail: [t.append(line) for line in iter(s.readline, "")],
+                         daemon=True).start()
+
+
 def ready_event(process: subprocess.Popen, what: str, timeout: float = 300) -> dict:
     """The `ready` event a `tt serve --json` process prints (its stdout a pipe); kills it and fails naming `what`
     when it ends or does not get ready in `timeout` s."""
@@ -205,6 +219,7 @@ def ready_event(process: subprocess.Popen, what: str, timeout: float = 300) -> d
             break
         event = json.loads(line) if line.startswith("{") else {}
         if event.get("type") == "ready":
+            _drain(process)
             return event
     process.kill()
     raise AssertionError(f"{what} did not become ready: {process.stderr.read()[-4000:]}")
