@@ -15,8 +15,9 @@ from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_v
 
 from tt_host.api import BehaviorSpec, DistributedSettings, StrictModel, Text, compile_validated_so_far, resolve_path
 
-from tt_engine_adapter import lengthcheck
-from tt_engine_adapter.formats import fingerprint, rows
+from tt_engine_adapter import lengthcheck, tuning
+from tt_engine_adapter.formats import fingerprint, pairs as pair_files, rows
+from tt_engine_adapter.preference_spec import DERIVED, Preference
 
 HEX40 = re.compile(r"^[0-9a-f]{40}\Z")
 # A branch or tag name as the hub takes it (git's ref rules, simplified): `main`, `v1.0`, `refs/pr/3`.
@@ -206,6 +207,8 @@ class AdapterSpec(BehaviorSpec):
     hyperparameters: Hyperparameters = Field(default_factory=Hyperparameters)
     datasets: Optional[Datasets] = None
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
+    preference: Optional[Preference] = Field(None, description="Preference tuning (DPO, SimPO, KTO) of the SFT "
+                                                               "adapter: stages reference and preference.")
 
     @field_validator("base_model")
     @classmethod
@@ -266,6 +269,26 @@ class AdapterSpec(BehaviorSpec):
         except rows.RowError as exc:
             raise ValueError(str(exc)) from None
         return value
+
+    @field_validator("preference")
+    @classmethod
+    def _pairs_file(cls, value: Optional[Preference], info: ValidationInfo) -> Optional[Preference]:
+        """A pairs file is checked against the compiled system message and leak-checked against the examples."""
+        if value is None or value.pairs == DERIVED:
+            return value
+        system = compile_validated_so_far(info)
+        try:
+            pair_files.read_pairs(value.pairs, system, [e.input for e in info.data.get("examples", [])])
+        except rows.RowError as exc:
+            raise ValueError(f"pairs: {exc}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _one_tuning_block(self) -> "AdapterSpec":
+        error = tuning.both_given(self)
+        if error:
+            raise ValueError(error)
+        return self
 
     @model_validator(mode="after")
     def _cuda_only(self) -> "AdapterSpec":

@@ -3,8 +3,8 @@
 Runs in the engine environment. Each dataclass mirrors a block of the host's
 spec model (spec.py) under its own name, so no name means two classes:
 `AdapterSpecFields` (spec.py's `AdapterSpec`), `AdapterSettings`
-(`Hyperparameters`, the `hyperparameters` block), `DatasetSplits` (`Datasets`)
-and `DatasetSource` (`Source`). Field names are the spec's key names; defaults
+(`Hyperparameters`, the `hyperparameters` block), `DatasetSplits` (`Datasets`),
+`DatasetSource` (`Source`) and `PreferenceSettings` (preference_spec.py's `Preference`). Field names are the spec's key names; defaults
 are the spec's defaults (a test in tests/ holds the two equal). The host's spec
 model owns bounds and cross-field rules; these classes carry the validated
 values across the process boundary with their types, and a wrong type is refused naming the field (`request.spec.hyperparameters.batch_size:
@@ -63,6 +63,25 @@ class AdapterSettings(DistributedSettings):
 
 
 @dataclass(frozen=True)
+class PreferenceSettings:
+    """`spec.preference` (preference_spec.py's `Preference`): DPO, SimPO or KTO after SFT."""
+
+    loss: Literal["dpo", "simpo", "kto"] = "dpo"
+    beta: float = 0.1
+    simpo_gamma: float = 0.5
+    pairs: str = "derived"  # or the absolute path of a JSONL file of pairs, checked by the host
+    reference: Literal["sft", "base"] = "sft"
+    samples_per_prompt: int = 4
+    temperature: float = 1.0
+    max_new_tokens: Optional[int] = None
+    sft_weight: float = 0.0
+    learning_rate: float = 5e-5
+    n_epochs: int = 1
+    max_steps: Optional[int] = None
+    batch_size: int = 4
+
+
+@dataclass(frozen=True)
 class DatasetSource:
     """One dataset source (spec.py's `Source`): a local path or a hub dataset at a revision, with a mixing weight."""
 
@@ -103,6 +122,7 @@ class AdapterSpecFields:
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     examples: tuple[Example, ...] = ()
     evaluation: Optional[Evaluation] = None
+    preference: Optional[PreferenceSettings] = None
 
     @property
     def is_local(self) -> bool:
