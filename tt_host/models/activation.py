@@ -29,7 +29,8 @@ the model rolled back from active (`base_of`).
 Activation refuses (exit 1) a model that fails verification (never
 overridable: a changed model is not the one that was evaluated), and a model
 whose run's general-regression gate failed or was not run, unless `force`; the run's lm-eval benchmarks
-(report.json `benchmarks`, when the spec has them) are part of that gate.
+(report.json `benchmarks`, when the spec has them) are part of that gate, and so is a tuning stage that made
+the held-out score worse than SFT (report.json `tuning`, tt_host.runs.tuning_gate).
 """
 
 from __future__ import annotations
@@ -152,8 +153,20 @@ def gate_of(entry: dict[str, Any]) -> dict[str, Any]:
 
     The gate is the general-regression set and the lm-eval benchmarks, each when the spec configures it
     (report.json `general_regression`, `benchmarks`). A gate that is not run carries a `reason` naming what
-    was configured and what did not run.
+    was configured and what did not run. A model whose tuning stage made the held-out score worse than SFT
+    (report.json `tuning.worse_than_sft`, tt_host.runs.tuning_gate) fails the gate whatever the rest says.
     """
+    gate = _configured_gates(entry)
+    tuning = gate.pop("_tuning", None)
+    if isinstance(tuning, dict) and tuning.get("worse_than_sft") is True:
+        why = str(tuning.get("message") or "the final model is worse than SFT on the held-out set")
+        reason = why if gate["status"] != "failed" else f"{gate['reason']}; {why}"
+        return {**gate, "status": "failed", "failures": list(gate.get("failures") or []) + [why], "reason": reason}
+    return gate
+
+
+def _configured_gates(entry: dict[str, Any]) -> dict[str, Any]:
+    """gate_of without the tuning check; `_tuning` carries report.json's `tuning` section for it."""
     report_path = Path(entry.get("run_dir", "")) / "report.json"
     try:
         report = json.loads(report_path.read_text(encoding="utf-8"))
@@ -161,6 +174,10 @@ def gate_of(entry: dict[str, Any]) -> dict[str, Any]:
         report = None
     if not isinstance(report, dict):
         return {"status": "not run", "failures": [], "reason": f"the model's run has no readable report ({report_path})"}
+    return {**_gates(report), "_tuning": report.get("tuning")}
+
+
+def _gates(report: dict[str, Any]) -> dict[str, Any]:
     parts = {key: report.get(key) for key in ("general_regression", "benchmarks") if isinstance(report.get(key), dict)}
     if not parts:
         return {"status": "not run", "failures": [],

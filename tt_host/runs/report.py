@@ -2,8 +2,9 @@
 
 report.json always has `engine`, `status`, `stages`, `metrics` and `verdict` (tt_host.runs.verdict: held-out
 exact match base → tuned, the gates' verdict, where the predictions are), `predictions` when a stage evaluated
-held-out prompts, and `curve_warnings` for each series that went the wrong way (tt_host.runs.charts). report.md
-opens with the verdict, shows the metrics in a table (base versus tuned side by side when both were evaluated),
+held-out prompts, `curve_warnings` for each series that went the wrong way (tt_host.runs.charts), and `tuning` when a
+tuning stage followed SFT (tt_host.runs.tuning_gate). report.md opens with the verdict (and, when the final model
+is worse than SFT, says so next), shows the metrics in a table (base, SFT and final side by side when evaluated),
 the held-out predictions, and every series a stage returned as an SVG chart written next to it; report.html
 (tt_host.runs.report_html) is the same document in one self-contained file, the charts inline.
 """
@@ -16,9 +17,10 @@ from typing import Any, Optional
 
 from tt_host.fsutil import write_json_atomic, write_text_atomic
 from tt_host.runs.charts import svg_chart, wrong_way
+from tt_host.runs.tuning_gate import SFT_SIDE, tuning_section
 from tt_host.runs.verdict import markdown_table, verdict_line
 
-COMPARE = (("baseline", "candidate"),)
+SIDES = ("baseline", SFT_SIDE, "candidate")  # base, SFT (when a tuning stage followed it) and the final model
 
 
 def build_report(state: dict[str, Any], metrics: dict[str, Any], series: dict[str, list], notes: list[str],
@@ -65,17 +67,20 @@ def _paired(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def render_markdown(report: dict[str, Any], charts: list[tuple[str, str]]) -> str:
-    lines = [f"# tt run {report['run_id']}", "", f"**{_fmt(report.get('verdict') or verdict_line(report))}**", "",
-             f"- spec: **{_fmt(report.get('spec_name'))}**", f"- engine: `{report['engine']}`",
-             f"- status: **{report['status']}**", ""]
+    lines = [f"# tt run {report['run_id']}", "", f"**{_fmt(report.get('verdict') or verdict_line(report))}**", ""]
+    if (report.get("tuning") or {}).get("message"):
+        lines += [f"**{_fmt(report['tuning']['message'])}**", ""]
+    lines += [f"- spec: **{_fmt(report.get('spec_name'))}**", f"- engine: `{report['engine']}`",
+              f"- status: **{report['status']}**", ""]
     metrics = _paired(report)
-    for left, right in COMPARE:
-        names = sorted({k.split(".", 1)[1] for k in metrics if k.startswith(left + ".") or k.startswith(right + ".")})
-        if names:
-            lines += ["## Base versus tuned", "", f"| metric | {left} | {right} |", "|---|---|---|"]
-            for name in names:
-                lines.append(f"| {name} | {_fmt(metrics.pop(f'{left}.{name}', '—'))} | {_fmt(metrics.pop(f'{right}.{name}', '—'))} |")
-            lines.append("")
+    sides = [s for s in SIDES if s != SFT_SIDE or any(k.startswith(SFT_SIDE + ".") for k in metrics)]
+    names = sorted({k.split(".", 1)[1] for k in metrics if k.split(".", 1)[0] in sides and "." in k})
+    if names:
+        title = "Base, SFT and final" if SFT_SIDE in sides else "Base versus tuned"
+        lines += [f"## {title}", "", "| metric | " + " | ".join(sides) + " |", "|---" * (len(sides) + 1) + "|"]
+        for name in names:
+            lines.append(f"| {name} | " + " | ".join(_fmt(metrics.pop(f"{side}.{name}", "—")) for side in sides) + " |")
+        lines.append("")
     if metrics:
         lines += ["## Metrics", "", "| metric | value |", "|---|---|"]
         lines += [f"| {name} | {_fmt(value)} |" for name, value in metrics.items()]
@@ -116,6 +121,8 @@ def write_report(run_path: Path, report: dict[str, Any], series: dict[str, list]
     charts, svgs = [], {}
     warnings = {name: wrong_way(name, points) for name, points in sorted(series.items())}
     report["curve_warnings"] = [w for w in warnings.values() if w]
+    if (tuning := tuning_section(report)) is not None:
+        report["tuning"] = tuning
     report["verdict"] = verdict_line(report)
     for name, points in sorted(series.items()):
         file = f"report-{name.replace('.', '-')}.svg"

@@ -16,6 +16,7 @@ from tt_host.models.registry import register
 from tt_host.runs.invoke import RunCall
 from tt_host.evaluation.scoring import read_predictions, score
 from tt_host.runs.state import RunState
+from tt_host.runs.tuning_gate import SFT_SIDE
 from tt_host.spec.general import GeneralSet
 from tt_stagekit.contract import StageResult
 
@@ -33,7 +34,7 @@ class Tally:
     general_answers: dict[str, dict[str, str]] = field(default_factory=dict)
     benchmark_scores: dict[str, dict[str, Any]] = field(default_factory=dict)  # side -> lm-eval scores
     answers: dict[str, dict[str, str]] = field(default_factory=dict)  # side -> held-out predictions by row id
-    held_out_sides: dict[str, str] = field(default_factory=dict)  # "baseline"/"candidate" -> its metric prefix
+    held_out_sides: dict[str, str] = field(default_factory=dict)  # "baseline"/"sft"/"candidate" -> its metric prefix
 
 
 def take_result(call: RunCall, state: RunState, stage: Stage, result: dict[str, Any], tally: Tally,
@@ -48,7 +49,8 @@ def take_result(call: RunCall, state: RunState, stage: Stage, result: dict[str, 
     scored: dict[str, Any] = {}
     if stage.evaluates and taken.predictions:
         predictions = read_predictions(run.stage_dir(stage.name) / taken.predictions)
-        role = gate_side(stage) or "candidate"  # an evaluating stage other than the baseline scores the tuned model
+        # an evaluating stage other than the baseline scores the tuned model; `sft` the model before a tuning stage
+        role = gate_side(stage) or (SFT_SIDE if stage.evaluates == SFT_SIDE else "candidate")
         tally.answers[role], tally.held_out_sides[role] = predictions, stage.evaluates
         scored.update(score(predictions, call.loaded.compiled.references(), stage.evaluates, call.loaded.graders))
         scored["eval.count"] = scored[f"{stage.evaluates}.count"]

@@ -44,7 +44,7 @@ def prediction_rows(eval_rows: list[dict], answers: dict[str, dict[str, str]],
         reference = row["messages"][-1]["content"]
         user = [m["content"] for m in row["messages"][:-1] if m.get("role") == "user"]
         out = {"id": row["id"], "prompt": "\n".join(user), "reference": reference}
-        for side in SIDES:
+        for side in SIDES + (("sft",) if "sft" in answers else ()):
             out[side] = (answers.get(side) or {}).get(row["id"])
         out["pass"] = None if out["candidate"] is None else bool(exact_match(out["candidate"], reference))
         rows.append(out)
@@ -102,8 +102,10 @@ def gate_verdict(report: dict[str, Any]) -> str:
 def verdict_line(report: dict[str, Any]) -> str:
     """The run's verdict in one line (see the module docstring); a run that evaluated nothing says so."""
     base, tuned = _count(report, "baseline"), _count(report, "candidate")
+    sft = _count(report, "sft")  # a tuning stage followed SFT (tt_host.runs.tuning_gate)
     if tuned is not None and base is not None:
-        score = f"held-out exact match {base} → {tuned}"
+        score = f"held-out exact match {base} → {tuned}" if sft is None else \
+            f"held-out exact match {base} → {sft} (SFT) → {tuned}"
     elif tuned is not None:
         score = f"held-out exact match {tuned} (tuned; the base model was not evaluated)"
     elif base is not None:
@@ -112,7 +114,8 @@ def verdict_line(report: dict[str, Any]) -> str:
         score = "no held-out score (no evaluating stage finished)"
     where = (f"predictions: tt runs report {report.get('run_id')} (report.md, report.html)"
              if report.get("predictions") else "no predictions")
-    return clean(f"{score}{_graders_said(report)} · {gate_verdict(report)} · {where}", limit=400)
+    worse = " · WORSE than SFT (activation needs --force)" if (report.get("tuning") or {}).get("worse_than_sft") else ""
+    return clean(f"{score}{_graders_said(report)}{worse} · {gate_verdict(report)} · {where}", limit=400)
 
 
 def markdown_table(rows: list[dict[str, Any]], limit: int = 100) -> list[str]:
@@ -120,11 +123,13 @@ def markdown_table(rows: list[dict[str, Any]], limit: int = 100) -> list[str]:
     if not rows:
         return []
     graded = any("grader_score" in row for row in rows)
-    lines = ["## Held-out predictions", "", "| # | prompt | reference | base | tuned | pass |"
-             + (" graders (base → tuned) |" if graded else ""), "|---|---|---|---|---|---|" + ("---|" if graded else "")]
+    sides = ("baseline", "sft", "candidate") if "sft" in rows[0] else SIDES
+    heads = {"baseline": "base", "sft": "SFT", "candidate": "tuned"}
+    lines = ["## Held-out predictions", "", "| # | prompt | reference | " + " | ".join(heads[s] for s in sides) + " | pass |"
+             + (" graders (base → tuned) |" if graded else ""), "|---" * (len(sides) + 4) + "|" + ("---|" if graded else "")]
     for number, row in enumerate(rows[:limit], 1):
         cells = [clean(row.get(k)).replace("|", "\\|") if row.get(k) is not None else "—"
-                 for k in ("prompt", "reference", *SIDES)]
+                 for k in ("prompt", "reference", *sides)]
         verdict = {True: "pass", False: "FAIL", None: "—"}[row.get("pass")]
         lines.append(f"| {number} | " + " | ".join(cells) + f" | {verdict} |" + (f" {_scores(row)} |" if graded else ""))
     if len(rows) > limit:

@@ -15,7 +15,7 @@ from typing import Any, Iterable, Optional
 from tt_host.api import (SERVE_HF, SERVE_ON_BASE, BehaviorSpec, Check, DistributedSettings, Engine, Export, ModelKind,
                          Serve, Stage, hookimpl, torch_device_check, world_size_check)
 
-from tt_engine_adapter import memory_estimate
+from tt_engine_adapter import memory_estimate, tuning
 from tt_engine_adapter.formats import fingerprint
 from tt_engine_adapter.spec import HEX40, AdapterSpec
 from tt_stagekit.gpus import first_gpu_memory_bytes, nvidia_gpus
@@ -70,6 +70,45 @@ def _train_launch(spec: AdapterSpec) -> list[str]:
     return stage_arguments(spec.hyperparameters.model_dump(), "tt_engine_adapter.stages.train")
 
 
+def _reference_inputs(spec: AdapterSpec) -> dict[str, Any]:
+    """The pairs and their reference log-probs: the train stage's chain (via needs), the pairs' source and the
+    reference; not the loss, beta or the optimizer, so a rerun changing only those reuses the stage."""
+    hp = spec.hyperparameters
+    return {**_base_model(spec), "max_seq_length": hp.max_seq_length, "max_new_tokens": hp.max_new_tokens,
+            "eval_batch_size": hp.eval_batch_size, "seed": hp.seed, "precision": hp.precision,
+            "load_in_4bit": hp.load_in_4bit, "preference": spec.preference.fingerprint_inputs() if spec.preference else None}
+
+
+def _preference_inputs(spec: AdapterSpec) -> dict[str, Any]:
+    hp = spec.hyperparameters.model_dump(mode="json")
+    keep = ("max_seq_length", "precision", "load_in_4bit", "seed", "warmup_ratio", "lr_scheduler", "weight_decay",
+            "max_grad_norm", "lora_dropout")
+    return {**_base_model(spec), "training": {k: hp[k] for k in keep},
+            "preference": spec.preference.model_dump(mode="json") if spec.preference else None}
+
+
+def _tuning(name: str):
+    """`Stage.enabled` of a tuning stage (or `sft`): whether this spec's tuning block adds it (tuning.py)."""
+    return lambda spec: tuning.runs_stage(spec, name)
+
+
+# The tuning stages after SFT (tuning.py): `sft` evaluates the train stage's adapter, then the stages of the spec's
+# tuning block; `candidate` evaluates the final adapter and its fingerprint holds every tuning stage's. Each is
+# replaceable: a rerun with other tuning settings runs again what they change and reuses the rest. A new tuning
+# stage is a Stage entry here (and its block's stage names in tuning.TUNING).
+TUNING_STAGES = (
+    Stage(tuning.SFT, "tt_engine_adapter.stages.evaluate", inputs=_eval_inputs, evaluates=tuning.SFT,
+          enabled=_tuning(tuning.SFT), replaceable=True, needs=("train",),
+          description="evaluate base + SFT adapter on the held-out rows (before the tuning stage)"),
+    Stage("reference", "tt_engine_adapter.stages.reference", inputs=_reference_inputs, needs=("train",),
+          enabled=_tuning("reference"), replaceable=True,
+          description="preference pairs (derived from training prompts, or the file's) and reference log-probs"),
+    Stage("preference", "tt_engine_adapter.stages.preference", inputs=_preference_inputs, needs=("train", "reference"),
+          enabled=_tuning("preference"), replaceable=True,
+          description="DPO / SimPO / KTO on the SFT adapter"),
+)
+
+
 STAGES = (
     Stage("prepare", "tt_engine_adapter.stages.prepare", inputs=_instruction, gets_train_rows=True, gets_synthetic_rows=True,
           description="check and write the training rows"),
@@ -79,8 +118,10 @@ STAGES = (
           description="evaluate the base model on the held-out rows"),
     Stage("train", "tt_engine_adapter.stages.train", inputs=_train_inputs, launch=_train_launch,
           description="LoRA fine-tuning"),
+    *TUNING_STAGES,
     Stage("candidate", "tt_engine_adapter.stages.evaluate", inputs=_eval_inputs, evaluates="candidate", benchmarks=True,
-          description="evaluate base + adapter on the same rows"),
+          replaceable=True, needs=("train", *(stage.name for stage in TUNING_STAGES if stage.name != tuning.SFT)),
+          description="evaluate base + the final adapter on the same rows"),
 )
 
 

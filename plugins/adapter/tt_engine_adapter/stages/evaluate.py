@@ -1,8 +1,10 @@
-"""Stages `baseline` and `candidate`: greedy generation on the held-out prompts.
+"""Stages `baseline`, `sft` and `candidate`: greedy generation on the held-out prompts.
 
 `baseline` loads the base model; `candidate` loads the same base model plus
-the trained adapter with `PeftModel.from_pretrained` (unmerged, as a user
-would). Both use identical generation settings and write `predictions.jsonl`
+the run's final adapter (the train stage's, or the tuning stage's after it:
+tuning.final_adapter_stage) with `PeftModel.from_pretrained` (unmerged, as a
+user would); `sft`, run only when a tuning stage follows, loads the train
+stage's adapter, so the report shows base, SFT and final side by side. Both use identical generation settings and write `predictions.jsonl`
 (`{"id", "prediction"}`), which the host scores. A prebuilt `test` set is
 also answered (`predictions-test.jsonl`) and scored here as `<prefix>.test.*`.
 The general-regression prompts (`general_prompts`, with their own system
@@ -10,7 +12,8 @@ message, never the spec's) are answered into `predictions-general.jsonl`;
 the host scores them and applies the gate. With `evaluation.benchmarks` in
 the spec, the same model is then scored with lm-evaluation-harness
 (tt_stagekit.benchmarks) under the spec's system message; the scores go to the
-result as `benchmarks` and the host gates on them.
+result as `benchmarks` and the host gates on them (the gates judge the final
+model: `sft` answers neither the general set nor the benchmarks).
 """
 
 from __future__ import annotations
@@ -33,7 +36,9 @@ def main(request: AdapterRequest) -> StageResult:
     from tt_stagekit.promptfit import trimmed_note
 
     hp = request.hp
-    prefix = "candidate" if request.stage == "candidate" else "baseline"
+    from tt_engine_adapter.tuning import SFT, final_adapter_stage
+
+    prefix = request.stage if request.stage in ("candidate", SFT) else "baseline"
     stage_dir = request.stage_dir
     base = model_source.resolved(request)
     device = model_source.pick_device(request)
@@ -47,12 +52,13 @@ def main(request: AdapterRequest) -> StageResult:
     general = list(request.general_prompts)
 
     model = model_source.load_model(base["path"], device, dtype, hp.load_in_4bit)
-    if prefix == "candidate":
+    if prefix != "baseline":
         from peft import PeftModel
 
-        adapter = request.output("train", "adapter")
+        made_by = "train" if prefix == SFT else final_adapter_stage(request.spec)
+        adapter = request.output(made_by, "adapter")
         if adapter is None:
-            raise StageError("the train stage has not completed in this run")
+            raise StageError(f"the {made_by} stage has not completed in this run")
         model = PeftModel.from_pretrained(model, adapter, is_trainable=False)
         log(f"loaded adapter {adapter}")
 
@@ -85,7 +91,7 @@ def main(request: AdapterRequest) -> StageResult:
         trimmed += stats["trimmed_prompts"]
         atomic_write_jsonl(stage_dir / "predictions-general.jsonl", answers)
         general_predictions = "predictions-general.jsonl"
-    benchmarks = request.spec.evaluation.benchmarks if request.spec.evaluation else None
+    benchmarks = request.spec.evaluation.benchmarks if request.spec.evaluation and prefix != SFT else None
     scores = None
     if benchmarks is not None:
         from tt_stagekit.benchmarks import score

@@ -4,7 +4,8 @@ Writes checkpoints under `train/checkpoints/` (resumed when the host passes
 `resume`), then the PEFT adapter (`adapter_config.json`,
 `adapter_model.safetensors`), `tt-adapter.json` (how prompts are rendered)
 and `artifact-manifest.json` to `train/adapter/`, listed in the result's
-`artifacts` so the host verifies and registers it at once.
+`artifacts` so the host verifies and registers it at once; when a tuning stage follows (tuning.py) that
+stage's adapter is the run's model and this one is only its starting point, not registered.
 With hyperparameters.nproc_per_node × nnodes > 1 the plugin starts this module
 under torchrun (DistributedDataParallel); the first rank of each node writes
 the adapter and the result, global rank 0 the checkpoints.
@@ -12,13 +13,11 @@ the adapter and the result, global rank 0 the checkpoints.
 
 from __future__ import annotations
 
-import json
 import shutil
 
 from tt_engine_adapter.runtime import model_source
 from tt_engine_adapter.runtime.config import AdapterRequest
 from tt_stagekit.contract import Artifact, StageResult
-from tt_stagekit.files import REPLACE, publish_folder
 from tt_stagekit.protocol import InvalidInput, artifact, log, progress, run_main, speaks
 
 model_source.go_offline()
@@ -26,6 +25,8 @@ model_source.go_offline()
 
 def main(request: AdapterRequest) -> StageResult:
     from tt_engine_adapter.runtime import chat, checkpoint, manifest, memory
+    from tt_engine_adapter.runtime.adapter_out import publish_adapter
+    from tt_engine_adapter.tuning import final_adapter_stage
     from tt_stagekit import distributed
     from tt_engine_adapter.runtime.train import Evaluation, mean_loss, train, wrap_lora
     from tt_engine_adapter.runtime.data import encode_rows, read_jsonl
@@ -101,36 +102,31 @@ def main(request: AdapterRequest) -> StageResult:
             mean_loss(model, validation, hp.batch_size, pad, device, autocast), 6)
     metrics = {k: v for k, v in metrics.items() if v is not None}
 
-    tmp = stage_dir / ".adapter.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    if state.best_step is not None:
-        shutil.copytree(checkpoints / checkpoint.BEST, tmp, ignore=shutil.ignore_patterns("best.json"))
-    else:
-        model.save_pretrained(str(tmp), safe_serialization=True)
-    info = {
-        "format": 1,
-        "base_model": base,
-        "system_message": request.system_message,
-        "system_message_sha256": request.system_message_sha256,
-        "chat": {"enable_thinking": False, "add_special_tokens": False,
-                 "end_of_turn_token": tokenizer.convert_ids_to_tokens(chat.end_of_turn_id(tokenizer)),
-                 "pad_token": padding_choice.token, "padding": padding_choice.record()},
-        "max_seq_length": hp.max_seq_length,
-        "generation": {"do_sample": False, "max_new_tokens": hp.max_new_tokens},
-    }
-    (tmp / "tt-adapter.json").write_text(json.dumps(info, indent=2) + "\n")
-    manifest.write_manifest(tmp, "adapter", base, request.system_message_sha256,
-                            extra={"metrics": metrics})
-    publish_folder(tmp, adapter_dir, REPLACE)
+    def write_weights(tmp) -> None:
+        if state.best_step is not None:
+            shutil.copytree(checkpoints / checkpoint.BEST, tmp, ignore=shutil.ignore_patterns("best.json"))
+        else:
+            model.save_pretrained(str(tmp), safe_serialization=True)
+
+    publish_adapter(request, base, tokenizer, padding_choice, adapter_dir, write_weights, metrics)
+    outputs = {"adapter": str(adapter_dir), "padding": padding_choice.record()}
+    if final_adapter_stage(request.spec) != "train":  # a tuning stage follows: its adapter is the run's model
+        log(f"adapter saved to {adapter_dir} (final loss {metrics.get('train.final_loss')}); the "
+            f"{final_adapter_stage(request.spec)} stage tunes it further and registers the result")
+        return StageResult(metrics=metrics, series=_series(state), outputs=outputs)
     artifact("adapter", adapter_dir)
     log(f"adapter saved to {adapter_dir} (final loss {metrics.get('train.final_loss')}"
         + (f"; the best step {state.best_step} by validation loss" if state.best_step is not None else "") + ")")
     return StageResult(
         metrics=metrics,
-        series={"train.loss": state.losses, **({"train.validation_loss": state.validation} if state.validation else {})},
-        outputs={"adapter": str(adapter_dir), "padding": padding_choice.record()},
+        series=_series(state),
+        outputs=outputs,
         artifacts=(Artifact(kind="adapter", path=str(adapter_dir), manifest=manifest.MANIFEST),),
     )
+
+
+def _series(state) -> dict:
+    return {"train.loss": state.losses, **({"train.validation_loss": state.validation} if state.validation else {})}
 
 
 if __name__ == "__main__":

@@ -23,6 +23,9 @@ MODULES = {
     "prefetch": "tt_engine_adapter.stages.prefetch",
     "baseline": "tt_engine_adapter.stages.evaluate",
     "train": "tt_engine_adapter.stages.train",
+    "sft": "tt_engine_adapter.stages.evaluate",
+    "reference": "tt_engine_adapter.stages.reference",
+    "preference": "tt_engine_adapter.stages.preference",
     "candidate": "tt_engine_adapter.stages.evaluate",
 }
 DEFAULT_HP = {
@@ -68,7 +71,7 @@ class Run:
             "spec_dir": str(self.run_dir), "system_message": self.system,
             "system_message_sha256": hashlib.sha256(self.system.encode()).hexdigest(),
             "train_rows": self.train_rows if stage == "prepare" else [],
-            "eval_prompts": self.eval_prompts if stage in ("baseline", "candidate") else [],
+            "eval_prompts": self.eval_prompts if stage in ("baseline", "sft", "candidate") else [],
             "device": device, "resume": resume, "fingerprint": fingerprint, "stages": self.done,
         }
         path = stage_dir / "request.json"

@@ -1,0 +1,115 @@
+"""The preference stages through their real entry points on the tiny model: derived pairs come from training
+prompts only, the reference stage's log-probs are the only reference forwards, the preference stage registers
+the final adapter and candidate evaluates it, a SIGTERM'd preference stage resumes to the same bytes, and a
+spec whose samples never disagree is refused (exit 2)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+from safetensors.torch import load_file
+
+from tt_engine_adapter.testing.harness import sentiment_run
+from tt_stagekit.sameness import normalize_prompt
+
+HP = {"n_epochs": 6, "batch_size": 4, "lora_rank": 8, "lora_dropout": 0.0, "learning_rate": 1e-2,
+      "max_seq_length": 96, "max_new_tokens": 4, "eval_batch_size": 16, "checkpoint_interval_steps": 2,
+      "warmup_ratio": 0.0}
+PREFERENCE = {"loss": "dpo", "beta": 0.1, "simpo_gamma": 0.5, "pairs": "derived", "reference": "sft",
+              "samples_per_prompt": 6, "temperature": 1.0, "max_new_tokens": None, "sft_weight": 0.0,
+              "learning_rate": 5e-3, "n_epochs": 3, "max_steps": None, "batch_size": 2}
+
+
+def _run(path, tiny_llama, **preference):
+    run = sentiment_run(path, str(tiny_llama), HP, n_train=16, n_eval=8)
+    run.spec["preference"] = {**PREFERENCE, **preference}
+    return run
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, tiny_llama):
+    """prepare, prefetch, train and sft once; the tests copy what they need."""
+    run = _run(tmp_path_factory.mktemp("pref") / "run", tiny_llama)
+    for stage in ("prepare", "prefetch", "train", "sft"):
+        run.stage(stage)
+    return run
+
+
+def test_derived_pairs_hold_no_held_out_prompt_and_the_final_adapter_is_the_preference_one(trained):
+    run = trained
+    assert not run.done["train"]["result"].get("artifacts"), "train registers nothing when a tuning stage follows"
+    reference = run.stage("reference")["result"]
+    pairs = [json.loads(line) for line in (run.run_dir / "reference" / "pairs.jsonl").read_text().splitlines()]
+    assert pairs and reference["metrics"]["reference.pairs"] == len(pairs)
+    assert reference["metrics"]["reference.forwards"] > 0
+    held_out = {normalize_prompt(p["messages"][-1]["content"]) for p in run.eval_prompts}
+    training = {normalize_prompt(r["messages"][-1 - 1]["content"]) for r in run.train_rows}
+    for pair in pairs:
+        user = normalize_prompt(pair["messages"][-1]["content"])
+        assert user not in held_out, f"held-out prompt in pair {pair['id']}"
+        assert user in training
+        assert pair["chosen"] != pair["rejected"]
+    result = run.stage("preference")["result"]
+    assert result["metrics"]["preference.reference_forwards"] == 0
+    assert result["metrics"]["preference.steps"] > 0
+    assert [a["kind"] for a in result["artifacts"]] == ["adapter"]
+    assert (run.run_dir / "preference" / "adapter" / "artifact-manifest.json").is_file()
+    candidate = run.stage("candidate")
+    assert any(str(run.run_dir / "preference" / "adapter") in e.get("message", "") for e in candidate["events"])
+    sft = run.done["sft"]["result"]
+    assert "sft.eval_seconds" in sft["metrics"] and "candidate.eval_seconds" in candidate["result"]["metrics"]
+
+
+def test_a_sigterm_preference_stage_resumes_to_the_same_bytes(trained, tmp_path, monkeypatch):
+    import shutil
+
+    runs = []
+    for name in ("straight", "broken"):
+        run = _run(tmp_path / name, trained.spec["base_model"])
+        for stage in ("prepare", "prefetch", "train", "sft"):
+            shutil.copytree(trained.run_dir / stage, run.run_dir / stage)
+        run.done = {k: {"dir": str(run.run_dir / k), "result": json.loads((run.run_dir / k / "result.json")
+                                                                           .read_text().replace(str(trained.run_dir), str(run.run_dir)))}
+                    for k in ("prepare", "prefetch", "train", "sft")}
+        run.stage("reference")
+        runs.append(run)
+    straight, broken = runs
+    done = straight.stage("preference")["result"]
+    stop_at = 3
+    with monkeypatch.context() as held:
+        held.setenv("TT_HOLD_AT_STEP", str(stop_at))
+        proc = broken.start("preference")
+    for line in proc.stdout:
+        event = json.loads(line) if line.startswith("{") else {}
+        if event.get("type") == "progress" and event["step"] >= stop_at:
+            os.killpg(proc.pid, signal.SIGTERM)
+            break
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err[-2000:]
+    assert not (broken.run_dir / "preference" / "adapter").exists()
+    resumed = broken.stage("preference", resume=True)
+    assert any("resumed from step-" in e.get("message", "") for e in resumed["events"])
+    assert resumed["result"]["series"]["preference.loss"] == done["series"]["preference.loss"]
+    a = load_file(str(straight.run_dir / "preference" / "adapter" / "adapter_model.safetensors"))
+    b = load_file(str(broken.run_dir / "preference" / "adapter" / "adapter_model.safetensors"))
+    assert a.keys() == b.keys() and a
+    for key in a:
+        assert a[key].equal(b[key]), key
+
+
+def test_samples_that_never_disagree_are_refused_naming_why(trained, tmp_path):
+    import shutil
+
+    run = _run(tmp_path / "same", trained.spec["base_model"], temperature=0.0001, samples_per_prompt=2)
+    for stage in ("prepare", "prefetch", "train"):
+        shutil.copytree(trained.run_dir / stage, run.run_dir / stage)
+    run.done = {k: {"dir": str(run.run_dir / k), "result": json.loads((run.run_dir / k / "result.json")
+                                                                       .read_text().replace(str(trained.run_dir), str(run.run_dir)))}
+                for k in ("prepare", "prefetch", "train")}
+    refused = run.stage("reference", check=False)
+    assert refused["code"] == 2
+    message = " ".join(e.get("message", "") for e in refused["events"])
+    assert "no pair could be derived" in message and "preference.samples_per_prompt" in message

@@ -1,0 +1,37 @@
+"""The adapter folder a stage publishes (train, or the tuning stage after it): the PEFT weights, `tt-adapter.json`
+(how prompts are rendered) and `artifact-manifest.json`, written to a temp folder and renamed into place."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from tt_engine_adapter.runtime import chat, manifest
+from tt_stagekit.files import REPLACE, publish_folder
+
+
+def publish_adapter(request: Any, base: Mapping[str, Any], tokenizer: Any, padding_choice: chat.Padding,
+                    adapter_dir: Path, write_weights: Callable[[Path], None], metrics: Mapping[str, Any]) -> Path:
+    """`write_weights(tmp)` fills the folder with the PEFT weights; the rest is written here, the same for
+    every stage that makes an adapter."""
+    hp = request.hp
+    tmp = adapter_dir.parent / f".{adapter_dir.name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    write_weights(tmp)
+    info = {
+        "format": 1,
+        "base_model": base,
+        "system_message": request.system_message,
+        "system_message_sha256": request.system_message_sha256,
+        "chat": {"enable_thinking": False, "add_special_tokens": False,
+                 "end_of_turn_token": tokenizer.convert_ids_to_tokens(chat.end_of_turn_id(tokenizer)),
+                 "pad_token": padding_choice.token, "padding": padding_choice.record()},
+        "max_seq_length": hp.max_seq_length,
+        "generation": {"do_sample": False, "max_new_tokens": hp.max_new_tokens},
+    }
+    (tmp / "tt-adapter.json").write_text(json.dumps(info, indent=2) + "\n")
+    manifest.write_manifest(tmp, "adapter", base, request.system_message_sha256, extra={"metrics": dict(metrics)})
+    publish_folder(tmp, adapter_dir, REPLACE)
+    return adapter_dir
