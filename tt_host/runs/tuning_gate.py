@@ -1,6 +1,6 @@
 """Base, SFT and final side by side, and whether the tuning stage after SFT made the held-out score worse.
 
-An engine with a tuning stage after SFT (the adapter's `preference`, `reinforce`) evaluates the SFT model as the
+An engine with a tuning stage after SFT (preference tuning, reinforcement) evaluates the SFT model as the
 held-out side `sft` (report.json `held_out_sides`) beside `baseline` and `candidate` (the final model). The
 held-out score compared is the graders' mean score (`PREFIX.grader_score`) when both sides were scored with
 graders, else exact match. When the final score is below the SFT one, report.json's `tuning` section says so
@@ -39,5 +39,5 @@ def tuning_section(report: dict[str, Any]) -> Optional[dict[str, Any]]:
         what = key.replace("_", " ")
         section["message"] = (f"the final model is WORSE than SFT on the held-out set: {what} {final:.4f} after the "
                               f"tuning stage against {sft:.4f} after SFT; `tt models activate` refuses it without "
-                              "--force (the SFT adapter is in the run's train/adapter)")
+                              "--force (the run keeps the SFT model too)")
     return section

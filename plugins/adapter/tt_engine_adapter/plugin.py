@@ -15,7 +15,8 @@ from typing import Any, Iterable, Optional
 from tt_host.api import (SERVE_HF, SERVE_ON_BASE, BehaviorSpec, Check, DistributedSettings, Engine, Export, ModelKind,
                          Serve, Stage, hookimpl, torch_device_check, world_size_check)
 
-from tt_engine_adapter import memory_estimate, tuning
+from tt_engine_adapter import memory_estimate
+from tt_engine_adapter.formats import tuning
 from tt_engine_adapter.formats import fingerprint
 from tt_engine_adapter.spec import HEX40, AdapterSpec
 from tt_stagekit.gpus import first_gpu_memory_bytes, nvidia_gpus
@@ -88,11 +89,11 @@ def _preference_inputs(spec: AdapterSpec) -> dict[str, Any]:
 
 
 def _tuning(name: str):
-    """`Stage.enabled` of a tuning stage (or `sft`): whether this spec's tuning block adds it (tuning.py)."""
+    """`Stage.enabled` of a tuning stage (or `sft`): whether this spec's tuning block adds it (formats/tuning.py)."""
     return lambda spec: tuning.runs_stage(spec, name)
 
 
-# The tuning stages after SFT (tuning.py): `sft` evaluates the train stage's adapter, then the stages of the spec's
+# The tuning stages after SFT (formats/tuning.py): `sft` evaluates the train stage's adapter, then the stages of the spec's
 # tuning block; `candidate` evaluates the final adapter and its fingerprint holds every tuning stage's. Each is
 # replaceable: a rerun with other tuning settings runs again what they change and reuses the rest. A new tuning
 # stage is a Stage entry here (and its block's stage names in tuning.TUNING).

@@ -1,6 +1,6 @@
 """The adapter spec's optional `preference` block (pydantic + tt_host only, never torch): DPO, SimPO or KTO
 on the LoRA after SFT. Its mirror for the stages is runtime/config.py's `PreferenceSettings` (a test keeps
-the two equal); the stages it adds are tuning.py's.
+the two equal); the stages it adds are formats/tuning.py's.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_v
 
 from tt_host.api import BehaviorSpec, DistributedSettings, StrictModel, Text, compile_validated_so_far, resolve_path
 
-from tt_engine_adapter import lengthcheck, tuning
-from tt_engine_adapter.formats import fingerprint, pairs as pair_files, rows
+from tt_engine_adapter import lengthcheck
+from tt_engine_adapter.formats import fingerprint, pairs as pair_files, rows, tuning
 from tt_engine_adapter.preference_spec import DERIVED, Preference
 
 HEX40 = re.compile(r"^[0-9a-f]{40}\Z")

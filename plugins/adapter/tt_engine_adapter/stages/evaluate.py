@@ -36,7 +36,7 @@ def main(request: AdapterRequest) -> StageResult:
     from tt_stagekit.promptfit import trimmed_note
 
     hp = request.hp
-    from tt_engine_adapter.tuning import SFT, final_adapter_stage
+    from tt_engine_adapter.formats.tuning import SFT, final_adapter_stage
 
     prefix = request.stage if request.stage in ("candidate", SFT) else "baseline"
     stage_dir = request.stage_dir

@@ -26,7 +26,7 @@ model_source.go_offline()
 def main(request: AdapterRequest) -> StageResult:
     from tt_engine_adapter.runtime import chat, checkpoint, manifest, memory
     from tt_engine_adapter.runtime.adapter_out import publish_adapter
-    from tt_engine_adapter.tuning import final_adapter_stage
+    from tt_engine_adapter.formats.tuning import final_adapter_stage
     from tt_stagekit import distributed
     from tt_engine_adapter.runtime.train import Evaluation, mean_loss, train, wrap_lora
     from tt_engine_adapter.runtime.data import encode_rows, read_jsonl

@@ -1,0 +1,106 @@
+"""The adapter's `preference` block on the host side: `tt run --dry-run` lists its stages, a pairs file that holds
+an example's prompt (which the host may hold out) is refused at `tt validate` naming file:line, a spec with two
+tuning blocks is refused naming both, the reference stage's fingerprint ignores beta and the loss, and the
+runtime's dataclass mirrors the spec model."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+from conftest import write_spec
+from tt_engine_adapter.formats import tuning
+from tt_engine_adapter.preference_spec import Preference
+from tt_engine_adapter.runtime.config import PreferenceSettings
+
+CONFIG = {"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 512, "intermediate_size": 128,
+          "num_attention_heads": 4, "num_key_value_heads": 4, "tie_word_embeddings": False}
+EXAMPLES = [{"input": f"review number {i}", "output": "positive" if i % 2 else "negative"} for i in range(8)]
+
+
+def _spec(folder: Path, **preference) -> Path:
+    model = folder / "model"
+    model.mkdir(parents=True, exist_ok=True)
+    (model / "config.json").write_text(json.dumps(CONFIG))
+    return write_spec(folder, {"name": "pref", "engine": "adapter", "base_model": "model", "device": "cpu",
+                               "system_prompt": "Classify the review.", "examples": EXAMPLES,
+                               "hyperparameters": {"max_seq_length": 64}, "preference": preference})
+
+
+def test_dry_run_lists_the_preference_stages_between_train_and_candidate(tt, tmp_path):
+    code, plan = tt.json("run", _spec(tmp_path / "s", beta=0.2), "--dry-run")
+    assert code == 0, plan
+    names = [d["stage"] for d in plan["stages"]]
+    assert names[names.index("train"):] == ["train", "sft", "reference", "preference", "candidate"], names
+    assert all(d["action"] == "run" for d in plan["stages"]), plan
+    code, plain = tt.json("run", write_spec(tmp_path / "plain", {**json.loads(_spec(tmp_path / "p").read_text()),
+                                                                   "preference": None}), "--dry-run")
+    assert code == 0, plain
+    skipped = {d["stage"]: d["action"] for d in plain["stages"]}
+    assert skipped["sft"] == skipped["reference"] == skipped["preference"] == "skip", plain
+
+
+def test_a_pairs_file_holding_an_example_prompt_is_refused_naming_file_and_line(tt, tmp_path):
+    folder = tmp_path / "leak"
+    folder.mkdir()
+    pairs = folder / "pairs.jsonl"
+    pairs.write_text(json.dumps({"prompt": "a review of its own", "chosen": "positive", "rejected": "negative"}) + "\n"
+                     + json.dumps({"prompt": "Review  Number 3!", "chosen": "positive", "rejected": "negative"}) + "\n")
+    spec = _spec(folder, pairs="pairs.jsonl")
+    before = sorted(p.name for p in folder.iterdir())
+    code, out = tt.json("validate", spec)
+    assert code == 2, out
+    text = json.dumps(out)
+    assert f"{pairs}:2" in text and "examples[3].input" in text and "held-out" in text, out
+    assert sorted(p.name for p in folder.iterdir()) == before  # nothing created
+    pairs.write_text(json.dumps({"prompt": "a review of its own", "chosen": "positive", "rejected": "negative"}) + "\n")
+    code, out = tt.json("validate", spec)
+    assert code == 0, out
+
+
+def test_a_bad_pairs_line_is_refused_naming_it(tt, tmp_path):
+    folder = tmp_path / "bad"
+    folder.mkdir()
+    (folder / "pairs.jsonl").write_text(json.dumps({"prompt": "x", "chosen": "same", "rejected": "Same"}) + "\n")
+    code, out = tt.json("validate", _spec(folder, pairs="pairs.jsonl"))
+    assert code == 2 and "pairs.jsonl:1" in json.dumps(out) and "same answer" in json.dumps(out), out
+
+
+def test_two_tuning_blocks_are_named_together():
+    both = SimpleNamespace(preference=object(), reinforcement=object())
+    error = tuning.both_given(both)
+    assert error and "preference and reinforcement" in error
+    assert tuning.both_given(SimpleNamespace(preference=object(), reinforcement=None)) is None
+    assert tuning.final_adapter_stage(SimpleNamespace(preference=None)) == "train"
+    assert tuning.final_adapter_stage(SimpleNamespace(preference=object())) == "preference"
+    assert tuning.final_adapter_stage(SimpleNamespace(reinforcement=object())) == "reinforce"
+
+
+def test_the_reference_fingerprint_ignores_beta_loss_and_optimizer_but_not_the_sampling(tmp_path):
+    from tt_host.runs.fingerprint import chain
+    from tt_host.spec.loading import load_spec
+    from tt_host.plugins import load_plugins
+
+    plugins = load_plugins()
+    engine = plugins.engine("adapter")
+
+    def prints(**preference):
+        loaded = load_spec(_spec(tmp_path / "one", **preference), plugins)  # one folder: one base model path
+        assert loaded.valid, loaded.errors
+        return {p.stage.name: p.fingerprint for p in chain(engine, loaded.spec, loaded.compiled)}
+
+    first = prints(beta=0.1)
+    other = prints(beta=0.5, loss="simpo", learning_rate=1e-3, sft_weight=0.2)
+    assert first["reference"] == other["reference"] and first["train"] == other["train"]
+    assert first["preference"] != other["preference"] and first["candidate"] != other["candidate"]
+    assert first["reference"] != prints(beta=0.1, samples_per_prompt=8)["reference"]
+    assert first["reference"] != prints(beta=0.1, reference="base")["reference"]
+
+
+def test_the_runtime_settings_mirror_the_preference_block():
+    names = [f.name for f in dataclasses.fields(PreferenceSettings)]
+    assert names == list(Preference.model_fields), "same settings, same order"
+    for field in dataclasses.fields(PreferenceSettings):
+        assert field.default == Preference.model_fields[field.name].default, field.name

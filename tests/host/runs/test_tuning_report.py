@@ -1,0 +1,65 @@
+"""A run with a tuning stage after SFT: the report shows base, SFT and final side by side, says in its first lines
+when the final model is worse than SFT, and activation's gate then fails (so `tt models activate` needs --force)."""
+
+from __future__ import annotations
+
+import json
+
+from tt_host.models.activation import gate_of
+from tt_host.runs.report import write_report
+from tt_host.runs.verdict import markdown_table, prediction_rows
+
+
+def _report(sft_rate: float, final_rate: float, grader: tuple[float, float] | None = None) -> dict:
+    metrics = {"baseline.count": 10, "baseline.exact_match": 0.1, "sft.count": 10, "sft.exact_match": sft_rate,
+               "candidate.count": 10, "candidate.exact_match": final_rate}
+    if grader:
+        metrics.update({"baseline.grader_score": 0.2, "sft.grader_score": grader[0], "candidate.grader_score": grader[1]})
+    return {"engine": "adapter", "status": "completed", "run_id": "r1", "spec_name": "s", "stages": {},
+            "metrics": metrics, "notes": [], "models": [],
+            "held_out_sides": {"baseline": "baseline", "sft": "sft", "candidate": "candidate"}}
+
+
+def test_a_final_model_worse_than_sft_is_said_first_and_fails_the_activation_gate(tmp_path):
+    report = _report(0.8, 0.5)
+    write_report(tmp_path, report, {})
+    saved = json.loads((tmp_path / "report.json").read_text())
+    assert saved["tuning"]["worse_than_sft"] is True and saved["tuning"]["metric"] == "exact_match"
+    assert (saved["tuning"]["base"], saved["tuning"]["sft"], saved["tuning"]["final"]) == (0.1, 0.8, 0.5)
+    assert "1/10 → 8/10 (SFT) → 5/10" in saved["verdict"] and "WORSE than SFT" in saved["verdict"]
+    head = (tmp_path / "report.md").read_text().splitlines()[:6]
+    assert any("WORSE than SFT on the held-out set" in line and "--force" in line for line in head), head
+    table = (tmp_path / "report.md").read_text()
+    assert "## Base, SFT and final" in table and "| exact_match | 0.1 | 0.8 | 0.5 |" in table
+    gate = gate_of({"run_dir": str(tmp_path)})
+    assert gate["status"] == "failed" and "WORSE than SFT" in gate["reason"], gate
+
+
+def test_a_final_model_as_good_as_sft_passes_that_check_and_graders_decide_when_present(tmp_path):
+    report = _report(0.8, 0.8)
+    write_report(tmp_path, report, {})
+    assert json.loads((tmp_path / "report.json").read_text())["tuning"]["worse_than_sft"] is False
+    assert gate_of({"run_dir": str(tmp_path)})["status"] == "not run"  # no gate configured: the usual answer
+    graded = _report(0.8, 0.9, grader=(0.7, 0.6))  # exact match rose, the graders' score fell: graders decide
+    write_report(tmp_path, graded, {})
+    tuning = json.loads((tmp_path / "report.json").read_text())["tuning"]
+    assert tuning["metric"] == "grader_score" and tuning["worse_than_sft"] is True
+
+
+def test_a_run_without_sft_side_has_no_tuning_section_and_the_old_table(tmp_path):
+    report = _report(0.8, 0.5)
+    report["held_out_sides"].pop("sft")
+    for key in ("sft.count", "sft.exact_match"):
+        report["metrics"].pop(key)
+    write_report(tmp_path, report, {})
+    saved = json.loads((tmp_path / "report.json").read_text())
+    assert "tuning" not in saved and "(SFT)" not in saved["verdict"]
+    assert "## Base versus tuned" in (tmp_path / "report.md").read_text()
+
+
+def test_the_predictions_table_has_an_sft_column_only_when_sft_answered():
+    rows = [{"id": "e1", "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}]
+    three = prediction_rows(rows, {"baseline": {"e1": "x"}, "sft": {"e1": "a"}, "candidate": {"e1": "b"}})
+    assert three[0]["sft"] == "a" and "| base | SFT | tuned |" in markdown_table(three)[2]
+    two = prediction_rows(rows, {"baseline": {"e1": "x"}, "candidate": {"e1": "b"}})
+    assert "sft" not in two[0] and "| base | tuned |" in markdown_table(two)[2]
