@@ -6,8 +6,6 @@ spec whose samples never disagree is refused (exit 2)."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 
 import pytest
 from safetensors.torch import load_file
@@ -63,32 +61,25 @@ def test_derived_pairs_hold_no_held_out_prompt_and_the_final_adapter_is_the_pref
     assert "sft.eval_seconds" in sft["metrics"] and "candidate.eval_seconds" in candidate["result"]["metrics"]
 
 
-def test_a_sigterm_preference_stage_resumes_to_the_same_bytes(trained, tmp_path, monkeypatch):
+def _copy(source, run, stages) -> None:
+    """`stages` of the run `source` into `run` (folders and results, paths rewritten): a test's own copy."""
     import shutil
 
-    runs = []
-    for name in ("straight", "broken"):
-        run = _run(tmp_path / name, trained.spec["base_model"])
-        for stage in ("prepare", "prefetch", "train", "sft"):
-            shutil.copytree(trained.run_dir / stage, run.run_dir / stage)
-        run.done = {k: {"dir": str(run.run_dir / k), "result": json.loads((run.run_dir / k / "result.json")
-                                                                           .read_text().replace(str(trained.run_dir), str(run.run_dir)))}
-                    for k in ("prepare", "prefetch", "train", "sft")}
-        run.stage("reference")
-        runs.append(run)
-    straight, broken = runs
+    for stage in stages:
+        shutil.copytree(source.run_dir / stage, run.run_dir / stage)
+        text = (run.run_dir / stage / "result.json").read_text().replace(str(source.run_dir), str(run.run_dir))
+        run.done[stage] = {"dir": str(run.run_dir / stage), "result": json.loads(text)}
+
+
+def test_a_sigterm_preference_stage_resumes_to_the_same_bytes(trained, tmp_path):
+    straight = _run(tmp_path / "straight", trained.spec["base_model"])
+    _copy(trained, straight, ("prepare", "prefetch", "train", "sft"))
+    straight.stage("reference")
+    broken = _run(tmp_path / "broken", trained.spec["base_model"])
+    _copy(straight, broken, ("prepare", "prefetch", "train", "sft", "reference"))
     done = straight.stage("preference")["result"]
-    stop_at = 3
-    with monkeypatch.context() as held:
-        held.setenv("TT_HOLD_AT_STEP", str(stop_at))
-        proc = broken.start("preference")
-    for line in proc.stdout:
-        event = json.loads(line) if line.startswith("{") else {}
-        if event.get("type") == "progress" and event["step"] >= stop_at:
-            os.killpg(proc.pid, signal.SIGTERM)
-            break
-    _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 130, err[-2000:]
+    code, err = broken.stopped_at("preference", 3)
+    assert code == 130, err[-2000:]
     assert not (broken.run_dir / "preference" / "adapter").exists()
     resumed = broken.stage("preference", resume=True)
     assert any("resumed from step-" in e.get("message", "") for e in resumed["events"])
@@ -101,14 +92,8 @@ def test_a_sigterm_preference_stage_resumes_to_the_same_bytes(trained, tmp_path,
 
 
 def test_samples_that_never_disagree_are_refused_naming_why(trained, tmp_path):
-    import shutil
-
     run = _run(tmp_path / "same", trained.spec["base_model"], temperature=0.0001, samples_per_prompt=2)
-    for stage in ("prepare", "prefetch", "train"):
-        shutil.copytree(trained.run_dir / stage, run.run_dir / stage)
-    run.done = {k: {"dir": str(run.run_dir / k), "result": json.loads((run.run_dir / k / "result.json")
-                                                                       .read_text().replace(str(trained.run_dir), str(run.run_dir)))}
-                for k in ("prepare", "prefetch", "train")}
+    _copy(trained, run, ("prepare", "prefetch", "train"))
     refused = run.stage("reference", check=False)
     assert refused["code"] == 2
     message = " ".join(e.get("message", "") for e in refused["events"])

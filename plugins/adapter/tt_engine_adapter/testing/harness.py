@@ -78,11 +78,26 @@ class Run:
         path.write_text(json.dumps(request, indent=1))
         return path
 
-    def start(self, stage: str, resume: bool = False, device: str = "cpu", **popen: Any) -> subprocess.Popen:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    def start(self, stage: str, resume: bool = False, device: str = "cpu", env: Optional[dict] = None,
+              **popen: Any) -> subprocess.Popen:
+        env = env or {**os.environ, "PYTHONUNBUFFERED": "1"}
         return subprocess.Popen([sys.executable, "-m", MODULES[stage], str(self.request(stage, resume, device))],
                                 cwd=self.run_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, start_new_session=True, **popen)
+
+    def stopped_at(self, stage: str, step: int, timeout: float = 300) -> tuple[int, str]:
+        """Start `stage`, send its process group SIGTERM once it reports optimizer step `step` (TT_HOLD_AT_STEP
+        holds it there, so a short run cannot end first); (exit code, stderr)."""
+        import signal
+
+        proc = self.start(stage, env={**os.environ, "PYTHONUNBUFFERED": "1", "TT_HOLD_AT_STEP": str(step)})
+        for line in proc.stdout:
+            event = json.loads(line) if line.startswith("{") else {}
+            if event.get("type") == "progress" and event["step"] >= step:
+                os.killpg(proc.pid, signal.SIGTERM)
+                break
+        _, err = proc.communicate(timeout=timeout)
+        return proc.returncode, err
 
     def stage(self, stage: str, resume: bool = False, device: str = "cpu", check: bool = True) -> dict:
         """Run a stage to completion; returns {"code", "result", "events", "stderr"}."""
