@@ -104,3 +104,13 @@ def test_the_runtime_settings_mirror_the_preference_block():
     assert names == list(Preference.model_fields), "same settings, same order"
     for field in dataclasses.fields(PreferenceSettings):
         assert field.default == Preference.model_fields[field.name].default, field.name
+
+
+def test_a_pipeline_document_runs_the_preference_stages_as_steps_of_the_train(tt, tmp_path):
+    spec = _spec(tmp_path, beta=0.2)
+    assert tt.json("pipeline", "init", tmp_path)[0] == 0
+    code, plan = tt.json("pipeline", "plan", "--spec", spec)
+    assert code == 0, plan
+    steps = {s["id"]: s["stages"] for s in plan["steps"]}
+    assert steps["train"][-3:] == ["train", "reference", "preference"], steps
+    assert steps["candidate"][-5:] == ["train", "sft", "reference", "preference", "candidate"], steps
