@@ -195,3 +195,69 @@ def test_every_loss_is_finite_and_prefers_the_chosen_answer_after_a_step(tiny_ll
     optimizer.step()
     after, _ = margin_and_loss()
     assert after > before
+
+
+def test_kto_loss_and_gradients_equal_trls_kto_trainer(tiny_llama, tmp_path):
+    """Each pair is a desirable (chosen) and an undesirable (rejected) example for KTOTrainer; both carry the pair's
+    KL sequence (its prompt with the previous pair's chosen answer), so TRL's z is the mean over the same
+    sequences as ours. Reference "base": TRL given a new adapter disables it, which then gets our weights."""
+    from datasets import Dataset
+    from peft import LoraConfig
+    from trl import KTOConfig, KTOTrainer
+
+    from tt_engine_adapter.runtime.preference_pairs import encode_kl
+
+    model, tokenizer = _model(tiny_llama)
+    theirs_model = copy.deepcopy(model)
+    pad = chat.pad_token_id(tokenizer)
+    encoded = _encoded(tokenizer)
+    kl_rows = encode_kl(tokenizer, PAIRS, SYSTEM, 256, chat.end_of_turn_id(tokenizer))
+    n = len(PAIRS)
+    rows = [c for c, _ in encoded] + [r for _, r in encoded] + kl_rows
+    ref = torch.tensor(reference_logps(model, rows, pad, "cpu", 4, "base"))
+    model.train()
+    # A few steps toward the KL completions, so z > 0: TRL clamps a negative z to 0, leaving the KL term untested.
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=0.02)
+    for _ in range(3):
+        optimizer.zero_grad()
+        (-completion_logps(model, kl_rows, pad, "cpu")[0].sum()).backward()
+        optimizer.step()
+    theirs_model = copy.deepcopy(model)
+    sums, counts, tokens = completion_logps(model, rows, pad, "cpu")
+    assert float((sums[2 * n:] - ref[2 * n:]).mean()) > 0
+    policy = {"pc": sums[:n], "pr": sums[n:2 * n], "nc": counts[:n], "nr": counts[n:2 * n],
+              "chosen_tokens": (tokens[0][:n], tokens[1][:n]), "kl": sums[2 * n:]}
+    value, _ = batch_loss("kto", policy, {"rc": ref[:n], "rr": ref[n:2 * n], "kl": ref[2 * n:]}, BETA, GAMMA, 0.0)
+    model.zero_grad()
+    value.backward()
+    ours = (value.detach(), {k: p.grad.clone() for k, p in model.named_parameters() if p.requires_grad})
+
+    examples = []
+    for label, side in ((True, 0), (False, 1)):
+        for i, pair in enumerate(encoded):
+            prompt, completion = _split(pair[side])
+            kl_prompt, kl_completion = _split(kl_rows[i])
+            assert kl_prompt == prompt
+            examples.append({"prompt_ids": prompt, "completion_ids": completion, "KL_completion_ids": kl_completion,
+                             "label": label})
+    data = Dataset.from_list([{"prompt": "x", "completion": "y", "label": True},
+                              {"prompt": "x", "completion": "z", "label": False}] * 3)
+    args = KTOConfig(output_dir=str(tmp_path / "kto"), beta=BETA, report_to="none", per_device_train_batch_size=6,
+                     use_cpu=True, max_length=None)
+    weights = {k: p.detach().clone() for k, p in theirs_model.named_parameters() if p.requires_grad}
+    config = LoraConfig(r=4, lora_alpha=32.0, lora_dropout=0.0, target_modules="all-linear", bias="none",
+                        task_type="CAUSAL_LM")
+    trainer = KTOTrainer(model=theirs_model.get_base_model(), args=args, train_dataset=data,
+                         processing_class=tokenizer, peft_config=config)
+    theirs_model = trainer.model
+    with torch.no_grad():
+        for name, p in theirs_model.named_parameters():
+            if p.requires_grad:
+                p.copy_(weights[name])
+    batch = trainer.data_collator(examples)
+    theirs_model.train()
+    theirs_model.zero_grad()
+    loss = trainer.compute_loss(theirs_model, batch)
+    loss.backward()
+    assert float(ours[0]) != 0.5  # a non-trivial point: the policy differs from the reference
+    _compare(ours, loss.detach(), theirs_model)

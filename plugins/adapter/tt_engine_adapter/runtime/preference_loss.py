@@ -1,7 +1,7 @@
 """Preference losses on the LoRA: DPO, SimPO and KTO, and the completion log-probs they read.
 
 The formulas are TRL's (trl 1.16), so a user moving from TRL gets the same numbers (a test compares loss and
-gradients on the same batch with DPOTrainer and CPOTrainer, float32, within 1e-5):
+gradients on the same batch with DPOTrainer, CPOTrainer and KTOTrainer, float32, within 1e-5):
 
 - DPO (DPOTrainer, loss_type "sigmoid"): -logsigmoid(beta * ((pc - rc) - (pr - rr))), pc/pr the policy's summed
   completion log-probs of chosen/rejected, rc/rr the reference's (the base with the adapter disabled);
