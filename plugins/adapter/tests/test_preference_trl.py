@@ -80,12 +80,37 @@ def _compare(ours, theirs, model_theirs):
         torch.testing.assert_close(grad, other[name], rtol=0, atol=1e-5, msg=name)
 
 
+def _with_new_adapter(trainer_class, peft_model, **kwargs):
+    """A TRL trainer given the base and a new adapter (so its reference disables the adapter), whose adapter then
+    gets `peft_model`'s weights: (trainer, its model)."""
+    from peft import LoraConfig
+
+    weights = {k: p.detach().clone() for k, p in peft_model.named_parameters() if p.requires_grad}
+    config = LoraConfig(r=4, lora_alpha=32.0, lora_dropout=0.0, target_modules="all-linear", bias="none",
+                        task_type="CAUSAL_LM")
+    trainer = trainer_class(model=peft_model.get_base_model(), peft_config=config, **kwargs)
+    with torch.no_grad():
+        for name, p in trainer.model.named_parameters():
+            if p.requires_grad:
+                p.copy_(weights[name])
+    return trainer, trainer.model
+
+
+def _trl_loss(trainer, model, examples):
+    """TRL's loss on our batch, its gradients in `model`."""
+    batch = trainer.data_collator(examples)
+    model.train()
+    model.zero_grad()
+    loss = trainer.compute_loss(model, batch)
+    loss.backward()
+    return loss.detach()
+
+
 @pytest.mark.parametrize("reference", ["sft", "base"])
 def test_dpo_loss_and_gradients_equal_trls_dpo_trainer(tiny_llama, tmp_path, reference):
     """reference "sft": TRL given the trained adapter keeps a frozen copy of it as the reference; "base": TRL
     given a new adapter (peft_config) disables it for the reference, and that adapter then gets our weights."""
     from datasets import Dataset
-    from peft import LoraConfig
     from trl import DPOConfig, DPOTrainer
 
     model, tokenizer = _model(tiny_llama)
@@ -104,22 +129,9 @@ def test_dpo_loss_and_gradients_equal_trls_dpo_trainer(tiny_llama, tmp_path, ref
     if reference == "sft":
         trainer = DPOTrainer(model=theirs_model, args=args, train_dataset=data, processing_class=tokenizer)
     else:
-        weights = {k: p.detach().clone() for k, p in theirs_model.named_parameters() if p.requires_grad}
-        config = LoraConfig(r=4, lora_alpha=32.0, lora_dropout=0.0, target_modules="all-linear", bias="none",
-                            task_type="CAUSAL_LM")
-        trainer = DPOTrainer(model=theirs_model.get_base_model(), args=args, train_dataset=data,
-                             processing_class=tokenizer, peft_config=config)
-        theirs_model = trainer.model
-        with torch.no_grad():
-            for name, p in theirs_model.named_parameters():
-                if p.requires_grad:
-                    p.copy_(weights[name])
-    batch = trainer.data_collator(examples)
-    theirs_model.train()
-    theirs_model.zero_grad()
-    loss = trainer.compute_loss(theirs_model, batch)
-    loss.backward()
-    _compare(ours, loss.detach(), theirs_model)
+        trainer, theirs_model = _with_new_adapter(DPOTrainer, theirs_model, args=args, train_dataset=data,
+                                                  processing_class=tokenizer)
+    _compare(ours, _trl_loss(trainer, theirs_model, examples), theirs_model)
 
 
 def test_simpo_loss_and_gradients_equal_trls_cpo_trainer(tiny_llama, tmp_path):
@@ -202,7 +214,6 @@ def test_kto_loss_and_gradients_equal_trls_kto_trainer(tiny_llama, tmp_path):
     KL sequence (its prompt with the previous pair's chosen answer), so TRL's z is the mean over the same
     sequences as ours. Reference "base": TRL given a new adapter disables it, which then gets our weights."""
     from datasets import Dataset
-    from peft import LoraConfig
     from trl import KTOConfig, KTOTrainer
 
     from tt_engine_adapter.runtime.preference_pairs import encode_kl
@@ -244,20 +255,7 @@ def test_kto_loss_and_gradients_equal_trls_kto_trainer(tiny_llama, tmp_path):
                               {"prompt": "x", "completion": "z", "label": False}] * 3)
     args = KTOConfig(output_dir=str(tmp_path / "kto"), beta=BETA, report_to="none", per_device_train_batch_size=6,
                      use_cpu=True, max_length=None)
-    weights = {k: p.detach().clone() for k, p in theirs_model.named_parameters() if p.requires_grad}
-    config = LoraConfig(r=4, lora_alpha=32.0, lora_dropout=0.0, target_modules="all-linear", bias="none",
-                        task_type="CAUSAL_LM")
-    trainer = KTOTrainer(model=theirs_model.get_base_model(), args=args, train_dataset=data,
-                         processing_class=tokenizer, peft_config=config)
-    theirs_model = trainer.model
-    with torch.no_grad():
-        for name, p in theirs_model.named_parameters():
-            if p.requires_grad:
-                p.copy_(weights[name])
-    batch = trainer.data_collator(examples)
-    theirs_model.train()
-    theirs_model.zero_grad()
-    loss = trainer.compute_loss(theirs_model, batch)
-    loss.backward()
+    trainer, theirs_model = _with_new_adapter(KTOTrainer, theirs_model, args=args, train_dataset=data,
+                                              processing_class=tokenizer)
     assert float(ours[0]) != 0.5  # a non-trivial point: the policy differs from the reference
-    _compare(ours, loss.detach(), theirs_model)
+    _compare(ours, _trl_loss(trainer, theirs_model, examples), theirs_model)
