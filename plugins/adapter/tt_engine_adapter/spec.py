@@ -18,6 +18,7 @@ from tt_host.api import BehaviorSpec, DistributedSettings, StrictModel, Text, co
 from tt_engine_adapter import lengthcheck
 from tt_engine_adapter.formats import fingerprint, pairs as pair_files, rows, tuning
 from tt_engine_adapter.preference_spec import DERIVED, Preference
+from tt_engine_adapter.reinforcement_spec import Reinforcement
 
 HEX40 = re.compile(r"^[0-9a-f]{40}\Z")
 # A branch or tag name as the hub takes it (git's ref rules, simplified): `main`, `v1.0`, `refs/pr/3`.
@@ -209,6 +210,8 @@ class AdapterSpec(BehaviorSpec):
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     preference: Optional[Preference] = Field(None, description="Preference tuning (DPO, SimPO, KTO) of the SFT "
                                                                "adapter: stages reference and preference.")
+    reinforcement: Optional[Reinforcement] = Field(
+        None, description="GRPO on the LoRA after SFT, rewarded by the spec's graders (docs/adapter.md, GRPO).")
 
     @field_validator("base_model")
     @classmethod

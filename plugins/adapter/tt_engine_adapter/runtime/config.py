@@ -3,7 +3,8 @@
 Runs in the engine environment. Each dataclass mirrors a block of the host's
 spec model (spec.py) under its own name, so no name means two classes:
 `AdapterSpecFields` (spec.py's `AdapterSpec`), `AdapterSettings`
-(`Hyperparameters`, the `hyperparameters` block), `DatasetSplits` (`Datasets`),
+(`Hyperparameters`, the `hyperparameters` block), `ReinforcementSettings`
+(`Reinforcement`, the `reinforcement` block), `DatasetSplits` (`Datasets`),
 `DatasetSource` (`Source`) and `PreferenceSettings` (preference_spec.py's `Preference`). Field names are the spec's key names; defaults
 are the spec's defaults (a test in tests/ holds the two equal). The host's spec
 model owns bounds and cross-field rules; these classes carry the validated
@@ -82,6 +83,28 @@ class PreferenceSettings:
 
 
 @dataclass(frozen=True)
+class ReinforcementSettings:
+    """`spec.reinforcement` (reinforcement_spec.py's `Reinforcement`): GRPO after SFT."""
+
+    algorithm: Literal["grpo"] = "grpo"
+    steps: int = 50
+    prompts_per_step: int = 4
+    group_size: int = 8
+    learning_rate: float = 5e-5
+    kl_beta: float = 0.0
+    epsilon: float = 0.2
+    iterations: int = 1
+    loss_type: Literal["grpo", "dapo"] = "dapo"
+    scale_rewards: Literal["group", "none"] = "group"
+    max_new_tokens: int = 64
+    temperature: float = 1.0
+    top_p: float = 1.0
+    rollout_batch_size: int = 32
+    probe_groups: int = 4
+    max_grad_norm: float = 1.0
+
+
+@dataclass(frozen=True)
 class DatasetSource:
     """One dataset source (spec.py's `Source`): a local path or a hub dataset at a revision, with a mixing weight."""
 
@@ -120,6 +143,7 @@ class AdapterSpecFields:
     hyperparameters: AdapterSettings = field(default_factory=AdapterSettings)
     datasets: Optional[DatasetSplits] = None
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
+    reinforcement: Optional[ReinforcementSettings] = None
     examples: tuple[Example, ...] = ()
     evaluation: Optional[Evaluation] = None
     preference: Optional[PreferenceSettings] = None

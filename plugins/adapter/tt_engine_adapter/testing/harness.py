@@ -27,6 +27,7 @@ MODULES = {
     "reference": "tt_engine_adapter.stages.reference",
     "preference": "tt_engine_adapter.stages.preference",
     "candidate": "tt_engine_adapter.stages.evaluate",
+    "reinforce": "tt_engine_adapter.stages.reinforce",
 }
 DEFAULT_HP = {
     "n_epochs": 3, "max_steps": None, "learning_rate": 2e-4, "batch_size": 4, "gradient_accumulation_steps": 1,

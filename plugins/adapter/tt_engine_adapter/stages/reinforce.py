@@ -1,0 +1,133 @@
+"""Stage `reinforce`: GRPO on the SFT adapter, rewarded by the spec's graders (the spec's `reinforcement` block).
+
+Loads the base model with the train stage's adapter (trainable), samples groups of answers per training prompt
+on tt's batched generator (runtime/rollouts.py), grades them with `tt_stagekit.graders` and updates the LoRA
+weights with the clipped GRPO objective (runtime/grpo.py, runtime/grpo_loop.py). Before the first step a probe
+samples a few groups and refuses to start (exit 2) when the graders give zero spread in every group.
+Checkpoints under `reinforce/checkpoints/` (resumed when the host passes `resume`); the adapter, `tt-adapter.json`
+and `artifact-manifest.json` go to `reinforce/adapter/` as the train stage writes them, returned as an Artifact
+of kind "adapter". Every prompt that reached a rollout is listed in `reinforce/rollout-prompts.jsonl`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Mapping
+
+from tt_engine_adapter.runtime import model_source
+from tt_engine_adapter.runtime.config import parse
+from tt_stagekit.contract import Artifact, StageResult
+from tt_stagekit.files import REPLACE, publish_folder
+from tt_stagekit.protocol import InvalidInput, StageError, artifact, log, progress, run_main
+
+model_source.go_offline()
+
+ROLLOUT_LOG = "rollout-prompts.jsonl"
+
+
+def _graders(spec: Mapping[str, Any]) -> Any:
+    from tt_stagekit import graders
+
+    return graders.from_spec(spec)
+
+
+def main(raw: Mapping[str, Any]) -> StageResult:
+    request = parse(raw)
+    rs = request.spec.reinforcement
+    if rs is None:
+        raise InvalidInput("reinforcement: the spec has no reinforcement block; this stage has nothing to do")
+    from tt_engine_adapter.runtime import chat, grpo_loop, manifest
+    from tt_engine_adapter.runtime.data import read_jsonl
+    from tt_engine_adapter.runtime.grpo_prompts import held_out_users, training_prompts
+    from tt_engine_adapter.runtime.rollouts import Generator
+
+    hp, stage_dir = request.hp, request.stage_dir
+    sft = request.output("train", "adapter")
+    if sft is None:
+        raise StageError("the train stage has not completed in this run; GRPO starts from its adapter")
+    base = model_source.resolved(request)
+    device = model_source.pick_device(request)
+    tokenizer = model_source.load_tokenizer(base["path"])
+    outputs = request.prepared
+    held_out_rows = [r for split in ("validation", "test") if outputs.get(split) for r in read_jsonl(outputs[split])]
+    prompts = training_prompts(tokenizer, read_jsonl(outputs["train"]), request.system_message,
+                               hp.max_seq_length - rs.max_new_tokens,
+                               held_out_users(request.eval_prompts, held_out_rows))
+    graders = _graders(raw["spec"])
+    names = ", ".join(g.name for g in graders.graders)
+
+    import torch
+    from peft import PeftModel
+
+    torch.manual_seed(hp.seed)
+    model = model_source.load_model(base["path"], device, torch.float32)
+    model = PeftModel.from_pretrained(model, sft, is_trainable=True)
+    padding_choice = chat.padding(tokenizer)
+    generator = Generator(model, chat.stop_ids(tokenizer), padding_choice.id, device, rs.rollout_batch_size)
+    rollout_log = stage_dir / ROLLOUT_LOG
+    checkpoints = stage_dir / "checkpoints"
+    if not request.resume:
+        shutil.rmtree(checkpoints, ignore_errors=True)
+        rollout_log.unlink(missing_ok=True)
+
+    def record(step: int, prompt: Any) -> None:
+        with open(rollout_log, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"step": step, "id": prompt.id, "prompt": prompt.user}) + "\n")
+
+    rollouts = grpo_loop.Rollouts(generator, tokenizer, rs, hp.seed, graders.reward, record)
+    probed: dict = {}
+
+    def run_probe() -> None:
+        probed.update(grpo_loop.probe(rollouts, prompts, rs, names))
+        log(f"probe: {probed['groups']} group(s) of {rs.group_size}: mean reward {probed['reward']}, "
+            f"{probed['zero_std_groups']} with zero spread; training starts")
+
+    def on_step(step: int, total: int, stats: dict) -> None:
+        if step % hp.log_interval_steps == 0 or step == total:
+            progress(step, total, "step", {key: round(stats[key], 6) for key in
+                                           ("reward", "reward_std", "loss", "kl", "clip_ratio", "answer_tokens",
+                                            "rollout_seconds")})
+
+    log(f"GRPO from {sft}: {len(prompts)} training prompts, {rs.steps} steps of {rs.prompts_per_step} prompts × "
+        f"{rs.group_size} answers on {device}; graders: {names}")
+    state = grpo_loop.train(model, prompts, rollouts, rs, seed=hp.seed, micro_batch=hp.batch_size,
+                            pad_id=padding_choice.id, device=device, checkpoint_dir=checkpoints,
+                            fingerprint=request.fingerprint, resume=request.resume,
+                            checkpoint_every=hp.checkpoint_interval_steps, keep=hp.keep_checkpoints,
+                            on_step=on_step, before_first_step=run_probe)
+    series = {f"reinforce.{key}": values for key, values in state.series.items()}
+    last = {key: values[-1][1] for key, values in state.series.items() if values}
+    metrics = {
+        "reinforce.steps": state.step,
+        "reinforce.reward": last.get("reward"),
+        "reinforce.reward_std": last.get("reward_std"),
+        "reinforce.first_reward": state.series["reward"][0][1] if state.series["reward"] else None,
+        "reinforce.kl": last.get("kl"),
+        "reinforce.seconds": round(state.seconds, 3),
+        "reinforce.rollout_seconds": round(state.rollout_seconds, 3),
+        "reinforce.rollout_tokens_per_second": round(state.rollout_tokens / max(state.rollout_seconds, 1e-9), 2),
+        **({"reinforce.probe_reward": probed["reward"]} if probed else {}),
+    }
+    metrics = {k: v for k, v in metrics.items() if v is not None}
+
+    adapter_dir = stage_dir / "adapter"
+    tmp = stage_dir / ".adapter.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(str(tmp), safe_serialization=True)
+    info = json.loads((Path(sft) / "tt-adapter.json").read_text(encoding="utf-8"))  # how prompts are rendered
+    info["reinforcement"] = {"algorithm": rs.algorithm, "steps": state.step, "from": str(sft)}
+    (tmp / "tt-adapter.json").write_text(json.dumps(info, indent=2) + "\n")
+    manifest.write_manifest(tmp, "adapter", base, request.system_message_sha256, extra={"metrics": metrics})
+    publish_folder(tmp, adapter_dir, REPLACE)
+    artifact("adapter", adapter_dir)
+    log(f"adapter saved to {adapter_dir} (reward {metrics.get('reinforce.first_reward')} at step 1, "
+        f"{metrics.get('reinforce.reward')} at step {state.step})")
+    return StageResult(metrics=metrics, series=series,
+                       outputs={"adapter": str(adapter_dir), "rollout_prompts": str(rollout_log)},
+                       artifacts=(Artifact(kind="adapter", path=str(adapter_dir), manifest=manifest.MANIFEST),))
+
+
+if __name__ == "__main__":
+    run_main(main)
