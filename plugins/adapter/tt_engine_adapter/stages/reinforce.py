@@ -28,9 +28,13 @@ ROLLOUT_LOG = "rollout-prompts.jsonl"
 
 
 def _graders(spec: Mapping[str, Any]) -> Any:
+    """The spec's graders (tt_stagekit.graders: declared in evaluation.graders, else derived from the examples)."""
     from tt_stagekit import graders
 
-    return graders.from_spec(spec)
+    try:
+        return graders.from_spec(spec)
+    except graders.GraderError as exc:
+        raise InvalidInput(str(exc)) from None
 
 
 def main(raw: Mapping[str, Any]) -> StageResult:
