@@ -11,7 +11,8 @@ at most `max_new` tokens each, and stop a row at the end-of-turn token or EOS:
 - tt: `runtime.rollouts.Generator` (the serving engine's KV cache and masks; the prompt of a group prefilled once,
   rows that end leave the batch at once), all answers in one call with up to prompts × group rows at a time;
 - generate: one `model.generate(do_sample=True, num_return_sequences=group)` over all prompts at once
-  (left-padded, the same rows at a time), as a trainer without a serving engine does.
+  (left-padded, the same rows at a time), as TRL's GRPOTrainer does without vLLM;
+- generate_per_prompt: one such call per prompt (a group at a time), as a hand-written rollout loop does.
 
 Figures: answer tokens per second (tokens up to and including each row's stop) and the seconds per call,
 best of `repeats` after one warm-up call each. Prints `RESULT {...}`.
@@ -65,11 +66,12 @@ def main() -> None:
         samples = [Sample(p, seed * 100_003 + i) for i, p in enumerate(p for p in prompts for _ in range(args.group))]
         return sum(len(a) for a in generator.sample(samples, args.max_new, 1.0))
 
-    def hf_call(seed: int) -> int:
+    def hf_call(seed: int, chosen=None) -> int:
         torch.manual_seed(seed)
-        width = max(len(p) for p in prompts)
-        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        chosen = chosen or prompts
+        width = max(len(p) for p in chosen)
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in chosen])
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chosen])
         with torch.inference_mode():
             out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_p=1.0,
                                  top_k=0, num_return_sequences=args.group, max_new_tokens=args.max_new,
@@ -80,9 +82,12 @@ def main() -> None:
             tokens += len(row) if cut is None else cut + 1
         return tokens
 
+    def per_prompt_call(seed: int) -> int:
+        return sum(hf_call(seed * 1000 + i, [p]) for i, p in enumerate(prompts))
+
     result = {"model": model_dir, "prompts": args.prompts, "group": args.group, "max_new_tokens": args.max_new,
               "threads": torch.get_num_threads(), "load": open("/proc/loadavg").read().split()[:3]}
-    for name, call in (("tt", tt_call), ("generate", hf_call)):
+    for name, call in (("tt", tt_call), ("generate", hf_call), ("generate_per_prompt", per_prompt_call)):
         call(0)  # warm-up
         best = None
         for repeat in range(args.repeats):
@@ -95,6 +100,8 @@ def main() -> None:
                         "tokens_per_second": round(best[0] / best[1], 1)}
         print(name, result[name], file=sys.stderr, flush=True)
     result["speedup"] = round(result["tt"]["tokens_per_second"] / result["generate"]["tokens_per_second"], 2)
+    result["speedup_per_prompt"] = round(result["tt"]["tokens_per_second"]
+                                         / result["generate_per_prompt"]["tokens_per_second"], 2)
     print("RESULT " + json.dumps(result))
 
 
