@@ -77,7 +77,8 @@ def _reference_inputs(spec: AdapterSpec) -> dict[str, Any]:
     hp = spec.hyperparameters
     return {**_base_model(spec), "max_seq_length": hp.max_seq_length, "max_new_tokens": hp.max_new_tokens,
             "eval_batch_size": hp.eval_batch_size, "seed": hp.seed, "precision": hp.precision,
-            "load_in_4bit": hp.load_in_4bit, "preference": spec.preference.fingerprint_inputs() if spec.preference else None}
+            "load_in_4bit": hp.load_in_4bit, "graders": _graders(spec),
+            "preference": spec.preference.fingerprint_inputs() if spec.preference else None}
 
 
 def _preference_inputs(spec: AdapterSpec) -> dict[str, Any]:
@@ -86,6 +87,18 @@ def _preference_inputs(spec: AdapterSpec) -> dict[str, Any]:
             "max_grad_norm", "lora_dropout")
     return {**_base_model(spec), "training": {k: hp[k] for k in keep},
             "preference": spec.preference.model_dump(mode="json") if spec.preference else None}
+
+
+def _graders(spec: AdapterSpec) -> Any:
+    """What a stage graded by the spec's graders depends on beyond the examples (which `needs=("train",)` chains in):
+    the declared `evaluation.graders` (None: derived from the examples' outputs)."""
+    graders = spec.evaluation.graders if spec.evaluation else None
+    return list(graders) if graders else None
+
+
+def _reinforce_inputs(spec: AdapterSpec) -> dict[str, Any]:
+    return {**_train_inputs(spec), "graders": _graders(spec),
+            "reinforcement": spec.reinforcement.model_dump(mode="json") if spec.reinforcement else None}
 
 
 def _tuning(name: str):
@@ -107,6 +120,9 @@ TUNING_STAGES = (
     Stage("preference", "tt_engine_adapter.stages.preference", inputs=_preference_inputs, needs=("train", "reference"),
           enabled=_tuning("preference"), replaceable=True,
           description="DPO / SimPO / KTO on the SFT adapter"),
+    Stage("reinforce", "tt_engine_adapter.stages.reinforce", inputs=_reinforce_inputs, needs=("train",),
+          enabled=_tuning("reinforce"), replaceable=True,
+          description="GRPO on the SFT adapter, rewarded by the spec's graders"),
 )
 
 

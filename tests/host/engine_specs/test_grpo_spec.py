@@ -1,5 +1,7 @@
 """The `reinforcement` block: the host's model (reinforcement_spec.py) and the runtime's mirror agree, a spec with it
-validates and parses, and a bad value is refused naming the field."""
+validates and parses, and a bad value is refused naming the field; `tt run --dry-run` lists `sft` and `reinforce`
+between `train` and `candidate`, and the reinforce stage's fingerprint holds its settings and the declared graders
+(what it is rewarded by), so changing either runs it again while `train` is reused."""
 
 from __future__ import annotations
 
@@ -54,3 +56,49 @@ def test_a_bad_reinforcement_value_is_refused_naming_the_field(tmp_path, block, 
     with pytest.raises(ValidationError) as caught:
         aspec.AdapterSpec.model_validate({**SPEC, "reinforcement": block}, context={"spec_dir": tmp_path})
     assert any(error["loc"][:2] == ("reinforcement", field) for error in caught.value.errors()), caught.value
+
+
+def _run_spec(folder, **extra):
+    import json
+
+    from conftest import write_spec
+
+    model = folder / "model"
+    model.mkdir(parents=True, exist_ok=True)
+    (model / "config.json").write_text(json.dumps({"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 512}))
+    examples = [{"input": f"What is {i} plus {i}?", "output": str(2 * i)} for i in range(10)]
+    return write_spec(folder, {"name": "sums", "engine": "adapter", "base_model": "model", "device": "cpu",
+                               "system_prompt": "Answer with the number.", "examples": examples,
+                               "hyperparameters": {"max_seq_length": 64}, **extra})
+
+
+def test_dry_run_lists_sft_and_reinforce_between_train_and_candidate(tt, tmp_path):
+    code, plan = tt.json("run", _run_spec(tmp_path / "s", reinforcement={"steps": 2}), "--dry-run")
+    assert code == 0, plan
+    actions = {d["stage"]: d["action"] for d in plan["stages"]}
+    names = [d["stage"] for d in plan["stages"] if d["action"] != "skip"]
+    assert names[names.index("train"):] == ["train", "sft", "reinforce", "candidate"], names
+    assert actions["reference"] == actions["preference"] == "skip", actions
+    code, plain = tt.json("run", _run_spec(tmp_path / "p"), "--dry-run")
+    assert code == 0 and {d["stage"]: d["action"] for d in plain["stages"]}["reinforce"] == "skip", plain
+
+
+def test_the_reinforce_fingerprint_holds_its_settings_and_the_declared_graders(tmp_path):
+    from tt_host.plugins import load_plugins
+    from tt_host.runs.fingerprint import chain
+    from tt_host.spec.loading import load_spec
+
+    plugins = load_plugins()
+    engine = plugins.engine("adapter")
+
+    def prints(**extra):
+        loaded = load_spec(_run_spec(tmp_path / "one", **extra), plugins)
+        assert loaded.valid, loaded.errors
+        return {p.stage.name: p.fingerprint for p in chain(engine, loaded.spec, loaded.compiled)}
+
+    first = prints(reinforcement={"steps": 2})
+    other = prints(reinforcement={"steps": 2, "kl_beta": 0.04})
+    graded = prints(reinforcement={"steps": 2}, evaluation={"graders": [{"kind": "number"}]})
+    assert first["train"] == other["train"] == graded["train"]
+    assert first["reinforce"] != other["reinforce"] and first["candidate"] != other["candidate"]
+    assert first["reinforce"] != graded["reinforce"]  # rewarded by other graders: trained again
