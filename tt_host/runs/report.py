@@ -73,7 +73,8 @@ def render_markdown(report: dict[str, Any], charts: list[tuple[str, str]]) -> st
     lines += [f"- spec: **{_fmt(report.get('spec_name'))}**", f"- engine: `{report['engine']}`",
               f"- status: **{report['status']}**", ""]
     metrics = _paired(report)
-    sides = [s for s in SIDES if s != SFT_SIDE or any(k.startswith(SFT_SIDE + ".") for k in metrics)]
+    # the SFT column only when an `sft` stage evaluated (held_out_sides), never for an engine's own stage named so
+    sides = [s for s in SIDES if s != SFT_SIDE or SFT_SIDE in (report.get("held_out_sides") or {})]
     names = sorted({k.split(".", 1)[1] for k in metrics if k.split(".", 1)[0] in sides and "." in k})
     if names:
         title = "Base, SFT and final" if SFT_SIDE in sides else "Base versus tuned"

@@ -102,7 +102,8 @@ def gate_verdict(report: dict[str, Any]) -> str:
 def verdict_line(report: dict[str, Any]) -> str:
     """The run's verdict in one line (see the module docstring); a run that evaluated nothing says so."""
     base, tuned = _count(report, "baseline"), _count(report, "candidate")
-    sft = _count(report, "sft")  # a tuning stage followed SFT (tt_host.runs.tuning_gate)
+    # a tuning stage followed SFT (tt_host.runs.tuning_gate); not an engine's own stage named `sft`
+    sft = _count(report, "sft") if "sft" in (report.get("held_out_sides") or {}) else None
     if tuned is not None and base is not None:
         score = f"held-out exact match {base} → {tuned}" if sft is None else \
             f"held-out exact match {base} → {sft} (SFT) → {tuned}"

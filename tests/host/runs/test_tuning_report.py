@@ -63,3 +63,17 @@ def test_the_predictions_table_has_an_sft_column_only_when_sft_answered():
     assert three[0]["sft"] == "a" and "| base | SFT | tuned |" in markdown_table(three)[2]
     two = prediction_rows(rows, {"baseline": {"e1": "x"}, "candidate": {"e1": "b"}})
     assert "sft" not in two[0] and "| base | tuned |" in markdown_table(two)[2]
+
+
+def test_an_engines_own_stage_named_sft_is_not_the_sft_side(tmp_path):
+    # the foundation engine trains in a stage named `sft` (metrics sft.*) and evaluates no SFT side of its own
+    metrics = {"baseline.count": 10, "baseline.exact_match": 0.1, "chat_eval.count": 10, "chat_eval.exact_match": 0.6,
+               "sft.final_loss": 1.25, "sft.count": 10, "sft.exact_match": 0.0}
+    report = {"engine": "foundation", "status": "completed", "run_id": "r1", "spec_name": "s", "stages": {},
+              "metrics": metrics, "notes": [], "models": [],
+              "held_out_sides": {"baseline": "baseline", "candidate": "chat_eval"}}
+    write_report(tmp_path, report, {})
+    saved = json.loads((tmp_path / "report.json").read_text())
+    assert "1/10 → 6/10" in saved["verdict"] and "(SFT)" not in saved["verdict"], saved["verdict"]
+    text = (tmp_path / "report.md").read_text()
+    assert "## Base versus tuned" in text and "| exact_match | 0.1 | 0.6 |" in text, text
