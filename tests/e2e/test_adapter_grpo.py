@@ -1,7 +1,8 @@
 """GRPO end to end with the real `tt` on the tiny model (CPU): base → SFT → SFT+GRPO in one run. The reinforce stage
 sits in the tuning chain (formats/tuning.py): `sft` evaluates the train adapter, `candidate` the reinforce stage's,
 the one model registered is the reinforce stage's adapter, the report has the base/SFT/final table, and no
-held-out prompt reaches a rollout."""
+held-out prompt reaches a rollout. The run folder given to `tt models export` under another TT_HOME (which
+registered nothing of it) still means the reinforce stage's adapter, the one its last stage declared."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Iterator
 
 import pytest
 
-from adapter_support import run_resumed, shared_tiny_model, write_spec
+from adapter_support import run_resumed, shared_tiny_model, tt, write_spec
 
 GRPO = {"steps": 3, "prompts_per_step": 2, "group_size": 6, "max_new_tokens": 4, "temperature": 1.5,
         "learning_rate": 1e-3, "kl_beta": 0.1, "probe_groups": 6}
@@ -50,3 +51,9 @@ def test_base_sft_grpo_in_one_run_registers_the_reinforce_adapter_and_keeps_held
     rollouts = [json.loads(line) for line in (run / "reinforce" / "rollout-prompts.jsonl").read_text().splitlines()]
     assert len(rollouts) == GRPO["probe_groups"] + GRPO["steps"] * GRPO["prompts_per_step"]
     assert not {r["prompt"] for r in rollouts} & held_out
+
+    elsewhere = tmp_path / "colleague"  # another TT_HOME: the run folder is all it has
+    elsewhere.mkdir()
+    exported = tt(elsewhere, "models", "export", run, elsewhere / "out", "--json")
+    assert exported.returncode == 0, exported.stdout[-2000:] + exported.stderr[-2000:]
+    assert (elsewhere / "out" / weights).read_bytes() == (run / "reinforce" / "adapter" / weights).read_bytes()

@@ -4,8 +4,11 @@ MODEL may be:
 
 - a registered model id (`tt models list`);
 - `active` / `base`: the active model and its base (`tt models activate`);
-- a run directory: its best finished model, in the order its engine declares
-  (`Engine.model_kinds`, best first);
+- a run directory: its registered model of the best kind its engine declares
+  (`Engine.model_kinds`, best first); when this TT_HOME registered none (a run
+  folder from elsewhere), the model its last completed stage declared in
+  result.json (a later stage's model before an earlier one's), else the
+  kind's declared folder;
 - a model folder: one a run wrote, one written by `tt models export`, or any
   Hugging Face model folder.
 
@@ -29,6 +32,7 @@ from tt_host.errors import TTError
 from tt_host.engine import SERVE_HF, SERVE_ON_BASE, Engine, ModelKind
 from tt_host.models import activation, registry, versions
 from tt_host.spec.compiler import compile_system_message, sha256_text
+from tt_stagekit.contract import StageResult
 
 
 class ModelRefError(TTError):
@@ -178,14 +182,38 @@ def from_run_dir(run_dir: Path) -> ResolvedModel:
     for model_kind in kinds:
         if model_kind.kind in by_kind:
             return resolve_registered(by_kind[model_kind.kind]["id"])
-    # Not registered here (another TT_HOME?): the folders the engine declares for its kinds.
-    stages = run.get("stages") or {}
+    # Not registered here (another TT_HOME?): the model the last completed stage declared (a later stage's model
+    # supersedes an earlier one's), else the folders the engine declares for its kinds.
+    stages = run.get("stages") if isinstance(run.get("stages"), dict) else {}
+    declared = _last_declared_model(run_dir, stages, [k.kind for k in kinds])
+    if declared is not None:
+        return from_folder(declared)
     for model_kind in kinds:
         folder = run_dir / model_kind.folder
         stage = Path(model_kind.folder).parts[0]
         if folder.is_dir() and (stages.get(stage) or {}).get("state") == "completed":
             return from_folder(folder)
     raise ModelRefError(f"{run_dir}: the run has no finished model yet (status {run.get('status', 'unknown')})")
+
+
+def _last_declared_model(run_dir: Path, stages: dict[str, Any], kinds: list[str]) -> Optional[Path]:
+    """The folder of the model (a kind in `kinds`) that the last completed stage's result.json declares among its
+    artifacts, when it lies inside the run directory (a run folder someone shared is data: a stage name or an
+    artifact path never leads out of it); None when no completed stage declares one."""
+    for name, record in reversed(list(stages.items())):
+        if not isinstance(record, dict) or record.get("state") != "completed" or \
+                not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
+            continue
+        result = _read_json(run_dir / name / "result.json")
+        try:
+            artifacts = StageResult.from_json(result).artifacts if result is not None else ()
+        except (KeyError, TypeError, AttributeError, ValueError):
+            continue
+        for artifact in artifacts:
+            folder = Path(artifact.path) if Path(artifact.path).is_absolute() else run_dir / artifact.path
+            if artifact.kind in kinds and folder.resolve().is_relative_to(run_dir.resolve()) and folder.is_dir():
+                return folder
+    return None
 
 
 def registered_id(reference: str) -> str:
