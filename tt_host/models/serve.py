@@ -42,6 +42,7 @@ from tt_host.engine import SERVE_EXPORT, SERVE_ON_BASE, SERVE_OWN, Engine
 from tt_host.models.export import ExportError, engine_python, serving_folder
 from tt_host.fsutil import write_json_atomic
 from tt_host.models.references import ResolvedModel
+from tt_host.models.serve_log import ServeLog
 from tt_host.engines.isolation import python_command, python_env
 from tt_host.engines.noise import NoiseFilter
 from tt_host.engines.runner import OutputReader, SignalForwarder, parse_event
@@ -269,41 +270,10 @@ class _Replies:
                 pass
 
 
-class _Log:
-    """The server log, TT_HOME/logs/serve.log (appended, private, never through a symlink); writing it never stops
-    the server (a full disk loses log lines, not the server)."""
+def _server_log() -> ServeLog:
+    from tt_host.models.registry import tt_home
 
-    def __enter__(self) -> "_Log":
-        from tt_host.models.registry import tt_home
-
-        self.file = None
-        try:
-            folder = tt_home() / "logs"
-            folder.mkdir(parents=True, exist_ok=True)
-            fd = os.open(folder / "serve.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-            self.file = open(fd, "a", encoding="utf-8")
-        except OSError:
-            pass
-        return self
-
-    def write(self, text: str) -> None:
-        if self.file is not None:
-            try:
-                self.file.write(text)
-                self.file.flush()
-            except OSError:
-                self.file = None
-
-    def __exit__(self, *exc: object) -> None:
-        if self.file is not None:
-            try:
-                self.file.close()
-            except OSError:
-                pass
-
-
-def _server_log() -> _Log:
-    return _Log()
+    return ServeLog(tt_home() / "logs")
 
 
 def _many_request(many: tuple[list[ResolvedModel], list[Any]], options: ServeOptions,
