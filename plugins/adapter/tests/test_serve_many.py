@@ -1,9 +1,9 @@
 """Many adapters on one base in one server (docs/serving.md "Many adapters").
 
 In-process scheduler, driven one iteration at a time: four tiny adapters, trained once for this module to
-answer four different words (`testing.tiny_adapters`), answer in ONE mixed batch (PEFT's per-row
-`adapter_names`) exactly as each does served alone on the same base (`PeftModel.from_pretrained`, one adapter),
-token for token, each with its own system message and stop strings. Residency: `--max-adapters 2` keeps two
+answer four different words (`testing.tiny_adapters`), answer in ONE mixed batch (tt's LoRA bank,
+`serve/lora_bank.py`: one gathered product for the mixed rows) exactly as each does served alone on the same base
+by the single-adapter server (`ChatModel(base, adapter)`: `PeftModel.from_pretrained`, one adapter), token for token, each with its own system message and stop strings. Residency: `--max-adapters 2` keeps two
 loaded, evicts the least recently used, reloads on demand; an adapter whose files no longer match the pinned
 manifest is never loaded (its request gets 503, the others answer). The catalog: ids, `ID@n`, prefixes, and
 `active` read from the activation history at each request.
@@ -11,6 +11,7 @@ manifest is never loaded (its request gets 503, the others answer). The catalog:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import threading
@@ -163,7 +164,7 @@ def test_max_adapters_evicts_the_least_recently_used_and_reloads_it_on_demand(tr
     for k, job, items in jobs:
         assert _answer(items) == alone[k][1][1], WORDS[k]
     assert len(residency.resident) == 2 and residency.evictions >= 3
-    assert len(model.model.peft_config) == 2
+    assert residency.bank.occupied == [0, 1]  # the two slots, reused by every load after an eviction
     logged = capfd.readouterr().err
     assert logged.index("adapter tuned-bravo@1 evicted (least recently used)") < logged.index("tuned-charlie@1 loaded")
     assert "adapter tuned-charlie@1 loaded; resident 2 of 2 (--max-adapters)" in logged
@@ -187,7 +188,7 @@ def test_an_adapter_failing_its_manifest_check_is_never_loaded(trained, alone, t
     _drain(scheduler)
     assert _answer(jobs[0][1]) == alone[0][0][1]
     assert _answer(jobs[1][1]) == ("", [], [(503, "adapter_unavailable")], True)
-    assert [e.spec.name for e in residency.resident] == ["tuned-alpha"] and bad.peft_name not in model.model.peft_config
+    assert [e.spec.name for e in residency.resident] == ["tuned-alpha"] and residency.bank.occupied == [0]
 
 
 def test_catalog_names_ids_versions_prefixes_and_the_active_model(tmp_path):
@@ -219,21 +220,32 @@ def test_catalog_names_ids_versions_prefixes_and_the_active_model(tmp_path):
     record(action="activate", model="capitals-2026-adapter", version=2, manifest_sha256="f" * 64)  # other bytes
     with pytest.raises(ApiError, match="not served here"):
         catalog.find("active")
-    # a same-name reload with another digest replaces the entry: a new PEFT name, never the old weights
+    # a same-name reload with another digest replaces the entry: a new uid, never the old weights
     old = catalog.find("capitals-2026-adapter@2")
     entry, how = catalog.add(ServedModel(name="capitals-2026-adapter", path="/b2", manifest_sha256="f" * 64,
                                            version=2))
-    assert how == "replaced" and entry.peft_name != old.peft_name and catalog.find("active") is entry
+    assert how == "replaced" and entry.uid != old.uid and catalog.find("active") is entry
     assert catalog.add(entry.spec)[1] == "unchanged"
 
 
-def test_a_batch_of_one_adapter_runs_it_as_peft_s_active_adapter_and_answers_as_alone(trained, alone):
+def test_a_batch_of_one_adapter_runs_the_bank_s_single_adapter_pass_and_answers_as_alone(trained, alone):
     base, folders = trained
-    scheduler, catalog, _, model = _mixed(base, [_spec(folder, k) for k, folder in enumerate(folders)])
-    for k in (2, 0, 3, 3, 1):  # one request at a time: every pass names one adapter (no `adapter_names`)
+    scheduler, catalog, residency, model = _mixed(base, [_spec(folder, k) for k, folder in enumerate(folders)])
+    bank, passes = residency.bank, []
+    rows = bank.rows
+
+    @contextlib.contextmanager
+    def recording(slots):  # what each pass ran as: its rows' one slot, or None when mixed
+        with rows(slots):
+            passes.append(bank.current.single)
+            yield
+
+    bank.rows = recording
+    for k in (2, 0, 3, 3, 1):  # one request at a time: every pass names one adapter (PEFT's ops, no gather)
         entry = catalog.find(f"tuned-{WORDS[k]}")
         job, items = _job(model, PROMPTS[2], entry.spec.system_message, entry)
+        passes.clear()
         scheduler.submit(job)
         _drain(scheduler)
-        assert model.model.active_adapter == entry.peft_name
+        assert passes and set(passes) == {residency.slot(entry)}, (WORDS[k], passes)
         assert scheduler.tokens[id(job)] == alone[k][2][0] and _answer(items) == alone[k][2][1], WORDS[k]

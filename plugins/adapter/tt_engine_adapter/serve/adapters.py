@@ -5,13 +5,14 @@ sha256 of its artifact-manifest.json. A request's `model` is resolved by `find`:
 served version), a unique prefix of a served id (`@n` after it too), or `active`, the adapter the activation
 history (`activation_file`, re-read whenever its size, mtime or inode changes: one stat per request) has on top
 of its stack, when that version with that manifest digest is served. `add` serves a new version (`POST
-/admin/adapters`); the same id and version with another digest replaces the old entry (a new PEFT name, so the
-old weights can never answer for it).
+/admin/adapters`); the same id and version with another digest replaces the old entry (a new `uid`, so the old
+weights can never answer for it).
 
-`Residency` (the scheduler thread only): the adapters loaded into the PEFT model, at most `max_resident`;
-`ensure` loads what a prefill needs, evicting the least recently used adapter no running row uses. Every load
-first checks the folder against its manifest and the manifest against the pinned digest (`ManifestRefused`
-otherwise: that adapter is never loaded).
+`Residency` (the scheduler thread only): the adapters loaded into the LoRA bank over the base (`lora_bank`: one
+slot each), at most `max_resident`; `ensure` loads what a prefill needs, evicting the least recently used
+adapter no running row uses (its slot zeroed and reused). Every load first checks the folder against its
+manifest and the manifest against the pinned digest (`ManifestRefused` otherwise), then reads the adapter
+(`lora_bank.Refused` for a setting the bank cannot apply exactly): either way that adapter is never loaded.
 """
 
 from __future__ import annotations
@@ -21,13 +22,13 @@ import itertools
 import os
 import sys
 import threading
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from tt_stagekit import activations, manifest
 from tt_stagekit.contract import ServedModel
+from tt_engine_adapter.serve import lora_bank
 from tt_engine_adapter.serve.request import ApiError
 
 ACTIVE = "active"
@@ -36,10 +37,10 @@ _names = itertools.count()
 
 @dataclass(eq=False)
 class Entry:
-    """A served adapter version; `peft_name` is its name inside the PEFT model (unique per entry, ever)."""
+    """A served adapter version; `uid` names it in the residency (unique per entry, ever)."""
 
     spec: ServedModel
-    peft_name: str
+    uid: str
 
     @property
     def reference(self) -> str:
@@ -80,7 +81,7 @@ class Catalog:
 
     def __init__(self, adapters: Iterable[ServedModel], activation_file: Optional[str] = None):
         self._lock = threading.Lock()
-        self._entries: list[Entry] = [Entry(spec, f"tt{next(_names)}") for spec in adapters]
+        self._entries: list[Entry] = [Entry(spec, f"a{next(_names)}") for spec in adapters]
         self._activation_file = activation_file
         self._seen: Optional[tuple] = None
         self._active: Optional[dict[str, Any]] = None
@@ -98,9 +99,9 @@ class Catalog:
                 if (entry.spec.name, entry.spec.version) == (spec.name, spec.version):
                     if entry.spec.manifest_sha256 == spec.manifest_sha256:
                         return entry, "unchanged"
-                    self._entries[i] = Entry(spec, f"tt{next(_names)}")
+                    self._entries[i] = Entry(spec, f"a{next(_names)}")
                     return self._entries[i], "replaced"
-            self._entries.append(Entry(spec, f"tt{next(_names)}"))
+            self._entries.append(Entry(spec, f"a{next(_names)}"))
             return self._entries[-1], "added"
 
     def find(self, model: str) -> Entry:
@@ -165,11 +166,14 @@ class Catalog:
 
 
 class Residency:
-    """The adapters loaded in the PEFT model (see the module docstring); the scheduler thread only."""
+    """The adapters in the LoRA bank (see the module docstring); the scheduler thread only."""
 
     def __init__(self, chat_model: Any, limit: Optional[int], catalog: Optional[Catalog] = None):
         self.chat_model, self.limit, self.catalog = chat_model, limit, catalog
+        served = len(catalog.entries()) if catalog is not None else 1
+        self.bank = lora_bank.LoraBank(chat_model.model, limit or served)
         self._order: list[Entry] = []  # least recently used first
+        self._slots: dict[Entry, int] = {}
         self.loads = self.evictions = 0
 
     @property
@@ -177,14 +181,15 @@ class Residency:
         return list(self._order)
 
     def fits(self, in_use: set[str], entry: Entry) -> bool:
-        """Whether `entry` can run beside the adapters `in_use` (PEFT names) within the limit."""
-        return self.limit is None or len(in_use | {entry.peft_name}) <= self.limit
+        """Whether `entry` can run beside the adapters `in_use` (uids) within the limit."""
+        return self.limit is None or len(in_use | {entry.uid}) <= self.limit
 
     def ensure(self, entries: Iterable[Entry], in_use: set[str]) -> list[tuple[Entry, str]]:
         """Load every entry not resident (evicting least recently used ones outside `in_use` and `entries`);
-        returns the (entry, reason) of each that failed its manifest check (it stays unloaded)."""
+        returns the (entry, reason) of each that failed its manifest check or was refused by the bank (it stays
+        unloaded)."""
         wanted = list(dict.fromkeys(entries))
-        keep = set(in_use) | {e.peft_name for e in wanted}
+        keep = set(in_use) | {e.uid for e in wanted}
         if self.catalog is not None:
             self.drop_replaced(self.catalog.entries(), keep)
         failed = []
@@ -195,16 +200,20 @@ class Residency:
                 continue
             try:
                 check_folder(entry.spec)
-            except ManifestRefused as exc:
-                log(f"adapter {entry.reference} not loaded: {exc}")
-                failed.append((entry, str(exc)))
+                prepared = self.bank.read(entry.spec.path)
+            except (ManifestRefused, lora_bank.Refused) as exc:
+                reason = str(exc) if isinstance(exc, ManifestRefused) else f"{entry.spec.name}: {exc}"
+                log(f"adapter {entry.reference} not loaded: {reason}")
+                failed.append((entry, reason))
                 continue
-            self._load(entry)
-            while self.limit is not None and len(self._order) > self.limit:
-                victim = next((e for e in self._order if e.peft_name not in keep), None)
+            while self.limit is not None and len(self._order) >= self.limit:
+                victim = next((e for e in self._order if e.uid not in keep), None)
                 if victim is None:
                     break
                 self.evict(victim, "least recently used")
+            self._slots[entry] = self.bank.install(prepared)
+            self._order.append(entry)
+            self.loads += 1
             log(f"adapter {entry.reference} loaded; {self._count()}")
         return failed
 
@@ -213,41 +222,23 @@ class Residency:
 
     def evict(self, entry: Entry, why: str) -> None:
         self._order.remove(entry)
-        with warnings.catch_warnings():  # "Adapter X was active which is now deleted": rows name theirs
-            warnings.simplefilter("ignore")
-            self.chat_model.model.delete_adapter(entry.peft_name)
+        self.bank.free(self._slots.pop(entry))
         self.evictions += 1
         log(f"adapter {entry.reference} evicted ({why})")
 
     def drop_replaced(self, served: Iterable[Entry], in_use: set[str]) -> None:
         """Evict resident entries no longer served (replaced by a same-name reload) once no row uses them."""
         alive = set(served)
-        for entry in [e for e in self._order if e not in alive and e.peft_name not in in_use]:
+        for entry in [e for e in self._order if e not in alive and e.uid not in in_use]:
             self.evict(entry, "replaced by a new load under its name")
 
-    def _load(self, entry: Entry) -> None:
-        from peft import PeftModel
+    def slot(self, entry: Entry) -> int:
+        return self._slots[entry]
 
-        model = self.chat_model.model
-        if isinstance(model, PeftModel):
-            model.load_adapter(entry.spec.path, adapter_name=entry.peft_name, is_trainable=False)
-        else:
-            model = PeftModel.from_pretrained(model, entry.spec.path, adapter_name=entry.peft_name,
-                                              is_trainable=False)
-            model.eval()
-            self.chat_model.model = model
-        self._order.append(entry)
-        self.loads += 1
-
-    def activate(self, name: str) -> None:
-        """Make `name` PEFT's active adapter (for a pass without `adapter_names`)."""
-        model = self.chat_model.model
-        if model.active_adapter != name:
-            model.set_adapter(name)
-
-    def check_loaded(self, names: Iterable[str]) -> None:
-        """Refuse a forward pass naming an adapter that is not loaded (PEFT would silently use the base)."""
-        loaded = set(getattr(self.chat_model.model, "peft_config", {}) or {})
-        missing = set(names) - loaded
+    def rows(self, entries: list[Entry]) -> Any:
+        """A context for one forward pass whose row i runs with `entries[i]`'s LoRA; RuntimeError naming an
+        entry that is not loaded (the pass would otherwise answer from the base or another adapter)."""
+        missing = sorted({e.reference for e in entries if e not in self._slots})
         if missing:
-            raise RuntimeError(f"adapters {sorted(missing)} are not loaded")
+            raise RuntimeError(f"adapters {missing} are not loaded")
+        return self.bank.rows([self._slots[e] for e in entries])

@@ -31,6 +31,7 @@ iteration that produced it, in order.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import secrets
 import threading
@@ -172,7 +173,7 @@ class Scheduler:
     def _admit(self) -> list[Job]:
         now, kept, admitted = time.monotonic(), deque(), []
         longest = max((r.job.reserve for r in self._rows), default=0)
-        in_use = {r.job.adapter.peft_name for r in self._rows if r.job.adapter is not None}
+        in_use = {r.job.adapter.uid for r in self._rows if r.job.adapter is not None}
         while self._pending:
             job = self._pending.popleft()
             if job.cancel.is_set():
@@ -187,7 +188,7 @@ class Scheduler:
                 admitted.append(job)
                 longest = max(longest, job.reserve)
                 if job.adapter is not None:
-                    in_use.add(job.adapter.peft_name)
+                    in_use.add(job.adapter.uid)
             elif now > job.deadline:
                 self._send(job, ApiError(503, "the request waited longer than the server's --queue-timeout for a "
                                               "place in the running batch; retry shortly", None, "queue_timeout",
@@ -227,9 +228,9 @@ class Scheduler:
                 for job in jobs]
         inputs, pads = self._masks.prefill([job.prompt for job in jobs], self._pad_id)
         cache = self._cache_class()
-        with torch.inference_mode():
+        with torch.inference_mode(), self._adapters(jobs):
             out = self.model.model(**inputs.kwargs(), use_cache=True, **self._last_logits,
-                                   **{self._cache_kwarg: cache}, **self._adapter_names(jobs))
+                                   **{self._cache_kwarg: cache})
         self.metrics.add("tt_serve_prefills_total")
         self._take(rows, self.model.pick(out.logits[:, -1].float(), [job.params for job in jobs],
                                          [row.generator for row in rows]))
@@ -249,37 +250,34 @@ class Scheduler:
         torch, batch, rows = self.torch, self._batch, self._rows
         inputs = self._masks.decode([row.next_token for row in rows], batch.pads, batch.length)
         cache = self._cache_class(ddp_cache_data=list(zip(batch.keys, batch.values)))
-        with torch.inference_mode():
+        with torch.inference_mode(), self._adapters([r.job for r in rows]):
             out = self.model.model(**inputs.kwargs(), use_cache=True, **self._last_logits,
-                                   **{self._cache_kwarg: cache}, **self._adapter_names([r.job for r in rows]))
+                                   **{self._cache_kwarg: cache})
         self.metrics.add("tt_serve_decode_steps_total")
         self.metrics.high("tt_serve_batch_rows_max", len(rows))
         batch.keys, batch.values = layers(cache)
         self._take(rows, self.model.pick(out.logits[:, -1].float(), [row.job.params for row in rows],
                                          [row.generator for row in rows]))
 
-    def _adapter_names(self, jobs: list[Job]) -> dict[str, Any]:
-        """PEFT's per-row `adapter_names` of a multi-adapter batch (each row its own LoRA; none otherwise). A
-        pass whose rows all use one adapter makes it PEFT's active adapter instead (`Residency.activate`): the
-        same arithmetic as that adapter served alone, without the per-call hooks (docs/performance.md)."""
+    def _adapters(self, jobs: list[Job]) -> Any:
+        """The context of a forward pass over `jobs`' rows: on a multi-adapter server each row runs with its own
+        adapter's LoRA from the bank (`Residency.rows`; one gathered product for mixed rows, PEFT's own ops when
+        every row uses one adapter); nothing otherwise."""
         if self.residency is None:
-            return {}
-        names = [job.adapter.peft_name for job in jobs]
-        self.residency.check_loaded(names)
-        if len(set(names)) == 1:
-            self.residency.activate(names[0])
-            return {}
-        return {"adapter_names": names}
+            return contextlib.nullcontext()
+        return self.residency.rows([job.adapter for job in jobs])
 
     def _load_adapters(self, admitted: list[Job]) -> list[Job]:
         """Make the admitted jobs' adapters resident (within --max-adapters, the running rows' kept); a job whose
-        adapter fails its manifest check gets 503 and leaves. Returns the jobs that can be prefilled."""
-        in_use = {row.job.adapter.peft_name for row in self._rows}
+        adapter cannot be loaded (its manifest check failed, or the bank refused a setting) gets 503 and leaves. Returns the jobs that can be prefilled."""
+        in_use = {row.job.adapter.uid for row in self._rows}
         failed = dict(self.residency.ensure([job.adapter for job in admitted], in_use))
         for job in admitted:
             if job.adapter in failed:
-                self._send(job, ApiError(503, f"the adapter {job.adapter.reference} failed its manifest check and "
-                                              "is not loaded (the server log says why); restore its files",
+                self._send(job, ApiError(503, f"the adapter {job.adapter.reference} is not loaded: its files failed "
+                                              "their manifest check or it uses a setting this server cannot apply "
+                                              "(the server log says which); restore its files or serve it alone "
+                                              "with `tt serve ID`",
                                          "model", "adapter_unavailable", "server_error"))
                 self._send(job, DONE)
         return [job for job in admitted if job.adapter not in failed]

@@ -4,7 +4,8 @@ and `POST /admin/adapters` (docs/serving.md "Many adapters").
 `POST /admin/adapters` `{"model": "ID" | "ID@n" | prefix}` (the API key as every `/v1` route; JSON only):
 the host (`tt serve`, over `hostlink`) resolves the name among registered models only (never a folder) and
 checks its base; the server checks the folder against the pinned manifest digest, then serves it (loaded on
-its first request). 200 `{"model": "ID@n", "manifest_sha256", "status": "added" | "replaced" | "unchanged"}`.
+its first request); an adapter config the LoRA bank cannot apply (`lora_bank.read_config`) is 422.
+200 `{"model": "ID@n", "manifest_sha256", "status": "added" | "replaced" | "unchanged"}`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from tt_stagekit.userinput import JSONInputError, loads
+from tt_engine_adapter.serve import lora_bank
 from tt_engine_adapter.serve.adapters import Catalog, ManifestRefused, Residency, check_folder, log
 from tt_engine_adapter.serve.guard import is_json, not_json
 from tt_engine_adapter.serve.hostlink import HostLink
@@ -30,10 +32,10 @@ class Many:
         self.catalog, self.residency, self.link = catalog, residency, link
 
     def cards(self, created: int) -> list[dict[str, Any]]:
-        resident = {e.peft_name for e in self.residency.resident}
+        resident = {e.uid for e in self.residency.resident}
         return [{"id": e.reference, "object": "model", "created": created, "owned_by": "tt", "root": e.spec.name,
                  "version": e.spec.version, "manifest_sha256": e.spec.manifest_sha256,
-                 "resident": e.peft_name in resident} for e in self.catalog.entries()]
+                 "resident": e.uid in resident} for e in self.catalog.entries()]
 
     def health(self) -> dict[str, Any]:
         """Counts only: /health needs no key, so it names no model."""
@@ -64,6 +66,13 @@ class Many:
                     log(f"POST /admin/adapters: {exc}")
                     raise ApiError(422, f"{spec.name} failed its manifest check and is not loaded (the server log "
                                         "says why)", "model", "manifest_check_failed") from None
+                try:
+                    await run_in_threadpool(lora_bank.read_config, spec.path)
+                except lora_bank.Refused as exc:
+                    log(f"POST /admin/adapters: {spec.name} cannot be served here: {exc}")
+                    raise ApiError(422, f"{spec.name} uses a setting the many-adapter server cannot apply (the "
+                                        "server log names it); serve it alone with `tt serve ID`", "model",
+                                   "adapter_unsupported") from None
                 entry, how = self.catalog.add(spec)
             except ApiError as exc:
                 return JSONResponse(exc.body(), status_code=exc.status)
