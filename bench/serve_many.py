@@ -8,7 +8,8 @@ Builds a Llama-style base (`hidden` x `layers`, random weights, large enough tha
 resident memory), trains four adapters on it (`testing.tiny_adapters`), then runs three setups, one after the
 other, each with `--clients` client processes sending `--per-client` greedy requests (`max_tokens`):
 
-- `many`: one server (`served_models`: the four adapters), client k asks adapter k % 4;
+- `many`: one server (`served_models`: the four adapters, applied by tt's LoRA bank, `serve/lora_bank.py`),
+  client k asks adapter k % 4, so the batches mix adapters;
 - `separate`: four servers, each one adapter (`adapter_path`), client k asks server k % 4;
 - `single`: one server of one adapter, every client asks it.
 
@@ -18,8 +19,9 @@ tokens/s is the fairer rate; every server's VmRSS and their sum in MiB, the load
 and a summary: many/single throughput and many/separate memory.
 
 `--forward-only` measures what a mixed batch costs instead, with no server: one decode forward of `--clients`
-rows (one token each) with one adapter, with `adapter_names` naming one adapter for every row, and with the
-four adapters mixed (ms, the mean of 30).
+rows (one token each; ms, the mean of 30, after one unmeasured), four ways: PEFT with one adapter (what the
+single-adapter server runs), PEFT's per-row `adapter_names` with the four adapters mixed (what the many-adapter
+server ran before the bank), the bank with every row on one adapter, and the bank with the four mixed.
 """
 
 from __future__ import annotations
@@ -90,6 +92,7 @@ def _forwards(base: Path, folders: list[Path], rows: int) -> dict:
     from peft import PeftModel
 
     from tt_engine_adapter.runtime import model_source
+    from tt_engine_adapter.serve.lora_bank import LoraBank
 
     torch.set_num_threads(int(os.environ["TT_NUM_THREADS"]))
     model = PeftModel.from_pretrained(model_source.load_model(str(base), "cpu", torch.float32), str(folders[0]),
@@ -97,19 +100,32 @@ def _forwards(base: Path, folders: list[Path], rows: int) -> dict:
     for k, folder in enumerate(folders[1:], 1):
         model.load_adapter(str(folder), adapter_name=f"a{k}")
     model.eval()
+    banked = model_source.load_model(str(base), "cpu", torch.float32).eval()
+    bank = LoraBank(banked, len(folders))
+    slots = [bank.install(bank.read(folder)) for folder in folders]
     ids = torch.randint(0, 400, (rows, 1))
+    mixed = [i % len(folders) for i in range(rows)]
 
-    def timed(**names) -> float:
+    def timed(forward) -> float:
         with torch.inference_mode():
-            model(input_ids=ids, **names)
+            forward()
             started = time.perf_counter()
             for _ in range(30):
-                model(input_ids=ids, **names)
+                forward()
         return round((time.perf_counter() - started) / 30 * 1000, 2)
 
-    return {"rows": rows, "one_adapter_ms": timed(), "names_one_adapter_ms": timed(adapter_names=["a0"] * rows),
-            "names_four_mixed_ms": timed(adapter_names=[f"a{i % len(folders)}" for i in range(rows)]),
-            "loadavg": Path("/proc/loadavg").read_text().strip()}
+    def on_bank(row_slots: list[int]):
+        def forward():
+            with bank.rows(row_slots):
+                banked(input_ids=ids)
+        return forward
+
+    load_before = Path("/proc/loadavg").read_text().strip()
+    return {"rows": rows, "peft_one_adapter_ms": timed(lambda: model(input_ids=ids)),
+            "peft_names_four_mixed_ms": timed(lambda: model(input_ids=ids, adapter_names=[f"a{i}" for i in mixed])),
+            "bank_one_adapter_ms": timed(on_bank([slots[0]] * rows)),
+            "bank_four_mixed_ms": timed(on_bank([slots[i] for i in mixed])),
+            "loadavg_before": load_before, "loadavg_after": Path("/proc/loadavg").read_text().strip()}
 
 
 def main() -> int:

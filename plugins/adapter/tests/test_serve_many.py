@@ -170,6 +170,19 @@ def test_max_adapters_evicts_the_least_recently_used_and_reloads_it_on_demand(tr
     assert "adapter tuned-charlie@1 loaded; resident 2 of 2 (--max-adapters)" in logged
 
 
+def _alpha_answers_and_delta_gets_503(scheduler, catalog, residency, model, alone) -> None:
+    """tuned-alpha (loaded) and tuned-delta (refused) asked together: alpha answers as alone, delta gets 503."""
+    good, bad = catalog.find("tuned-alpha"), catalog.find("tuned-delta@1")
+    jobs = [_job(model, PROMPTS[0], good.spec.system_message, good),
+            _job(model, PROMPTS[0], bad.spec.system_message, bad)]
+    for job, _ in jobs:
+        scheduler.submit(job)
+    _drain(scheduler)
+    assert _answer(jobs[0][1]) == alone[0][0][1]
+    assert _answer(jobs[1][1]) == ("", [], [(503, "adapter_unavailable")], True)
+    assert [e.spec.name for e in residency.resident] == ["tuned-alpha"] and residency.bank.occupied == [0]
+
+
 def test_an_adapter_failing_its_manifest_check_is_never_loaded(trained, alone, tmp_path):
     import shutil
 
@@ -180,15 +193,25 @@ def test_an_adapter_failing_its_manifest_check_is_never_loaded(trained, alone, t
     scheduler, catalog, residency, model = _mixed(base, specs, limit=1)
     weights = broken / "adapter_model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-8] + b"\0" * 8)  # same size, other bytes
-    good, bad = catalog.find("tuned-alpha"), catalog.find("tuned-delta@1")
-    jobs = [_job(model, PROMPTS[0], good.spec.system_message, good),
-            _job(model, PROMPTS[0], bad.spec.system_message, bad)]
-    for job, _ in jobs:
-        scheduler.submit(job)
-    _drain(scheduler)
-    assert _answer(jobs[0][1]) == alone[0][0][1]
-    assert _answer(jobs[1][1]) == ("", [], [(503, "adapter_unavailable")], True)
-    assert [e.spec.name for e in residency.resident] == ["tuned-alpha"] and residency.bank.occupied == [0]
+    _alpha_answers_and_delta_gets_503(scheduler, catalog, residency, model, alone)
+
+
+def test_an_adapter_the_bank_cannot_apply_is_never_loaded_and_its_requests_get_503(trained, alone, tmp_path, capfd):
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from tt_engine_adapter.runtime import manifest, model_source
+
+    base, folders = trained
+    dora = tmp_path / "dora"  # a real DoRA adapter: its magnitudes are not applied by the bank
+    peft = get_peft_model(model_source.load_model(str(base), "cpu", torch.float32),
+                          LoraConfig(r=4, use_dora=True, target_modules=["q_proj"], task_type="CAUSAL_LM"))
+    peft.save_pretrained(str(dora), safe_serialization=True)
+    manifest.write_manifest(dora, "adapter", model_source.fetch(str(base)),
+                            hashlib.sha256(SYSTEMS[3].encode()).hexdigest())
+    scheduler, catalog, residency, model = _mixed(base, [_spec(folders[0], 0), _spec(dora, 3)], limit=1)
+    _alpha_answers_and_delta_gets_503(scheduler, catalog, residency, model, alone)
+    assert "adapter tuned-delta@1 not loaded: tuned-delta: DoRA is set (use_dora: true)" in capfd.readouterr().err
 
 
 def test_catalog_names_ids_versions_prefixes_and_the_active_model(tmp_path):
