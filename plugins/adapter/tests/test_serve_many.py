@@ -4,8 +4,9 @@ In-process scheduler, driven one iteration at a time: four tiny adapters, traine
 answer four different words (`testing.tiny_adapters`), answer in ONE mixed batch (tt's LoRA bank,
 `serve/lora_bank.py`: one gathered product for the mixed rows) exactly as each does served alone on the same base
 by the single-adapter server (`ChatModel(base, adapter)`: `PeftModel.from_pretrained`, one adapter), token for token, each with its own system message and stop strings. Residency: `--max-adapters 2` keeps two
-loaded, evicts the least recently used, reloads on demand; an adapter whose files no longer match the pinned
-manifest is never loaded (its request gets 503, the others answer). The catalog: ids, `ID@n`, prefixes, and
+loaded, evicts the least recently used, reloads on demand (slots reused); an adapter whose files no longer match
+the pinned manifest, or that the bank cannot apply (a real DoRA adapter), is never loaded (its request gets 503,
+the others answer). The catalog: ids, `ID@n`, prefixes, and
 `active` read from the activation history at each request.
 """
 
