@@ -24,6 +24,7 @@ import pytest
 from tt_engine_adapter.serve.adapters import Catalog, Residency
 from tt_engine_adapter.serve.batching import DONE, Job, Scheduler
 from tt_engine_adapter.serve.generation import ChatModel, Delta, Finish
+from tt_engine_adapter.serve.many import Many
 from tt_engine_adapter.serve.request import ApiError, ChatParams, apply_system_message
 from tt_engine_adapter.testing.tiny_adapters import SYSTEMS, WORDS
 from tt_stagekit.contract import ServedModel
@@ -197,22 +198,41 @@ def test_an_adapter_failing_its_manifest_check_is_never_loaded(trained, alone, t
     _alpha_answers_and_delta_gets_503(scheduler, catalog, residency, model, alone)
 
 
-def test_an_adapter_the_bank_cannot_apply_is_never_loaded_and_its_requests_get_503(trained, alone, tmp_path, capfd):
+@pytest.fixture(scope="module")
+def dora(trained, tmp_path_factory) -> Path:
+    """A real DoRA adapter of the base, with its manifest: its magnitudes are not applied by the bank."""
     import torch
     from peft import LoraConfig, get_peft_model
 
     from tt_engine_adapter.runtime import manifest, model_source
 
-    base, folders = trained
-    dora = tmp_path / "dora"  # a real DoRA adapter: its magnitudes are not applied by the bank
+    base, _ = trained
+    folder = tmp_path_factory.mktemp("dora") / "adapter"
     peft = get_peft_model(model_source.load_model(str(base), "cpu", torch.float32),
                           LoraConfig(r=4, use_dora=True, target_modules=["q_proj"], task_type="CAUSAL_LM"))
-    peft.save_pretrained(str(dora), safe_serialization=True)
-    manifest.write_manifest(dora, "adapter", model_source.fetch(str(base)),
+    peft.save_pretrained(str(folder), safe_serialization=True)
+    manifest.write_manifest(folder, "adapter", model_source.fetch(str(base)),
                             hashlib.sha256(SYSTEMS[3].encode()).hexdigest())
+    return folder
+
+
+def test_an_adapter_the_bank_cannot_apply_is_never_loaded_and_its_requests_get_503(trained, alone, dora, capfd):
+    base, folders = trained
     scheduler, catalog, residency, model = _mixed(base, [_spec(folders[0], 0), _spec(dora, 3)], limit=1)
     _alpha_answers_and_delta_gets_503(scheduler, catalog, residency, model, alone)
     assert "adapter tuned-delta@1 not loaded: tuned-delta: DoRA is set (use_dora: true)" in capfd.readouterr().err
+
+
+def test_admin_refuses_an_adapter_the_bank_cannot_apply_with_422_and_serves_nothing_new(trained, dora, capfd):
+    base, folders = trained
+    _, catalog, residency, _ = _mixed(base, [_spec(folders[0], 0)], limit=1)
+    many = Many(catalog, residency, None)  # POST /admin/adapters once the host resolved the name
+    with pytest.raises(ApiError) as caught:
+        many.admit(_spec(dora, 3))
+    assert (caught.value.status, caught.value.code) == (422, "adapter_unsupported")
+    assert [e.reference for e in catalog.entries()] == ["tuned-alpha@1"]
+    assert "POST /admin/adapters: tuned-delta cannot be served here: DoRA is set" in capfd.readouterr().err
+    assert many.admit(_spec(folders[1], 1))[1] == "added"  # plain LoRA is served
 
 
 def test_catalog_names_ids_versions_prefixes_and_the_active_model(tmp_path):

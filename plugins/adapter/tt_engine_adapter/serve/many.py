@@ -17,9 +17,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from tt_stagekit.contract import ServedModel
 from tt_stagekit.userinput import JSONInputError, loads
 from tt_engine_adapter.serve import lora_bank
-from tt_engine_adapter.serve.adapters import Catalog, ManifestRefused, Residency, check_folder, log
+from tt_engine_adapter.serve.adapters import Catalog, Entry, ManifestRefused, Residency, check_folder, log
 from tt_engine_adapter.serve.guard import is_json, not_json
 from tt_engine_adapter.serve.hostlink import HostLink
 from tt_engine_adapter.serve.request import ApiError
@@ -43,6 +44,23 @@ class Many:
                              "max_resident": self.residency.limit, "loads": self.residency.loads,
                              "evictions": self.residency.evictions}}
 
+    def admit(self, spec: ServedModel) -> tuple[Entry, str]:
+        """Serve `spec` (as the host resolved it) after checking its folder against its pinned manifest and its
+        config against what the LoRA bank applies; ApiError 422 naming which failed (the log says why)."""
+        try:
+            check_folder(spec)
+        except ManifestRefused as exc:
+            log(f"POST /admin/adapters: {exc}")
+            raise ApiError(422, f"{spec.name} failed its manifest check and is not loaded (the server log says why)",
+                           "model", "manifest_check_failed") from None
+        try:
+            lora_bank.read_config(spec.path)
+        except lora_bank.Refused as exc:
+            log(f"POST /admin/adapters: {spec.name} cannot be served here: {exc}")
+            raise ApiError(422, f"{spec.name} uses a setting the many-adapter server cannot apply (the server log "
+                                "names it); serve it alone with `tt serve ID`", "model", "adapter_unsupported") from None
+        return self.catalog.add(spec)
+
     def admin_route(self, read_body: Callable[[Request], Awaitable[bytes]],
                     body_timeout: float) -> Callable[[Request], Awaitable[Response]]:
         async def admin_adapters(request: Request) -> Response:
@@ -60,20 +78,7 @@ class Many:
                                         "models; start it with `tt serve ID [ID ...]` to load adapters while it "
                                         "runs", None, "host_unavailable", "server_error")
                 spec = await run_in_threadpool(self.link.ask, model)
-                try:
-                    await run_in_threadpool(check_folder, spec)
-                except ManifestRefused as exc:
-                    log(f"POST /admin/adapters: {exc}")
-                    raise ApiError(422, f"{spec.name} failed its manifest check and is not loaded (the server log "
-                                        "says why)", "model", "manifest_check_failed") from None
-                try:
-                    await run_in_threadpool(lora_bank.read_config, spec.path)
-                except lora_bank.Refused as exc:
-                    log(f"POST /admin/adapters: {spec.name} cannot be served here: {exc}")
-                    raise ApiError(422, f"{spec.name} uses a setting the many-adapter server cannot apply (the "
-                                        "server log names it); serve it alone with `tt serve ID`", "model",
-                                   "adapter_unsupported") from None
-                entry, how = self.catalog.add(spec)
+                entry, how = await run_in_threadpool(self.admit, spec)
             except ApiError as exc:
                 return JSONResponse(exc.body(), status_code=exc.status)
             log(f"adapter {entry.reference} {how} (manifest sha256 {entry.spec.manifest_sha256})")
