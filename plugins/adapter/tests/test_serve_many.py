@@ -223,6 +223,19 @@ def test_an_adapter_the_bank_cannot_apply_is_never_loaded_and_its_requests_get_5
     assert "adapter tuned-delta@1 not loaded: tuned-delta: DoRA is set (use_dora: true)" in capfd.readouterr().err
 
 
+def test_a_server_start_names_an_adapter_the_bank_cannot_apply_though_it_is_not_loaded_yet(trained, dora, tmp_path):
+    import dataclasses
+
+    from tt_engine_adapter.testing import serving
+
+    base, folders = trained
+    served = [dataclasses.asdict(_spec(folders[0], 0)), dataclasses.asdict(_spec(dora, 3))]
+    with pytest.raises(serving.StartFailed) as failed:  # --max-adapters 1: the DoRA one would load only when asked
+        serving.start(tmp_path, base, served_models=served, max_resident=1)
+    assert failed.value.code == 2, failed.value.output
+    assert "tuned-delta: DoRA is set (use_dora: true)" in failed.value.output and "tt serve ID" in failed.value.output
+
+
 def test_admin_refuses_an_adapter_the_bank_cannot_apply_with_422_and_serves_nothing_new(trained, dora, capfd):
     base, folders = trained
     _, catalog, residency, _ = _mixed(base, [_spec(folders[0], 0)], limit=1)

@@ -147,12 +147,25 @@ def serve(request: ServeRequest) -> int:
 
 def _many(model: Any, request: ServeRequest) -> Any:
     """A multi-adapter server's catalog and residency, the first `max_resident` adapters loaded (each checked
-    against its pinned manifest first: one that fails stops the start, exit 1); None for one model."""
+    against its pinned manifest first: one that fails stops the start, exit 1); None for one model. Every served
+    adapter's config is checked first, loaded now or not: one the LoRA bank cannot apply stops the start (exit 2,
+    each named), rather than a 503 at its first request."""
     if not request.served_models:
         return None
     from tt_engine_adapter.serve.adapters import Catalog, Residency
     from tt_engine_adapter.serve.hostlink import host_link
+    from tt_engine_adapter.serve.lora_bank import Refused as Unsupported, read_config
     from tt_engine_adapter.serve.many import Many
+
+    unsupported = []
+    for served in request.served_models:
+        try:
+            read_config(served.path)
+        except Unsupported as exc:
+            unsupported.append(f"{served.name}: {exc}")
+    if unsupported:
+        raise InvalidInput("cannot serve these adapters together with others: " + "; ".join(unsupported)
+                           + ". Serve each alone (`tt serve ID`), which applies any PEFT adapter")
 
     catalog = Catalog(request.served_models, request.activation_file)
     residency = Residency(model, request.max_resident, catalog)
