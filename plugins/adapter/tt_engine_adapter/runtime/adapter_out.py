@@ -1,5 +1,6 @@
 """The adapter folder a stage publishes (train, or the tuning stage after it): the PEFT weights, `tt-adapter.json`
-(how prompts are rendered) and `artifact-manifest.json`, written to a temp folder and renamed into place."""
+(how prompts are rendered) and `artifact-manifest.json`, written to a temp folder, every file fsynced, and renamed
+into place."""
 
 from __future__ import annotations
 
@@ -33,5 +34,5 @@ def publish_adapter(request: Any, base: Mapping[str, Any], tokenizer: Any, paddi
     }
     (tmp / "tt-adapter.json").write_text(json.dumps(info, indent=2) + "\n")
     manifest.write_manifest(tmp, "adapter", base, request.system_message_sha256, extra={"metrics": dict(metrics)})
-    publish_folder(tmp, adapter_dir, REPLACE)
+    publish_folder(tmp, adapter_dir, REPLACE, sync_files=True)  # PEFT's save_pretrained does not fsync its files
     return adapter_dir

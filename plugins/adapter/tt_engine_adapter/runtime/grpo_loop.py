@@ -56,6 +56,7 @@ class State:
     seconds: float = 0.0
     rollout_seconds: float = 0.0
     rollout_tokens: int = 0
+    probe: dict = field(default_factory=dict)  # what `before_first_step` returned (kept in the checkpoints)
     series: dict = field(default_factory=lambda: {"reward": [], "reward_std": [], "loss": [], "kl": [],
                                                   "answer_tokens": [], "zero_std_groups": []})
 
@@ -210,8 +211,12 @@ def update(model: Any, optimizer: Any, group: Group, rs: ReinforcementSettings, 
 def train(model: Any, prompts: Sequence[Prompt], rollouts: Rollouts, rs: ReinforcementSettings, *, seed: int,
           micro_batch: int, pad_id: int, device: str, checkpoint_dir: Path, fingerprint: str, resume: bool,
           checkpoint_every: int, keep: int, on_step: Callable[[int, int, dict], None],
-          before_first_step: Callable[[], None]) -> State:
-    """Run the GRPO steps on the PEFT `model` in place; Interrupted after a checkpoint on SIGTERM."""
+          before_first_step: Callable[[], dict], rewind: Callable[[int], None] = lambda step: None) -> State:
+    """Run the GRPO steps on the PEFT `model` in place; Interrupted after a checkpoint on SIGTERM.
+
+    `before_first_step()` (the probe) runs unless a checkpoint is restored; what it returns is kept in the
+    checkpoints (`State.probe`). With `resume`, `rewind(step)` is called first with the step of the restored
+    checkpoint (0: none), so that the caller drops what it recorded after it: those steps sample again."""
     import torch
 
     plan = schedule(len(prompts), rs, seed)
@@ -224,15 +229,18 @@ def train(model: Any, prompts: Sequence[Prompt], rollouts: Rollouts, rs: Reinfor
         path, meta = found
         checkpoint.restore(path, model, optimizer)
         state = State(step=meta["step"], seconds=meta["seconds"], rollout_seconds=meta["rollout_seconds"],
-                      rollout_tokens=meta["rollout_tokens"], series=meta["series"])
-    else:
-        before_first_step()
+                      rollout_tokens=meta["rollout_tokens"], probe=meta.get("probe", {}), series=meta["series"])
+    if resume:
+        rewind(state.step)
+    if not found:
+        state.probe = before_first_step()
     model.eval()  # no dropout: the gradient flows all the same
 
     def save() -> None:
         checkpoint.save(checkpoint_dir, state.step, model, optimizer,
                         {"fingerprint": fingerprint, "seconds": state.seconds, "rollout_seconds": state.rollout_seconds,
-                         "rollout_tokens": state.rollout_tokens, "series": state.series, "total_steps": len(plan)},
+                         "rollout_tokens": state.rollout_tokens, "probe": state.probe, "series": state.series,
+                         "total_steps": len(plan)},
                         keep)
 
     while state.step < len(plan):

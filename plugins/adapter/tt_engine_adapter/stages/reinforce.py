@@ -6,12 +6,14 @@ weights with the clipped GRPO objective (runtime/grpo.py, runtime/grpo_loop.py).
 samples a few groups and refuses to start (exit 2) when the graders give zero spread in every group.
 Checkpoints under `reinforce/checkpoints/` (resumed when the host passes `resume`); the adapter, `tt-adapter.json`
 and `artifact-manifest.json` go to `reinforce/adapter/` as the train stage writes them, returned as an Artifact
-of kind "adapter". Every prompt that reached a rollout is listed in `reinforce/rollout-prompts.jsonl`.
+of kind "adapter". Every prompt that reached a rollout is listed in `reinforce/rollout-prompts.jsonl` (once: a
+resume drops the lines after the checkpoint it resumes from, whose steps sample again).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any, Mapping
@@ -79,14 +81,34 @@ def main(raw: Mapping[str, Any]) -> StageResult:
     def record(step: int, prompt: Any) -> None:
         with open(rollout_log, "a", encoding="utf-8") as handle:
             handle.write(json.dumps({"step": step, "id": prompt.id, "prompt": prompt.user}) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def rewind(step: int) -> None:
+        """On resume, cut the log after the lines of the restored checkpoint's step (all of it without one: the
+        probe runs again); the steps after it sample again and log their prompts again. A torn last line goes too.
+        A truncation, not a rewrite: a kill before it leaves the log for the next resume to cut."""
+        if not rollout_log.exists():
+            return
+        keep = 0
+        for line in rollout_log.read_bytes().splitlines(keepends=True) if step else []:
+            try:
+                if not line.endswith(b"\n") or json.loads(line)["step"] > step:
+                    break
+            except (ValueError, KeyError, TypeError):
+                break
+            keep += len(line)
+        with open(rollout_log, "r+b") as handle:
+            handle.truncate(keep)
+            os.fsync(handle.fileno())
 
     rollouts = grpo_loop.Rollouts(generator, tokenizer, rs, hp.seed, graders.reward, record)
-    probed: dict = {}
 
-    def run_probe() -> None:
-        probed.update(grpo_loop.probe(rollouts, prompts, rs, names))
+    def run_probe() -> dict:
+        probed = grpo_loop.probe(rollouts, prompts, rs, names)
         log(f"probe: {probed['groups']} group(s) of {rs.group_size}: mean reward {probed['reward']}, "
             f"{probed['zero_std_groups']} with zero spread; training starts")
+        return probed
 
     def on_step(step: int, total: int, stats: dict) -> None:
         if step % hp.log_interval_steps == 0 or step == total:
@@ -100,7 +122,7 @@ def main(raw: Mapping[str, Any]) -> StageResult:
                             pad_id=padding_choice.id, device=device, checkpoint_dir=checkpoints,
                             fingerprint=request.fingerprint, resume=request.resume,
                             checkpoint_every=hp.checkpoint_interval_steps, keep=hp.keep_checkpoints,
-                            on_step=on_step, before_first_step=run_probe)
+                            on_step=on_step, before_first_step=run_probe, rewind=rewind)
     series = {f"reinforce.{key}": values for key, values in state.series.items()}
     last = {key: values[-1][1] for key, values in state.series.items() if values}
     metrics = {
@@ -112,7 +134,7 @@ def main(raw: Mapping[str, Any]) -> StageResult:
         "reinforce.seconds": round(state.seconds, 3),
         "reinforce.rollout_seconds": round(state.rollout_seconds, 3),
         "reinforce.rollout_tokens_per_second": round(state.rollout_tokens / max(state.rollout_seconds, 1e-9), 2),
-        **({"reinforce.probe_reward": probed["reward"]} if probed else {}),
+        **({"reinforce.probe_reward": state.probe["reward"]} if state.probe else {}),
     }
     metrics = {k: v for k, v in metrics.items() if v is not None}
 
@@ -124,7 +146,7 @@ def main(raw: Mapping[str, Any]) -> StageResult:
     info["reinforcement"] = {"algorithm": rs.algorithm, "steps": state.step, "from": str(sft)}
     (tmp / "tt-adapter.json").write_text(json.dumps(info, indent=2) + "\n")
     manifest.write_manifest(tmp, "adapter", base, request.system_message_sha256, extra={"metrics": metrics})
-    publish_folder(tmp, adapter_dir, REPLACE)
+    publish_folder(tmp, adapter_dir, REPLACE, sync_files=True)  # PEFT's save_pretrained does not fsync its files
     artifact("adapter", adapter_dir)
     log(f"adapter saved to {adapter_dir} (reward {metrics.get('reinforce.first_reward')} at step 1, "
         f"{metrics.get('reinforce.reward')} at step {state.step})")
