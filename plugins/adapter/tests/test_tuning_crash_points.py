@@ -6,9 +6,11 @@ write two checkpoints (3 steps, a checkpoint every step; the last step writes no
 enumerated from an uninterrupted run traced with strace: every rename the stage process makes (a checkpoint's
 `meta.json` and folder, the adapter's manifest and folder, `pairs.jsonl`, `result.json`) and every write to
 reinforce's `rollout-prompts.jsonl`, which is appended, not renamed. For each crash point the stage process is
-killed there by the kernel (`strace --inject=SYSCALL:signal=KILL:when=N`: the Nth such call of the stage process
-never happens), then resumed as the host resumes a started stage that left no result: the same request with
-`resume` on. It must complete, and the stage folder must hold what the uninterrupted run left: the same visible
+SIGKILLed there, before the call happens: strace holds its Nth rename (`--seccomp-bpf`, so that nothing else
+stops it: a run killed under full tracing cost 3-4 times an untraced one; `--inject=rename:delay_enter=...`,
+because the kernel ignores a signal injected at a seccomp stop) and the test sends SIGKILL (the kernel then skips
+the held call); a write is killed by `--inject=write:signal=KILL:when=N`. Then the stage is resumed as the host
+resumes a started stage that left no result: the same request with `resume` on. It must complete, and the stage folder must hold what the uninterrupted run left: the same visible
 paths, the same adapter bytes (`adapter_model.safetensors` and every other file; the manifest without its time
 fields), checkpoint weights, pairs and rollout log, and the same result without its timings.
 
@@ -35,6 +37,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -193,12 +196,57 @@ def _differences(point: str, state: dict, reference: dict) -> list[str]:
     return out
 
 
+def _killed(run, stage: str, name: str, n: int, resume: bool) -> int:
+    """The stage's exit status, killed by SIGKILL at its Nth `name` call, before the call happens.
+
+    A rename: strace (--seccomp-bpf: no other call stops the process, so it runs at full speed; the kernel ignores
+    a signal injected at such a stop) holds the Nth rename (`delay_enter`) and logs it; once logged, the stage is
+    sent SIGKILL there. A write (TT_CRASH_POINTS=all only): `--inject=write:signal=KILL:when=N` without seccomp,
+    the Nth write of each process (several processes write; only renames are the stage's alone)."""
+    if name != "rename":
+        return _stage(run, stage, [STRACE, "-f", "-qq", "-o", os.devnull, "-e", f"trace={name}",
+                                   f"--inject={name}:signal=KILL:when={n}"], resume=resume).returncode
+    log = run.run_dir.parent / f"{stage}-kill.strace"
+    log.unlink(missing_ok=True)
+    proc = subprocess.Popen([STRACE, "-f", "--seccomp-bpf", "-qq", "-o", str(log), "-e", f"trace={name}",
+                             f"--inject={name}:delay_enter=600s:when={n}", sys.executable, "-m", MODULES[stage],
+                             str(run.request(stage, resume))], cwd=run.run_dir, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 600
+    while proc.poll() is None and time.monotonic() < deadline:
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+        pid = (children.read_text().split() or [""])[0] if children.exists() else ""
+        calls = log.read_text().splitlines() if pid and log.exists() else []
+        if sum(_is_call(line, pid, name) for line in calls) >= n:
+            os.kill(int(pid), signal.SIGKILL)  # held at its Nth call: the kernel skips the call (the kill is pending)
+            proc.kill()  # strace would sit out its delay; without it the stage ends (killed) at once
+            proc.wait(timeout=60)
+            stat = Path(f"/proc/{pid}/stat")
+            while stat.exists() and stat.read_text().split()[2] not in ("Z", "X") and time.monotonic() < deadline:
+                time.sleep(0.01)
+            return -signal.SIGKILL
+        time.sleep(0.05)
+    proc.kill()
+    return proc.wait(timeout=60)
+
+
+def _is_call(line: str, pid: str, name: str) -> bool:
+    """Whether a line of `strace -f -o` (the pid, padded with spaces, then the call) starts `pid`'s call `name`."""
+    parts = line.split(None, 1)
+    return len(parts) == 2 and parts[0] == pid and parts[1].startswith(f"{name}(")
+
+
 def _missed(stage_dir: Path, points: list, point: tuple[str, int, str]) -> str:
-    """Why the stage folder shows that a kill did not happen at `point` (a rename: its target is absent, the
-    publication before it present), or ""."""
+    """Why the stage folder shows that a kill did not happen at `point` (a rename: its target is absent; a write
+    to the log: the lines before it are there, not it; the publication before it is there), or ""."""
     name, _, target = point
     if name == "rename" and (stage_dir / target).exists():
         return f"{target} is there"
+    if name == "write":  # a line of the rollout log: the lines before it are there, not it
+        lines = len((stage_dir / target).read_bytes().splitlines()) if (stage_dir / target).exists() else 0
+        written = sum(1 for p in points[:points.index(point)] if p[0] == "write")
+        if lines != written:
+            return f"{target} has {lines} lines, not {written}"
     before = [p[2] for p in points[:points.index(point)] if p[0] == "rename" and not _hidden(p[2])]
     if before and not (stage_dir / before[-1]).exists():
         return f"{before[-1]}, published before it, is not there"
@@ -219,11 +267,10 @@ def _crash_and_resume(run, stage: str, points, trials, reference: dict) -> tuple
         point = f"{stage}: " + ", then resumed and killed at ".join(f"{name} #{n} {target}" for name, n, target in kills)
         tried.append(point)
         for index, (name, n, target) in enumerate(kills):
-            killed = _stage(run, stage, [STRACE, "-f", "-qq", "-o", os.devnull, "-e", f"trace={name}",
-                                         f"--inject={name}:signal=KILL:when={n}"], resume=index > 0)
+            code = _killed(run, stage, name, n, resume=index > 0)
             missed = _missed(run.run_dir / stage, points, (name, n, target))
-            if killed.returncode != -9 or missed:
-                failed.append(f"{point}: the stage was not killed at {name} #{n} {target} (exit {killed.returncode}"
+            if code != -signal.SIGKILL or missed:
+                failed.append(f"{point}: the stage was not killed at {name} #{n} {target} (exit {code}"
                               f"{'; ' + missed if missed else ''})")
                 break
         else:
