@@ -12,6 +12,20 @@ from typing import Any, Callable, Mapping
 from tt_engine_adapter.runtime import chat, manifest
 from tt_stagekit.files import REPLACE, publish_folder
 
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+def save_weights(model: Any, folder: Path) -> None:
+    """PEFT's `save_pretrained` (safetensors) into `folder`, with `target_modules` in adapter_config.json sorted:
+    PEFT writes that set in string-hash order, which differs between processes, so two identical runs would
+    publish adapters differing in one file."""
+    model.save_pretrained(str(folder), safe_serialization=True)
+    path = Path(folder) / ADAPTER_CONFIG
+    config = json.loads(path.read_text(encoding="utf-8"))
+    if isinstance(config.get("target_modules"), list):
+        config["target_modules"] = sorted(config["target_modules"])
+        path.write_text(json.dumps(config, indent=2, sort_keys=True), encoding="utf-8")
+
 
 def publish_adapter(request: Any, base: Mapping[str, Any], tokenizer: Any, padding_choice: chat.Padding,
                     adapter_dir: Path, write_weights: Callable[[Path], None], metrics: Mapping[str, Any]) -> Path:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tt_engine_adapter.formats import fingerprint
+from tt_engine_adapter.runtime.adapter_out import save_weights
 from tt_stagekit.files import REPLACE, atomic_write_json, publish_folder
 from tt_stagekit.protocol import InvalidInput, log
 
@@ -78,7 +79,7 @@ def save_best(root: Path, step: int, loss: float, model: Any) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     final, tmp = root / BEST, root / f".{BEST}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(str(tmp), safe_serialization=True)
+    save_weights(model, tmp)
     atomic_write_json(tmp / "best.json", {"step": step, "validation_loss": loss})
     publish_folder(tmp, final, REPLACE, sync_files=True)  # PEFT's save_pretrained does not fsync its files
     return final

@@ -24,7 +24,7 @@ def main(request: AdapterRequest) -> StageResult:
     from peft import PeftModel
 
     from tt_engine_adapter.runtime import chat, manifest
-    from tt_engine_adapter.runtime.adapter_out import publish_adapter
+    from tt_engine_adapter.runtime.adapter_out import publish_adapter, save_weights
     from tt_engine_adapter.runtime.data import read_jsonl
     from tt_engine_adapter.runtime.preference_pairs import encode_kl, encode_pair
     from tt_engine_adapter.runtime.preference_train import train_preference
@@ -76,7 +76,7 @@ def main(request: AdapterRequest) -> StageResult:
     metrics = {k: v for k, v in metrics.items() if v is not None}
     adapter_dir = request.stage_dir / "adapter"
     publish_adapter(request, base, tokenizer, padding_choice, adapter_dir,
-                    lambda tmp: model.save_pretrained(str(tmp), safe_serialization=True), metrics)
+                    lambda tmp: save_weights(model, tmp), metrics)
     artifact("adapter", adapter_dir)
     log(f"adapter saved to {adapter_dir} ({pref.loss} final loss {metrics.get('preference.final_loss')}, reward "
         f"margin {metrics.get('preference.reward_margin')})")

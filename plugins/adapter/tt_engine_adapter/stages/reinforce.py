@@ -45,6 +45,7 @@ def main(raw: Mapping[str, Any]) -> StageResult:
     if rs is None:
         raise InvalidInput("reinforcement: the spec has no reinforcement block; this stage has nothing to do")
     from tt_engine_adapter.runtime import chat, grpo_loop, manifest
+    from tt_engine_adapter.runtime.adapter_out import save_weights
     from tt_engine_adapter.runtime.data import read_jsonl
     from tt_engine_adapter.runtime.grpo_prompts import held_out_users, training_prompts
     from tt_engine_adapter.runtime.rollouts import Generator
@@ -141,7 +142,7 @@ def main(raw: Mapping[str, Any]) -> StageResult:
     adapter_dir = stage_dir / "adapter"
     tmp = stage_dir / ".adapter.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(str(tmp), safe_serialization=True)
+    save_weights(model, tmp)
     info = json.loads((Path(sft) / "tt-adapter.json").read_text(encoding="utf-8"))  # how prompts are rendered
     info["reinforcement"] = {"algorithm": rs.algorithm, "steps": state.step, "from": str(sft)}
     (tmp / "tt-adapter.json").write_text(json.dumps(info, indent=2) + "\n")

@@ -25,7 +25,7 @@ model_source.go_offline()
 
 def main(request: AdapterRequest) -> StageResult:
     from tt_engine_adapter.runtime import chat, checkpoint, manifest, memory
-    from tt_engine_adapter.runtime.adapter_out import publish_adapter
+    from tt_engine_adapter.runtime.adapter_out import publish_adapter, save_weights
     from tt_engine_adapter.formats.tuning import final_adapter_stage
     from tt_stagekit import distributed
     from tt_engine_adapter.runtime.train import Evaluation, mean_loss, train, wrap_lora
@@ -106,7 +106,7 @@ def main(request: AdapterRequest) -> StageResult:
         if state.best_step is not None:
             shutil.copytree(checkpoints / checkpoint.BEST, tmp, ignore=shutil.ignore_patterns("best.json"))
         else:
-            model.save_pretrained(str(tmp), safe_serialization=True)
+            save_weights(model, tmp)
 
     publish_adapter(request, base, tokenizer, padding_choice, adapter_dir, write_weights, metrics)
     outputs = {"adapter": str(adapter_dir), "padding": padding_choice.record()}
