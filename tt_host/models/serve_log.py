@@ -84,13 +84,10 @@ class ServeLog:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not self._moved() and os.stat(self.path).st_size >= self.max_bytes:  # nobody rotated meanwhile
-                for k in range(self.keep, 0, -1):
-                    older = self.path.with_name(f"{NAME}.{k}")
-                    if k == self.keep:
-                        older.unlink(missing_ok=True)
+                for k in range(self.keep, 0, -1):  # the oldest is replaced by the one before it
                     source = self.path if k == 1 else self.path.with_name(f"{NAME}.{k - 1}")
                     if source.exists():
-                        os.replace(source, older)
+                        os.replace(source, self.path.with_name(f"{NAME}.{k}"))
             assert self.file is not None
             self.file.close()
             self._open()
