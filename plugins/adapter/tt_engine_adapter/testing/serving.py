@@ -54,7 +54,7 @@ class Server:
     log: Path
     gate: Optional[Gate] = None
 
-    def stop(self, timeout: float = 30) -> int:
+    def stop(self, timeout: float = 120) -> int:  # a graceful stop on a loaded 2-core machine took over 30 s
         if self.gate is not None:
             self.gate.path.unlink(missing_ok=True)
         if self.process.poll() is None:
