@@ -19,14 +19,16 @@ from tt_host.models.references import ModelRefError, ResolvedModel, from_folder,
 from tt_host.runs.runinfo import RunInfo
 from tt_host.spec.compiler import compile_system_message, compile_validated_so_far
 from tt_host.spec.schema import BehaviorSpec, DistributedSettings, resolve_path, symlink_in
+from tt_host.spec.settings import settings_model
 from tt_host.spec.strict import StrictModel, Text
 
 SECTIONS: dict[str, tuple[str, ...]] = {
     "Hooks": ("hookimpl", "HOST_API_VERSION", "RunInfo"),
     "Records an engine yields": ("Engine", "Stage", "Check", "DiskNeed", "ModelKind", "Export", "Serve",
                                  "PipelineVocabulary", "SERVE_EXPORT", "SERVE_HF", "SERVE_ON_BASE", "SERVE_OWN"),
-    "Spec models an engine extends": ("BehaviorSpec", "DistributedSettings", "StrictModel", "Text", "resolve_path",
-                                      "symlink_in", "compile_system_message", "compile_validated_so_far"),
+    "Spec models an engine extends": ("BehaviorSpec", "DistributedSettings", "StrictModel", "Text", "settings_model",
+                                      "resolve_path", "symlink_in", "compile_system_message",
+                                      "compile_validated_so_far"),
     "Checks an engine's doctor may return": ("torch_device_check", "world_size_check"),
     "Registered models": ("from_folder", "resolve_registered", "ResolvedModel", "ModelRefError"),
     "Errors": ("TTError",),
@@ -41,6 +43,6 @@ DESCRIBED: dict[str, str] = {
 # Listed, not computed, so that tools see what is public; the layout test checks it against SECTIONS.
 __all__ = ["hookimpl", "HOST_API_VERSION", "RunInfo", "Engine", "Stage", "Check", "DiskNeed", "ModelKind", "Export",
            "Serve", "PipelineVocabulary", "SERVE_EXPORT", "SERVE_HF", "SERVE_ON_BASE", "SERVE_OWN", "BehaviorSpec",
-           "DistributedSettings", "StrictModel", "Text", "resolve_path", "symlink_in", "compile_system_message",
+           "DistributedSettings", "StrictModel", "Text", "settings_model", "resolve_path", "symlink_in", "compile_system_message",
            "compile_validated_so_far", "torch_device_check", "world_size_check", "from_folder", "resolve_registered",
            "ResolvedModel", "ModelRefError", "TTError"]

@@ -21,9 +21,8 @@ ONLY_IN = {
     r"digest\.update\((block|chunk)\)": "sdk/stagekit/tt_stagekit/files.py",  # sha256 of a file, read in blocks
     r"tempfile\.mkstemp\(": "sdk/stagekit/tt_stagekit/files.py",  # atomic write: temp file + rename
     r"[\"']nvidia-smi[\"']": "sdk/stagekit/tt_stagekit/gpus.py",
-    # The torchrun settings: a spec block's (pydantic, host side) and a typed stage config's (dataclass).
-    r"^\s*nproc_per_node: int = Field\(": "tt_host/spec/schema.py",
-    r"^\s*nproc_per_node: int = 1$": "sdk/stagekit/tt_stagekit/launcher.py",
+    # The torchrun settings, declared once (tt_stagekit.settings); the host's spec model is derived from them.
+    r"^\s*nproc_per_node: int = ": "sdk/stagekit/tt_stagekit/launcher.py",
 }
 
 

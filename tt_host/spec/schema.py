@@ -19,10 +19,12 @@ from pydantic import (Field, StrictBool, StrictFloat, StrictInt, StrictStr, Stri
 
 from tt_host.spec.strict import Name, StrictModel, Text  # noqa: F401  (engines import them from here)
 from tt_host.spec.synthesis import Synthesis
+from tt_host.spec.settings import settings_model
+from tt_stagekit import launcher
 from tt_stagekit.launcher import endpoint_error, nodes_error
 
 
-class DistributedSettings(StrictModel):
+class DistributedSettings(settings_model(launcher.DistributedSettings)):
     """The torchrun settings of an engine block whose training stages can run distributed (docs/distributed.md).
 
     An engine's block inherits the four fields (the same names, bounds and defaults in every engine; the launcher,
@@ -33,16 +35,9 @@ class DistributedSettings(StrictModel):
     stay in the engine's block. The stage side of the same fields is `tt_stagekit.launcher.DistributedSettings`.
     """
 
+    # The four fields are declared once, in tt_stagekit.launcher.DistributedSettings (settings_model derives them;
+    # the docstring above is the JSON schema's description, kept as it was).
     spec_path: ClassVar[str] = ""
-
-    nproc_per_node: int = Field(1, ge=1, le=64, description="Processes (GPUs) per node for the stages that train; "
-                                "above 1 they run under torchrun with DistributedDataParallel (docs/distributed.md).")
-    nnodes: int = Field(1, ge=1, le=1024, description="Machines taking part; above 1 needs rdzv_endpoint and "
-                        "node_rank.")
-    node_rank: int = Field(0, ge=0, le=1023, description="This machine's index among nnodes (0 on the machine at "
-                           "rdzv_endpoint).")
-    rdzv_endpoint: Optional[str] = Field(None, min_length=1, max_length=255, description="host:port of node 0 for a "
-                                         "multi-node run (torchrun's master address and port).")
 
     @property
     def world_size(self) -> int:

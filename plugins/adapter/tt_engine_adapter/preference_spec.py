@@ -1,45 +1,24 @@
 """The adapter spec's optional `preference` block (pydantic + tt_host only, never torch): DPO, SimPO or KTO
-on the LoRA after SFT. Its mirror for the stages is runtime/config.py's `PreferenceSettings` (a test keeps
-the two equal); the stages it adds are formats/tuning.py's.
+on the LoRA after SFT. Its settings are declared once, in formats/settings.py's `PreferenceSettings` (what
+the stages parse), from which `Preference` is derived; here are the host's checks of a pairs file. The
+stages it adds are formats/tuning.py's.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal, Optional, Union
+from typing import ClassVar
 
-from pydantic import ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import ValidationInfo, field_validator
 
-from tt_host.api import StrictModel, resolve_path
+from tt_host.api import resolve_path, settings_model
 
-DERIVED = "derived"
+from tt_engine_adapter.formats.settings import DERIVED, PreferenceSettings
 
 
-class Preference(StrictModel):
+class Preference(settings_model(PreferenceSettings)):
     """Preference tuning of the SFT adapter (docs/adapter.md "Preference tuning")."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
     spec_path: ClassVar[str] = "preference"
-
-    loss: Literal["dpo", "simpo", "kto"] = Field("dpo", description="dpo (TRL DPOTrainer loss_type sigmoid), simpo "
-                                                 "(TRL CPOTrainer loss_type simpo) or kto (TRL KTOTrainer).")
-    beta: float = Field(0.1, gt=0, le=100, description="The loss's temperature (TRL's beta).")
-    simpo_gamma: float = Field(0.5, ge=0, le=100, description="SimPO's target reward margin (TRL's simpo_gamma).")
-    pairs: Union[Literal["derived"], str] = Field(
-        DERIVED, description='"derived": sample the SFT adapter on the training prompts and grade the samples; or a '
-                             "JSONL file of {prompt, chosen, rejected} beside the spec.")
-    reference: Literal["sft", "base"] = Field(
-        "sft", description='The reference model: "sft", the SFT adapter as trained (TRL\'s frozen "ref" copy when the '
-                           'policy is a pretrained adapter), or "base", the base model with the adapter disabled.')
-    samples_per_prompt: int = Field(4, ge=2, le=64, description="Samples per training prompt for derived pairs.")
-    temperature: float = Field(1.0, gt=0, le=10, description="Sampling temperature for derived pairs.")
-    max_new_tokens: Optional[int] = Field(None, ge=1, le=32768,
-                                          description="Sample length for derived pairs (default: hyperparameters.max_new_tokens).")
-    sft_weight: float = Field(0.0, ge=0, le=100, description="Weight of the chosen answers' NLL added to the loss "
-                                                             "(TRL: loss_type [..., \"sft\"] with loss_weights).")
-    learning_rate: float = Field(5e-5, gt=0, le=1)
-    n_epochs: int = Field(1, ge=1, le=1000, description="Passes over the pairs.")
-    max_steps: Optional[int] = Field(None, ge=1, description="Stop after this many optimizer steps.")
-    batch_size: int = Field(4, ge=1, le=4096, description="Pairs per optimizer step.")
 
     @field_validator("pairs")
     @classmethod

@@ -2,7 +2,8 @@
 
 A spec with `"engine": "adapter"` is validated here: the base model (a local folder beside the spec or a
 pinned hub id), the LoRA and training `hyperparameters`, optional prebuilt `datasets`, and the checks that
-can be proven without a tokenizer (the instruction fits `max_seq_length`).
+can be proven without a tokenizer (the instruction fits `max_seq_length`). Each setting is declared once,
+in formats/settings.py; the models here are derived from it (`settings_model`) and add the host's rules.
 """
 
 from __future__ import annotations
@@ -11,12 +12,14 @@ import re
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Optional, Union
 
-from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import ValidationInfo, field_validator, model_validator
 
-from tt_host.api import BehaviorSpec, DistributedSettings, StrictModel, Text, compile_validated_so_far, resolve_path
+from tt_host.api import BehaviorSpec, DistributedSettings, compile_validated_so_far, resolve_path, settings_model
 
 from tt_engine_adapter import lengthcheck
 from tt_engine_adapter.formats import fingerprint, pairs as pair_files, rows, tuning
+from tt_engine_adapter.formats.settings import (AdapterSettings, AdapterSpecFields, DatasetSource, DatasetSplits,
+                                                PreferenceSettings, ReinforcementSettings)
 from tt_engine_adapter.preference_spec import DERIVED, Preference
 from tt_engine_adapter.reinforcement_spec import Reinforcement
 
@@ -27,47 +30,11 @@ HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?\
 MODULE_NAME = re.compile(r"^[A-Za-z0-9_.]+\Z")
 
 
-class Hyperparameters(DistributedSettings):
+class Hyperparameters(settings_model(AdapterSettings, base=DistributedSettings)):
     """LoRA and training knobs, and the torchrun settings of the train stage (`DistributedSettings`: its
     nproc_per_node, nnodes, node_rank and rdzv_endpoint). Strict types: "3" is not an int here."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-    spec_path: ClassVar[str] = "hyperparameters"
-
-    n_epochs: int = Field(3, ge=1, le=1000, description="Passes over the training rows.")
-    max_steps: Optional[int] = Field(None, ge=1, description="Stop after this many optimizer steps (caps n_epochs).")
-    learning_rate: float = Field(2e-4, gt=0, le=1)
-    batch_size: int = Field(4, ge=1, le=4096, description="Rows per micro-batch.")
-    gradient_accumulation_steps: int = Field(1, ge=1, le=4096)
-    lora_rank: int = Field(16, ge=1, le=4096)
-    lora_alpha: float = Field(32.0, gt=0, le=1e6)
-    lora_dropout: float = Field(0.05, ge=0, lt=1)
-    lora_target_modules: Union[Literal["all-linear"], list[str]] = Field(
-        "all-linear", description='"all-linear" (every linear layer but the output head) or module names.'
-    )
-    max_seq_length: int = Field(1024, ge=8, le=1_048_576)
-    max_eval_examples: Optional[int] = Field(None, ge=1, description="Evaluate at most this many held-out rows.")
-    max_new_tokens: int = Field(128, ge=1, le=32768, description="Generation budget per evaluated prompt.")
-    eval_batch_size: int = Field(16, ge=1, le=4096)
-    warmup_ratio: float = Field(0.1, ge=0, le=1)
-    lr_scheduler: Literal["cosine", "linear", "constant"] = "cosine"
-    weight_decay: float = Field(0.0, ge=0, le=10)
-    max_grad_norm: Optional[float] = Field(1.0, gt=0)
-    precision: Literal["auto", "bf16", "fp16", "fp32"] = Field(
-        "auto", description="auto: bf16 on CUDA when supported, fp16 with a gradient scaler on other CUDA GPUs, else fp32.")
-    gradient_checkpointing: bool = Field(False, description="Recompute activations in the backward pass: less memory, about a third more compute, same results.")
-    load_in_4bit: bool = Field(False, description="QLoRA: the base model in 4-bit NF4 (bitsandbytes, double quantization, bf16 compute where supported); CUDA only.")
-    eval_interval_steps: Optional[int] = Field(None, ge=1, description="Validation loss every N optimizer steps; the adapter registered is the checkpoint with the lowest one.")
-    early_stopping_patience: Optional[int] = Field(None, ge=1, description="Stop after this many evaluations in a row without a lower validation loss (needs eval_interval_steps).")
-    checkpoint_interval_steps: int = Field(50, ge=1)
-    keep_checkpoints: int = Field(2, ge=1, le=1000)
-    log_interval_steps: int = Field(1, ge=1)
-    seed: int = Field(42, ge=0, le=2**32 - 1)
-    train_on_turns: Literal["all", "last"] = Field(
-        "all", description="Loss on every assistant turn of a multi-turn row, or on its last answer only.")
-    packing: bool = Field(False, description="Lay each micro-batch's rows end to end in sequences of at most "
-                                             "max_seq_length tokens (no padding between rows, attention and "
-                                             "positions reset per row).")
+    spec_path: ClassVar[str] = "hyperparameters"  # the settings: formats/settings.py's AdapterSettings
 
     @model_validator(mode="after")
     def _early_stopping(self) -> "Hyperparameters":
@@ -122,14 +89,8 @@ def _local_source(value: str, info: ValidationInfo, where: str) -> str:
     return str(path)
 
 
-class Source(StrictModel):
+class Source(settings_model(DatasetSource)):
     """One dataset source: a local `path` or a `hub` dataset at a pinned `revision`, with a mixing `weight`."""
-
-    path: Optional[Text] = Field(None, description="JSONL file, parquet file or datasets save_to_disk folder.")
-    hub: Optional[Text] = Field(None, description="Hub dataset id org/name (fetched by the prepare stage).")
-    revision: Optional[Text] = Field(None, description="Commit, branch or tag of the hub dataset (required with hub).")
-    split: Text = Field("train", min_length=1, max_length=100, description="Hub dataset split whose files are read.")
-    weight: float = Field(1.0, gt=0, le=1000, description="Rows repeated (2: twice) or a seeded share kept (0.5).")
 
     @field_validator("path")
     @classmethod
@@ -150,13 +111,9 @@ class Source(StrictModel):
         return self
 
 
-class Datasets(StrictModel):
+class Datasets(settings_model(DatasetSplits, models={DatasetSource: Source})):
     """Optional prebuilt datasets: a path beside the spec (JSONL, parquet, save_to_disk folder) or sources;
     `train` may mix several sources with weights."""
-
-    train: Optional[Union[str, Source, list[Source]]] = None
-    validation: Optional[Union[str, Source]] = None
-    test: Optional[Union[str, Source]] = None
 
     @field_validator("train", "validation", "test")
     @classmethod
@@ -195,23 +152,12 @@ class Datasets(StrictModel):
         return {split: [one(s) for s in self.sources(split)] for split in rows.SPLITS if self.sources(split)}
 
 
-class AdapterSpec(BehaviorSpec):
+class AdapterSpec(settings_model(AdapterSpecFields, base=BehaviorSpec, models={
+        AdapterSettings: Hyperparameters, DatasetSplits: Datasets, PreferenceSettings: Preference,
+        ReinforcementSettings: Reinforcement})):
     """A behavior spec for the adapter engine."""
 
     engine: Literal["adapter"] = "adapter"
-    base_model: Text = Field(min_length=1, description="Local Hugging Face model folder (beside the spec) or hub id.")
-    base_model_revision: Optional[Text] = Field(
-        None, validate_default=True,
-        description="Commit (40 hex), branch or tag of a hub id; required for a hub id. Prefetch resolves a "
-                    "branch or tag to its commit and every later stage uses that commit.",
-    )
-    hyperparameters: Hyperparameters = Field(default_factory=Hyperparameters)
-    datasets: Optional[Datasets] = None
-    device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
-    preference: Optional[Preference] = Field(None, description="Preference tuning (DPO, SimPO, KTO) of the SFT "
-                                                               "adapter: stages reference and preference.")
-    reinforcement: Optional[Reinforcement] = Field(
-        None, description="GRPO on the LoRA after SFT, rewarded by the spec's graders (docs/adapter.md, GRPO).")
 
     @field_validator("base_model")
     @classmethod

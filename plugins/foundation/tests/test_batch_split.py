@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from tt_engine_foundation.runtime import packing
-from tt_engine_foundation.runtime.config import FoundationSettings
+from tt_engine_foundation.runtime.config import FoundationSettings, pretrain_learning_rate
 from tt_engine_foundation.runtime.model import config_for_depth
 from tt_engine_foundation.runtime.pretrain import run_pretraining
 
@@ -44,7 +44,7 @@ def train(tmp_path, batch: int, accum: int) -> tuple[list[float], dict[str, torc
     folder = tmp_path / f"b{batch}x{accum}"
     model, _, figures = run_pretraining(
         cfg=cfg, model_cfg=config_for_depth(1, VOCAB, SEQ, bos_token_id=BOS, eos_token_id=BOS, pad_token_id=PAD),
-        tokens=tokens, device=torch.device("cpu"), peak_lr=cfg.pretrain_learning_rate(), config={"test": 1},
+        tokens=tokens, device=torch.device("cpu"), peak_lr=pretrain_learning_rate(cfg), config={"test": 1},
         fingerprint="batch-split", checkpoint_dir=folder / "checkpoints", backup_dir=None,
         heartbeat_path=folder / "beats.jsonl", packing_table=packing.plan(tokens, BOS, SEQ + 1))
     return [loss for _, loss in figures["losses"]], model.state_dict()

@@ -17,7 +17,7 @@ import torch
 from tt_stagekit.protocol import StageError
 
 from tt_engine_foundation.runtime import packing, torchsetup
-from tt_engine_foundation.runtime.config import FoundationSettings
+from tt_engine_foundation.runtime.config import FoundationSettings, pretrain_learning_rate
 from tt_engine_foundation.runtime.model import config_for_depth
 from tt_engine_foundation.runtime.pretrain import run_pretraining
 from tt_engine_foundation.runtime.sft import supervised_loss
@@ -47,7 +47,7 @@ def pretrain(folder, cfg: FoundationSettings, on_head=None):
     try:
         return run_pretraining(
             cfg=cfg, model_cfg=model_cfg, tokens=tokens, device=torch.device("cpu"),
-            peak_lr=cfg.pretrain_learning_rate(), config={"test": "cpu_bf16"}, fingerprint="cpu-bf16",
+            peak_lr=pretrain_learning_rate(cfg), config={"test": "cpu_bf16"}, fingerprint="cpu-bf16",
             checkpoint_dir=folder / "checkpoints", backup_dir=None, heartbeat_path=folder / "beats.jsonl",
             packing_table=packing.plan(tokens, BOS, SEQ + 1))
     finally:

@@ -1,6 +1,8 @@
 """The foundation engine's spec: the neutral BehaviorSpec plus a strict `foundation` block.
 
-Light: pydantic, tt_host and the stdlib only (never torch). Paths resolve
+Light: pydantic, tt_host and the stdlib only (never torch). Each setting is declared once, in
+formats/settings.py; the models here are derived from it (`settings_model`) and add the host's rules.
+Paths resolve
 beside the spec (validation context `spec_dir`); corpus problems that can be
 seen without reading the data are refused here, so `tt validate` reports them
 with their dotted location before anything is created on disk.
@@ -14,17 +16,17 @@ import stat
 from pathlib import Path
 from typing import ClassVar, Literal, Optional
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import ValidationInfo, field_validator, model_validator
 
-from tt_host.api import BehaviorSpec, DistributedSettings, Text, resolve_path, symlink_in
+from tt_host.api import BehaviorSpec, DistributedSettings, resolve_path, settings_model, symlink_in
 from tt_stagekit.chatrows import read_chat_file
 from tt_stagekit.promptfit import length_message, words
 from tt_stagekit.userinput import loads, os_reason, special_kind
 
+from tt_engine_foundation.formats.settings import FoundationSettings, FoundationSpecFields
 from tt_engine_foundation.formats.shards import SHARD_SUFFIXES, is_shard
 
 ROW_SPECIAL_TOKENS = 7  # BOS, system/user/assistant start and end markers (the answer's end included)
-MIN_VOCAB = 264  # 256 byte symbols + 8 chat special tokens
 
 
 def _check_corpus_path(path: Path, what: str, info: ValidationInfo) -> None:
@@ -119,51 +121,11 @@ def resolve_init_model(value: str, info: ValidationInfo) -> str:
     return str(resolved.path)
 
 
-class FoundationConfig(DistributedSettings):
+class FoundationConfig(settings_model(FoundationSettings, base=DistributedSettings)):
     """Every knob of the foundation engine (docs/foundation.md), with bounds and defaults; the torchrun settings
     of pretraining and SFT (nproc_per_node, nnodes, node_rank, rdzv_endpoint) come from `DistributedSettings`."""
 
-    spec_path: ClassVar[str] = "foundation"
-
-    corpus_path: Optional[Path] = Field(None, description="Pretraining text: .txt, .jsonl (text), .parquet (text) or a folder of them. Unset: the smoke corpus from the spec.")
-    validation_path: Optional[Path] = Field(None, description="Held-out text for BPB, same formats; must differ from corpus_path.")
-    checkpoint_backup_dir: Optional[Path] = Field(None, description="Second folder that receives a copy of every checkpoint.")
-    depth: int = Field(4, ge=1, le=64, description="Transformer layers; width = 64 * depth, one head per 64 channels.")
-    vocab_size: int = Field(8192, ge=MIN_VOCAB, le=262_144, description="BPE vocabulary size including the 8 special tokens.")
-    tokenizer_max_chars: int = Field(10_000_000, ge=1_000, le=100_000_000_000, description="Corpus characters the tokenizer trains on.")
-    max_chars: int = Field(1_000_000_000, ge=1_000, le=10_000_000_000_000, description="Upper bound of corpus characters in the token cache (first over the sorted shards).")
-    bpb_max_chars: int = Field(4_000_000, ge=1_000, le=10_000_000_000_000, description="Characters of held-out text the bpb stage measures (first over the sorted shards); a cut is reported.")
-    init_model: Optional[Text] = Field(None, description="Start SFT (and RL) from this existing foundation model: a registered model id, a model folder, or a run directory (its pretrained base). No tokenizer, token cache, pretraining or BPB stage runs.")
-    pretrain_steps: int = Field(1000, ge=1, le=100_000_000)
-    sequence_length: int = Field(512, ge=16, le=32_768)
-    batch_size: int = Field(8, ge=1, le=4_096, description="Sequences per micro-batch.")
-    gradient_accumulation_steps: int = Field(1, ge=1, le=4_096)
-    learning_rate: Optional[float] = Field(None, gt=0, le=1.0, description="Pretraining's peak rate: with optimizer muon, Muon's matrix rate (AdamW's groups scale with it); with adamw, AdamW's. Unset: derived (docs/foundation.md). SFT and RL use finetune_learning_rate.")
-    finetune_learning_rate: Optional[float] = Field(None, gt=0, le=1.0, description="SFT's peak AdamW rate (RL runs at a fifth of it), linear decay to zero. Unset: 1e-3 * sqrt(768 / width).")
-    weight_decay: float = Field(0.1, ge=0.0, le=1.0)
-    warmup_steps: int = Field(20, ge=0, le=10_000_000)
-    min_lr_ratio: float = Field(0.1, ge=0.0, le=1.0, description="The rate at the end of pretraining, as a fraction of the peak (both schedules).")
-    optimizer: Literal["muon", "adamw"] = Field("muon", description="Pretraining optimizer: muon (Muon on the decoder's matrices, AdamW on embedding, head and norms; rates derived from width and tokens per step) or adamw (AdamW everywhere, tt's earlier trainer).")
-    lr_schedule: Literal["warmdown", "cosine"] = Field("warmdown", description="Pretraining schedule after warm-up: warmdown (peak held, then linear to min_lr_ratio over the last warmdown_fraction of the steps) or cosine (to min_lr_ratio).")
-    packing: Literal["bos_aligned", "stream"] = Field("bos_aligned", description="Pretraining rows: bos_aligned (whole documents packed best-fit, every row starting at a <|bos|>, long documents split into BOS-started chunks, nothing cut) or stream (windows anywhere in the concatenated corpus).")
-    qk_norm: bool = Field(False, description="Qwen3's per-head RMSNorm on queries and keys before the rotary embedding; the model exports as Qwen3ForCausalLM (GGUF: llama.cpp's qwen3) instead of Llama.")
-    document_start_share: float = Field(0.0, ge=0.0, lt=1.0, description="With packing bos_aligned: the share of each epoch's rows that begin at a document's first token. Rows that start a document are repeated to reach it (every row still comes once); 0 leaves each row once per epoch. On long documents most rows are later chunks, so this weighs beginnings (after a <|bos|>) up.")
-    warmdown_fraction: float = Field(0.5, gt=0.0, le=1.0, description="Share of pretraining steps the warmdown schedule spends decaying.")
-    gradient_clip: float = Field(1.0, ge=0.0, le=1_000.0, description="Max gradient norm; 0 disables clipping.")
-    bf16: bool = Field(True, description="bf16 autocast on CUDA (ignored on CPU/MPS).")
-    cpu_bf16: bool = Field(False, description="bf16 autocast for pretraining and SFT steps on a CPU that multiplies bf16 natively (AMX or AVX-512 BF16; about 1.5x the tokens/s of float32 there). Scoring and generation stay float32. Refused on other CPUs, where bf16 is slower than float32.")
-    checkpoint_interval_steps: int = Field(100, ge=0, le=100_000_000, description="0 disables step-based checkpoints.")
-    checkpoint_interval_seconds: float = Field(1800.0, ge=0.0, le=31_536_000.0, description="0 disables time-based checkpoints.")
-    keep_checkpoints: int = Field(3, ge=1, le=10_000)
-    log_interval_steps: int = Field(10, ge=1, le=1_000_000)
-    seed: int = Field(1337, ge=0, le=2**31 - 1)
-    finetune_steps: int = Field(100, ge=0, le=10_000_000)
-    finetune_corpus_rows: int = Field(0, ge=0, le=4_096, description="Rows of the pretraining token cache added to every SFT step (replay): the step's loss is the chat loss plus the next-token loss on these rows, so SFT keeps what pretraining taught while it learns the chat form. 0: SFT trains on chat rows only. Needs this run's token cache, so not with init_model.")
-    rl_steps: int = Field(0, ge=0, le=10_000_000)
-    device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
-    compile: bool = Field(False, description="torch.compile the model for pretraining.")
-    sft_datasets: list[Path] = Field(default_factory=list, max_length=64, description="Chat JSONL files (messages or prompt/completion rows, multi-turn) that SFT trains on besides the spec's training examples.")
-    gradient_checkpointing: bool = Field(False, description="Recompute each layer's activations in the backward pass (pretraining and SFT): less memory, about a third more compute, same results.")
+    spec_path: ClassVar[str] = "foundation"  # the settings: formats/settings.py's FoundationSettings
 
     @field_validator("corpus_path", "validation_path", "checkpoint_backup_dir", mode="before")
     @classmethod
@@ -282,11 +244,11 @@ class FoundationConfig(DistributedSettings):
         return value
 
 
-class FoundationSpec(BehaviorSpec):
+class FoundationSpec(settings_model(FoundationSpecFields, base=BehaviorSpec,
+                                    models={FoundationSettings: FoundationConfig})):
     """A behavior spec trained from scratch by the foundation engine."""
 
     engine: Literal["foundation"] = "foundation"
-    foundation: FoundationConfig = Field(default_factory=FoundationConfig)
 
     @field_validator("foundation")
     @classmethod

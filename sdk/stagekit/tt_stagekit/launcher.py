@@ -13,9 +13,9 @@ Two halves:
   which torchrun forwards to every rank) exits 130, and a rank that died from a
   signal is named in one error event.
 
-`DistributedSettings` is the stage side of the four settings: an engine's typed
-stage config (`tt_stagekit.stageconfig`) inherits it in the block that carries
-them, as the host's spec model inherits `tt_host.spec.schema.DistributedSettings`.
+`DistributedSettings` declares the four settings once (`tt_stagekit.settings`):
+an engine's settings dataclass inherits it in the block that carries them, and
+the host's `tt_host.spec.schema.DistributedSettings` is derived from it.
 
 Single node: `--standalone` (a private rendezvous on a free local port).
 Several nodes: static rendezvous at `rdzv_endpoint` (host:port of node 0),
@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 from tt_stagekit import signals
+from tt_stagekit.settings import setting
 from tt_stagekit.contract import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID
 
 MODULE = "tt_stagekit.launcher"
@@ -41,17 +42,21 @@ DEFAULT_MASTER_PORT = 29500
 
 @dataclass(frozen=True)
 class DistributedSettings:
-    """nproc_per_node, nnodes, node_rank and rdzv_endpoint in a typed stage config, with the spec's defaults.
+    """nproc_per_node, nnodes, node_rank and rdzv_endpoint, declared once (`tt_stagekit.settings`).
 
-    A frozen dataclass of an engine's stage config inherits it in the block that holds the four settings (its
-    fields come first, as in the spec model that inherits the host's `DistributedSettings`). Under torchrun a
-    rank learns its place from the environment (`tt_stagekit.distributed`); these fields say what was asked.
+    An engine's settings dataclass inherits it in the block that holds the four settings (its fields come
+    first); the host's `DistributedSettings` is derived from it and adds the checks between them. Under
+    torchrun a rank learns its place from the environment (`tt_stagekit.distributed`); these fields say what
+    was asked.
     """
 
-    nproc_per_node: int = 1
-    nnodes: int = 1
-    node_rank: int = 0
-    rdzv_endpoint: Optional[str] = None
+    nproc_per_node: int = setting(1, ge=1, le=64, help="Processes (GPUs) per node for the stages that train; above 1 "
+                                  "they run under torchrun with DistributedDataParallel (docs/distributed.md).")
+    nnodes: int = setting(1, ge=1, le=1024, help="Machines taking part; above 1 needs rdzv_endpoint and node_rank.")
+    node_rank: int = setting(0, ge=0, le=1023, help="This machine's index among nnodes (0 on the machine at "
+                             "rdzv_endpoint).")
+    rdzv_endpoint: Optional[str] = setting(None, min_length=1, max_length=255, help="host:port of node 0 for a "
+                                           "multi-node run (torchrun's master address and port).")
 
     @property
     def world_size(self) -> int:

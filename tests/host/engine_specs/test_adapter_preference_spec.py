@@ -1,19 +1,15 @@
 """The adapter's `preference` block on the host side: `tt run --dry-run` lists its stages, a pairs file that holds
 an example's prompt (which the host may hold out) is refused at `tt validate` naming file:line, a spec with two
-tuning blocks is refused naming both, the reference stage's fingerprint ignores beta and the loss, and the
-runtime's dataclass mirrors the spec model."""
+tuning blocks is refused naming both, the reference stage's fingerprint ignores beta and the loss."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from types import SimpleNamespace
 
 from conftest import write_spec
 from tt_engine_adapter.formats import tuning
-from tt_engine_adapter.preference_spec import Preference
-from tt_engine_adapter.runtime.config import PreferenceSettings
 
 CONFIG = {"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 512, "intermediate_size": 128,
           "num_attention_heads": 4, "num_key_value_heads": 4, "tie_word_embeddings": False}
@@ -97,13 +93,6 @@ def test_the_reference_fingerprint_ignores_beta_loss_and_optimizer_but_not_the_s
     assert first["preference"] != other["preference"] and first["candidate"] != other["candidate"]
     assert first["reference"] != prints(beta=0.1, samples_per_prompt=8)["reference"]
     assert first["reference"] != prints(beta=0.1, reference="base")["reference"]
-
-
-def test_the_runtime_settings_mirror_the_preference_block():
-    names = [f.name for f in dataclasses.fields(PreferenceSettings)]
-    assert names == list(Preference.model_fields), "same settings, same order"
-    for field in dataclasses.fields(PreferenceSettings):
-        assert field.default == Preference.model_fields[field.name].default, field.name
 
 
 def test_a_pipeline_document_runs_the_preference_stages_as_steps_of_the_train(tt, tmp_path):

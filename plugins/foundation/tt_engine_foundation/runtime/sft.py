@@ -1,6 +1,6 @@
 """Chat SFT: the compiled training rows, loss on assistant tokens only.
 
-AdamW at `foundation.finetune_learning_rate` (FoundationSettings.finetune_peak_rate), linear decay to zero
+AdamW at `foundation.finetune_learning_rate` (runtime.config.finetune_peak_rate), linear decay to zero
 over `finetune_steps`; batches of `batch_size` rows in a seeded order, padded with
 `<|pad|>` (padding and prompt tokens are ignored by the loss). With `finetune_corpus_rows` > 0 every
 step also trains on that many rows of the pretraining token cache (runtime/replay.py): their loss is added

@@ -14,7 +14,7 @@ from tt_stagekit.contract import Artifact, StageResult
 from tt_stagekit.files import file_sha256
 from tt_stagekit.manifest import MANIFEST
 
-from tt_engine_foundation.runtime.config import FoundationRequest
+from tt_engine_foundation.runtime.config import FoundationRequest, pretrain_learning_rate
 
 
 def main(request: FoundationRequest) -> StageResult:
@@ -34,7 +34,7 @@ def main(request: FoundationRequest) -> StageResult:
     check_fits(tok, cfg.sequence_length, request.system_message, request.answers)  # sequence_length may have changed since the tokenizer stage: exit 2 before training
     tokens, packing_table, manifest = token_cache.open_training_data(cfg, lay)
     model_cfg = config_for_depth(cfg.depth, cfg.vocab_size, cfg.sequence_length, cfg.qk_norm, **tokenizer.special_ids(tok))
-    peak_lr = cfg.pretrain_learning_rate()
+    peak_lr = pretrain_learning_rate(cfg)
     data = {"token_cache_sha256": manifest["file"]["sha256"], "tokenizer_sha256": file_sha256(lay.tokenizer_json)}
     config = training_config(cfg, model_cfg, peak_lr, data)
     fingerprint = checkpoints.config_fingerprint(config)

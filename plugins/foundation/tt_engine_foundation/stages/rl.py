@@ -6,7 +6,7 @@ from tt_stagekit import protocol
 from tt_stagekit.contract import Artifact, StageResult
 from tt_stagekit.manifest import MANIFEST
 
-from tt_engine_foundation.runtime.config import FoundationRequest
+from tt_engine_foundation.runtime.config import FoundationRequest, finetune_peak_rate
 
 
 def main(request: FoundationRequest) -> StageResult:
@@ -26,7 +26,7 @@ def main(request: FoundationRequest) -> StageResult:
 
     protocol.log(f"RL on {len(rows)} training prompts for {cfg.rl_steps} steps")
     stats: dict = {}
-    rewards = run_rl(model, tok, rows, cfg, cfg.finetune_peak_rate(model.cfg.hidden_size), device,
+    rewards = run_rl(model, tok, rows, cfg, finetune_peak_rate(cfg, model.cfg.hidden_size), device,
                      autocast_dtype(cfg, device),
                      on_step, stats)
     model_dir = save_model_dir(

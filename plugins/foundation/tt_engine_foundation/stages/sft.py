@@ -11,7 +11,7 @@ from tt_stagekit import protocol
 from tt_stagekit.contract import Artifact, StageResult
 from tt_stagekit.manifest import MANIFEST
 
-from tt_engine_foundation.runtime.config import FoundationRequest
+from tt_engine_foundation.runtime.config import FoundationRequest, finetune_peak_rate
 
 
 def sft_rows(request: FoundationRequest) -> list[dict]:
@@ -48,7 +48,7 @@ def main(request: FoundationRequest) -> StageResult:
     lay = request.layout
     rows = sft_rows(request)
     model = load_model_dir(lay.base_model, device)
-    peak_lr = cfg.finetune_peak_rate(model.cfg.hidden_size)
+    peak_lr = finetune_peak_rate(cfg, model.cfg.hidden_size)
     every = cfg.log_interval_steps
     stats: dict = {}
 
