@@ -5,12 +5,17 @@ shipped engines, a package `tt engines new` generates and the tutorial's parrot
 engine (docs/plugins.md):
 
 - the host side (the package's top level: plugin.py, spec.py, doctor checks,
-  ...) never imports a module under `runtime/`, `stages/` or `serve/`, which run
-  only in the engine environment;
-- `runtime/`, `stages/`, `serve/` and `formats/` never import the host side
-  nor `tt_host` (the engine environment has no tt_host);
+  ...) never imports a module under `decode/`, `runtime/`, `stages/` or
+  `serve/`, which run only in the engine environment;
+- `decode/`, `runtime/`, `stages/`, `serve/` and `formats/` never import the
+  host side nor `tt_host` (the engine environment has no tt_host);
 - `formats/`, the code both sides read, imports only the standard library,
   `tt_stagekit` and `formats/` itself;
+- the engine side's folders are ordered, bottom to top `formats/` <
+  `decode/` < `runtime/` < `stages/`, `serve/` (ENGINE_ORDER): a folder
+  imports its own modules and the folders below it, never one above it nor
+  its neighbour in the same row (no arrow back up: GRPO's rollouts in
+  `runtime/` use the decoder in `decode/`, never the server in `serve/`);
 - no module imports itself back through others (no circle; the foundation's
   doctor.py and plugin.py once imported each other);
 - the foundation's checkpoints (`runtime/checkpoints/`) are imported through
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import ast
 import json
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -34,8 +40,11 @@ import pytest
 from conftest import REPO, TT_BIN, base_env
 from test_host_layout import circles, graph
 
-ENGINE_SIDE = ("runtime", "stages", "serve")
 SHARED = "formats"
+# Bottom to top: an engine-side folder imports only its own modules and the rows before its own.
+ENGINE_ORDER = ((SHARED,), ("decode",), ("runtime",), ("stages", "serve"))
+ENGINE_SIDE = tuple(folder for row in ENGINE_ORDER[1:] for folder in row)
+RANK = {folder: rank for rank, row in enumerate(ENGINE_ORDER) for folder in row}
 TEST_HELPERS = "testing"
 SHIPPED = {"foundation": REPO / "plugins" / "foundation" / "tt_engine_foundation",
            "adapter": REPO / "plugins" / "adapter" / "tt_engine_adapter"}
@@ -77,16 +86,31 @@ def imports(root: Path) -> list[Import]:
     return found
 
 
+def folder(module: str) -> str:
+    """The first folder under the package of a dotted module name (its top-level module's name at the top)."""
+    return module.split(".")[1] if "." in module else ""
+
+
 def part(package: str, module: str) -> str | None:
     """'host', 'formats', 'engine' or 'testing' for a module of `package`; None for another package's."""
     if module != package and not module.startswith(package + "."):
         return None
-    first = module.split(".")[1] if "." in module else ""
+    first = folder(module)
     if first in ENGINE_SIDE:
         return "engine"
     if first in (SHARED, TEST_HELPERS):
         return first
     return "host"
+
+
+def upward(module: str, target: str) -> bool:
+    """Whether an engine-side `module` importing `target` (engine side or formats/) breaks ENGINE_ORDER."""
+    return folder(module) != folder(target) and RANK[folder(target)] >= RANK[folder(module)]
+
+
+def below(name: str) -> str:
+    """The folders an engine-side folder may import besides itself, for a message."""
+    return ", ".join(f"{other}/" for other, rank in RANK.items() if rank < RANK[name])
 
 
 def stdlib_or_stagekit(module: str) -> bool:
@@ -103,12 +127,17 @@ def layout_problems(root: Path) -> list[str]:
         source, target = part(package, found.module), part(package, found.target)
         where = f"{modules[found.module].relative_to(root.parent)}:{found.line}: {found.module} imports {found.target}"
         if source == "host" and target == "engine":
-            problems.append(f"{where}, which runs only in the engine environment (runtime/, stages/, serve/)")
+            problems.append(f"{where}, which runs only in the engine environment "
+                            f"({', '.join(name + '/' for name in ENGINE_SIDE)})")
         elif source in ("engine", SHARED) and (target == "host" or found.target.split(".")[0] == "tt_host"):
             problems.append(f"{where}: {source} code runs in the engine environment, where tt_host is missing; "
                             "it never imports tt_host or the host side")
         elif source == SHARED and target != SHARED and not stdlib_or_stagekit(found.target):
             problems.append(f"{where}: formats/ imports only the standard library, tt_stagekit and formats/")
+        elif source == "engine" and target in ("engine", SHARED) and upward(found.module, found.target):
+            name = folder(found.module)
+            problems.append(f"{where}: an arrow back up; {name}/ imports only {below(name)} and itself (bottom to "
+                            f"top: {' < '.join(', '.join(f + '/' for f in row) for row in ENGINE_ORDER)})")
     return list(dict.fromkeys(problems))  # `from X import a, b` is one import
 
 
@@ -174,7 +203,8 @@ def test_the_check_sees_each_kind_of_break(tmp_path):
         "formats/__init__.py": "",
         "formats/rows.py": "import json\nfrom tt_stagekit import chatrows\nimport numpy\nfrom ..spec import X\n",
         "runtime/__init__.py": "",
-        "runtime/model.py": "import torch\nfrom tt_engine_broken import formats\nfrom tt_engine_broken.plugin import ENGINE\n",
+        "runtime/model.py": "import torch\nfrom tt_engine_broken import formats\nfrom tt_engine_broken.plugin import ENGINE\n"
+                            "\ndef later():\n    from ..stages import train\n",
         "stages/__init__.py": "",
         "stages/train.py": "from tt_host.engine import Stage\nfrom tt_engine_broken.runtime import model\n",
         "testing/__init__.py": "from tt_engine_broken.runtime import model\nimport tt_host\n",
@@ -188,8 +218,46 @@ def test_the_check_sees_each_kind_of_break(tmp_path):
         "tt_engine_broken/formats/rows.py:3: tt_engine_broken.formats.rows imports numpy",
         "tt_engine_broken/formats/rows.py:4: tt_engine_broken.formats.rows imports tt_engine_broken.spec",
         "tt_engine_broken/runtime/model.py:3: tt_engine_broken.runtime.model imports tt_engine_broken.plugin",
+        "tt_engine_broken/runtime/model.py:6: tt_engine_broken.runtime.model imports tt_engine_broken.stages.train: "
+        "an arrow back up",
         "tt_engine_broken/stages/train.py:1: tt_engine_broken.stages.train imports tt_host.engine",
     ]
     assert len(found) == len(expected), "\n".join(found)
     for start in expected:
         assert any(problem.startswith(start) for problem in found), f"{start!r} not reported:\n" + "\n".join(found)
+
+
+# One import planted in a copy of a shipped engine, each back up its engine's order (the first is the arrow
+# GRPO's rollouts had into the server before decode/ held the decoder; a lazy one and a relative one count).
+PLANTED = [
+    ("adapter", "runtime/rollouts.py", "from tt_engine_adapter.serve.batching import Scheduler\n",
+     "tt_engine_adapter.serve.batching", "runtime/ imports only formats/, decode/ and itself"),
+    ("adapter", "decode/picker.py", "\n\ndef later():\n    from tt_engine_adapter.runtime import chat\n",
+     "tt_engine_adapter.runtime.chat", "decode/ imports only formats/ and itself"),
+    ("adapter", "serve/app.py", "from ..stages import evaluate\n",
+     "tt_engine_adapter.stages.evaluate", "serve/ imports only formats/, decode/, runtime/ and itself"),
+    ("foundation", "runtime/sft.py", "import tt_engine_foundation.stages.sft\n",
+     "tt_engine_foundation.stages.sft", "runtime/ imports only formats/, decode/ and itself"),
+]
+
+
+@pytest.mark.parametrize("engine, file, planted, target, says", PLANTED, ids=[p[1] for p in PLANTED])
+def test_an_import_back_up_planted_in_a_shipped_engine_is_found(tmp_path, engine, file, planted, target, says):
+    """A copy of the engine with one import added to `file` breaks exactly one rule, the order, at that line."""
+    root = tmp_path / SHIPPED[engine].name
+    shutil.copytree(SHIPPED[engine], root, ignore=shutil.ignore_patterns("__pycache__"))
+    assert not layout_problems(root)
+    text = (root / file).read_text(encoding="utf-8")
+    (root / file).write_text(text + planted, encoding="utf-8")
+    line = len(text.splitlines()) + len(planted.splitlines())
+    module = f"{root.name}.{file.removesuffix('.py').replace('/', '.')}"
+    assert layout_problems(root) == [
+        f"{root.name}/{file}:{line}: {module} imports {target}: an arrow back up; {says} (bottom to top: formats/ < "
+        "decode/ < runtime/ < stages/, serve/)"]
+
+
+def test_the_order_names_every_engine_side_folder_of_the_shipped_engines():
+    """A new folder of a shipped engine gets its place in ENGINE_ORDER (or is the test helpers' testing/)."""
+    for engine, root in SHIPPED.items():
+        folders = {path.name for path in root.iterdir() if (path / "__init__.py").is_file()}
+        assert folders - {TEST_HELPERS} <= set(RANK), f"{engine}: {sorted(folders - set(RANK) - {TEST_HELPERS})}"

@@ -1,4 +1,4 @@
-"""GRPO's rollout generator (runtime/rollouts.py, the serving engine's batching and KV cache in-process): greedy
+"""GRPO's rollout generator (runtime/rollouts.py, the server's decoder `decode/` in-process): greedy
 answers equal HF `generate` token for token, and a sample's tokens depend on its seed, not on its batch."""
 
 from __future__ import annotations
@@ -43,3 +43,30 @@ def test_a_sample_depends_on_its_seed_not_its_batch(tiny_llama):
     assert one == four
     assert generator.stats.max_rows == 4 and generator.stats.prefills < len(samples)  # a group shares its prefill
     assert len({tuple(a) for a in four}) > len(prompts)  # sampling, not one answer per prompt
+
+
+def test_rollouts_and_the_server_share_one_decoder(tiny_llama):
+    """The same prompt, seed and settings give the same tokens through GRPO's rollouts and through the server's
+    scheduler (both on `decode/`): greedy, sampled, and sampled with top-p, in batches of 3."""
+    import threading
+    import time
+
+    from tt_engine_adapter.serve.batching import Job
+    from tt_engine_adapter.serve.generation import ChatModel
+    from tt_engine_adapter.serve.request import ChatParams
+    from tt_engine_adapter.testing.recording import Recording
+
+    served = ChatModel(str(tiny_llama), device="cpu")
+    for temperature, top_p in ((0.0, 1.0), (1.0, 1.0), (0.8, 0.9)):
+        scheduler, jobs = Recording(served, max_batch=3, max_batch_tokens=3 * served.context_length), []
+        for seed, text in enumerate(TEXTS, start=40):
+            params = ChatParams(messages=[{"role": "user", "content": text}], temperature=temperature, top_p=top_p,
+                                max_tokens=10, stop=["\u2603"], seed=seed)
+            prompt, max_new = served.plan(params, params.messages)
+            jobs.append(Job(params, prompt, max_new, lambda item: None, threading.Event(), time.monotonic() + 600))
+            scheduler.submit(jobs[-1])
+        while scheduler.running or scheduler._pending:
+            scheduler._iteration()
+        generator = Generator(served.model, sorted(served.stop_ids), 0, "cpu", 3)
+        answers = generator.sample([Sample(job.prompt, job.params.seed) for job in jobs], 10, temperature, top_p)
+        assert answers == [scheduler.tokens[id(job)] for job in jobs], (temperature, top_p)

@@ -82,19 +82,20 @@ def test_full_queue_gets_429_and_metrics_show_the_queue_and_the_batch(tiny, monk
     state is certain): the third request gets 429 with Retry-After; /metrics shows 1 running, 1 waiting."""
     from starlette.testclient import TestClient
 
+    from tt_engine_adapter.decode import picker
     from tt_engine_adapter.serve import generation
     from tt_engine_adapter.serve.app import create_app
 
     model = generation.ChatModel(str(tiny), device="cpu")
-    gate, picks, real = threading.Event(), [], generation.ChatModel.pick
+    gate, picks, real = threading.Event(), [], picker.pick
 
-    def gated(self, *args):
+    def gated(*args):
         picks.append(1)
         if len(picks) >= 2:  # the first decode step waits until the test opens the gate
             assert gate.wait(120), "the gate was never opened"
-        return real(self, *args)
+        return real(*args)
 
-    monkeypatch.setattr(generation.ChatModel, "pick", gated)
+    monkeypatch.setattr(picker, "pick", gated)
     app = create_app(model, model_name="tiny", system_message=None, api_key=None, max_concurrency=1, max_queue=1)
     body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "temperature": 0}
     with TestClient(app, base_url="http://127.0.0.1") as client, ThreadPoolExecutor(2) as pool:

@@ -158,12 +158,13 @@ def test_parsing_template_and_tokenization_run_off_the_event_loop(loaded, monkey
 
 
 def test_error_bodies_hold_no_exception_text_or_paths(loaded, monkeypatch, capfd):
+    from tt_engine_adapter.decode import picker
     from tt_engine_adapter.serve import generation
 
-    def broken(self, *args, **kwargs):
+    def broken(*args, **kwargs):
         raise OSError("/secret/weights/model.safetensors: disk on fire")
 
-    monkeypatch.setattr(generation.ChatModel, "pick", broken)
+    monkeypatch.setattr(picker, "pick", broken)
     body = {"model": "tiny-model", "messages": PROMPT, "max_tokens": 2}
     with _in_process(loaded) as client:
         plain = client.post("/v1/chat/completions", json=body)

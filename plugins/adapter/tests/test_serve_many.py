@@ -26,6 +26,7 @@ from tt_engine_adapter.serve.batching import DONE, Job, Scheduler
 from tt_engine_adapter.serve.generation import ChatModel, Delta, Finish
 from tt_engine_adapter.serve.many import Many
 from tt_engine_adapter.serve.request import ApiError, ChatParams, apply_system_message
+from tt_engine_adapter.testing.recording import Recording
 from tt_engine_adapter.testing.tiny_adapters import SYSTEMS, WORDS
 from tt_stagekit.contract import ServedModel
 
@@ -47,19 +48,6 @@ def _spec(folder: Path, k: int, version: int = 1) -> ServedModel:
     digest = hashlib.sha256((folder / "artifact-manifest.json").read_bytes()).hexdigest()
     return ServedModel(name=f"tuned-{WORDS[k]}", path=str(folder), manifest_sha256=digest, version=version,
                          system_message=SYSTEMS[k])
-
-
-class Recording(Scheduler):
-    """The scheduler, recording every token each job's row picked (the parity is token for token)."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.tokens: dict[int, list[int]] = {}
-
-    def _take(self, rows, tokens):
-        for row, token in zip(rows, tokens):
-            self.tokens.setdefault(id(row.job), []).append(token)
-        super()._take(rows, tokens)
 
 
 def _job(model: ChatModel, text: str, system: str, adapter=None, stop=("\u2603",)) -> tuple[Job, list]:

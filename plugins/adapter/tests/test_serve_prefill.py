@@ -15,7 +15,8 @@ import time
 
 import pytest
 
-from tt_engine_adapter.serve.batching import DONE, Job, Scheduler, Started, prefill_groups
+from tt_engine_adapter.decode.groups import prefill_groups
+from tt_engine_adapter.serve.batching import DONE, Job, Scheduler, Started
 from tt_engine_adapter.serve.detokenize import TextTracker
 from tt_engine_adapter.serve.generation import ChatModel, Delta, Finish
 from tt_engine_adapter.serve.request import ApiError, ChatParams
@@ -110,11 +111,12 @@ def test_ready_made_masks_only_where_every_layer_attends_in_full(model):
     """A sliding-window model builds its own per-layer masks from the 2D padding mask."""
     from transformers import Gemma2Config, LlamaConfig, MistralConfig, Qwen3Config
 
-    from tt_engine_adapter.serve.kvcache import windowed
+    from tt_engine_adapter.decode.forward import Forward
+    from tt_engine_adapter.decode.kvcache import windowed
 
     assert not windowed(LlamaConfig()) and not windowed(Qwen3Config())
     assert windowed(MistralConfig(sliding_window=4096)) and windowed(Gemma2Config())
-    assert Scheduler(model, max_batch=2, max_batch_tokens=2 * model.context_length)._masks.prepared
+    assert Forward(model.torch, model.model, model.device).masks.prepared
 
 
 def _full_decode_deltas(tokenizer, ids: list[int], stops: list[str]) -> list[str]:

@@ -2,9 +2,9 @@
 
 `python -m tt_engine_adapter.serve REQUEST.json` (see `__main__`); `tt serve`
 writes the request and runs it in the adapter engine's environment. Modules:
-`request` (body validation, OpenAI errors), `generation` (model, prompt,
-token picking), `detokenize` (incremental text deltas), `batching`
-(continuous batching and the queue), `kvcache` (the batch's KV cache, masks),
-`app` (Starlette routes, limits), `guard` (Host, JSON, API key), `protocol`
-(header-read timeout), `metrics` (`/metrics`).
+`request` (body validation, OpenAI errors), `generation` (model, prompt),
+`detokenize` (incremental text deltas), `batching` (continuous batching and
+the queue, on the engine's decoder `decode/`: KV cache, masks, forward passes,
+token picking), `app` (Starlette routes, limits), `guard` (Host, JSON, API
+key), `protocol` (header-read timeout), `metrics` (`/metrics`).
 """

@@ -10,13 +10,13 @@ flag, an `emit` and the `post` that runs it on the consumer's side). The schedul
    budget, the padded KV cache it can grow to) stays within
    `max_batch_tokens`; the jobs admitted together are prefilled in one
    forward pass (left-padded; prompts of very different lengths go in
-   separate passes, so padding never exceeds the real tokens), and their
-   caches join the batch (`kvcache`);
+   separate passes, so padding never exceeds the real tokens: `decode.groups`),
+   and their caches join the batch (`decode.kvcache`);
 3. runs one decode step for all rows: the per-layer caches are left-padded to
    a common length, the padding masked out and each row given its own
-   positions, so a row computes what it would alone; the rows pick their next
-   tokens (greedy ones by one argmax, others by their own seeded sampler),
-   and rows that finish leave.
+   positions, so a row computes what it would alone (`decode.forward`); the
+   rows pick their next tokens (`decode.picker`: greedy ones by one argmax,
+   others by their own seeded sampler), and rows that finish leave.
 
 With one row there is no padding at all. `max_batch` 1 is one request at a
 time (batching off). Each job's items are `Started`, `Delta`s, one `Finish`
@@ -32,7 +32,6 @@ iteration that produced it, in order.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import secrets
 import threading
 import time
@@ -41,13 +40,15 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from tt_engine_adapter.decode import picker
+from tt_engine_adapter.decode.forward import Forward
+from tt_engine_adapter.decode.groups import prefill_groups
+from tt_engine_adapter.decode.kvcache import BatchCache
 from tt_engine_adapter.serve.detokenize import TextTracker
 from tt_engine_adapter.serve.generation import ChatModel, Delta, Finish
-from tt_engine_adapter.serve.kvcache import BatchCache, Masks, layers
 from tt_engine_adapter.serve.request import ApiError, ChatParams
 
 DONE = object()
-PADDING_LIMIT = 2  # a prefill pass holds at most this many times its real tokens (rows x longest prompt)
 
 
 class Started:
@@ -91,17 +92,10 @@ class Scheduler:
     """The running batch and the queue in front of it; `submit` from any thread, `start` once."""
 
     def __init__(self, model: ChatModel, max_batch: int, max_batch_tokens: int, residency: Optional[Any] = None):
-        from transformers import DynamicCache
-
         self.model, self.torch, self.metrics = model, model.torch, model.metrics
         self.max_batch, self.max_batch_tokens = max_batch, max_batch_tokens
         self.residency = residency  # adapters.Residency of a multi-adapter server: rows name their adapters
-        self._cache_class = DynamicCache
-        base = model.model.get_base_model() if hasattr(model.model, "get_base_model") else model.model
-        accepted = inspect.signature(base.forward).parameters
-        self._cache_kwarg = "cache" if "cache" in accepted else "past_key_values"
-        self._last_logits = {"logits_to_keep": 1} if "logits_to_keep" in accepted else {}
-        self._masks = Masks(self.torch, model.device, base.dtype, base.config)
+        self._forward = Forward(self.torch, model.model, model.device)
         pad = model.tokenizer.pad_token_id
         self._pad_id = int(pad) if pad is not None else min(model.stop_ids)  # masked out: any id will do
         self._pending: deque[Job] = deque()
@@ -226,38 +220,26 @@ class Scheduler:
         self._flush()  # the consumers learn they started before the pass
         rows = [_Row(job, TextTracker(self.model.tokenizer, job.params.stop), _generator(torch, job.params))
                 for job in jobs]
-        inputs, pads = self._masks.prefill([job.prompt for job in jobs], self._pad_id)
-        cache = self._cache_class()
         with torch.inference_mode(), self._adapters(jobs):
-            out = self.model.model(**inputs.kwargs(), use_cache=True, **self._last_logits,
-                                   **{self._cache_kwarg: cache})
+            logits, cache, pads = self._forward.prefill([job.prompt for job in jobs], self._pad_id)
         self.metrics.add("tt_serve_prefills_total")
-        self._take(rows, self.model.pick(out.logits[:, -1].float(), [job.params for job in jobs],
-                                         [row.generator for row in rows]))
+        self._take(rows, picker.pick(torch, logits, [job.params for job in jobs], [row.generator for row in rows]))
         going = [i for i, row in enumerate(rows) if not row.done]
         if going:
-            keys, values = layers(cache)
-            if len(going) < len(rows):
-                index = torch.tensor(going, device=keys[0].device)
-                keys, values = [t.index_select(0, index) for t in keys], [t.index_select(0, index) for t in values]
-            self._batch.add(torch, keys, values, [pads[i] for i in going])
+            self._batch.join(torch, cache, going, pads)
             self._rows += [rows[i] for i in going]
         for row in rows:
             if row.done:
                 self._finish(row)
 
     def _decode(self) -> None:
-        torch, batch, rows = self.torch, self._batch, self._rows
-        inputs = self._masks.decode([row.next_token for row in rows], batch.pads, batch.length)
-        cache = self._cache_class(ddp_cache_data=list(zip(batch.keys, batch.values)))
+        torch, rows = self.torch, self._rows
         with torch.inference_mode(), self._adapters([r.job for r in rows]):
-            out = self.model.model(**inputs.kwargs(), use_cache=True, **self._last_logits,
-                                   **{self._cache_kwarg: cache})
+            logits = self._forward.step([row.next_token for row in rows], self._batch)
         self.metrics.add("tt_serve_decode_steps_total")
         self.metrics.high("tt_serve_batch_rows_max", len(rows))
-        batch.keys, batch.values = layers(cache)
-        self._take(rows, self.model.pick(out.logits[:, -1].float(), [row.job.params for row in rows],
-                                         [row.generator for row in rows]))
+        self._take(rows, picker.pick(torch, logits, [row.job.params for row in rows],
+                                     [row.generator for row in rows]))
 
     def _adapters(self, jobs: list[Job]) -> Any:
         """The context of a forward pass over `jobs`' rows: on a multi-adapter server each row runs with its own
@@ -342,21 +324,4 @@ def _generator(torch: Any, params: ChatParams) -> Optional[Any]:
     """A sampling row's own generator, seeded by its `seed` or at random; greedy rows need none."""
     if params.temperature <= 0:
         return None
-    generator = torch.Generator(device="cpu")
-    generator.manual_seed(params.seed if params.seed is not None else secrets.randbits(63))
-    return generator
-
-
-def prefill_groups(jobs: list[Job]) -> list[list[Job]]:
-    """Jobs admitted together, in groups of one forward pass each: by prompt length, a group grows while
-    its padded size (rows x longest prompt) stays within `PADDING_LIMIT` times its real tokens."""
-    groups: list[list[Job]] = []
-    tokens = 0
-    for job in sorted(jobs, key=lambda j: len(j.prompt)):
-        if groups and (len(groups[-1]) + 1) * len(job.prompt) <= PADDING_LIMIT * (tokens + len(job.prompt)):
-            groups[-1].append(job)
-            tokens += len(job.prompt)
-        else:
-            groups.append([job])
-            tokens = len(job.prompt)
-    return groups
+    return picker.seeded(torch, params.seed if params.seed is not None else secrets.randbits(63))

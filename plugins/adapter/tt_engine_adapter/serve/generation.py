@@ -1,4 +1,4 @@
-"""The served model: loading, prompt rendering and token picking.
+"""The served model: loading and prompt rendering.
 
 One code path serves both streamed and non-streamed requests: the scheduler
 (`batching`) sends `Delta(text)` pieces and one final `Finish` per request.
@@ -11,7 +11,7 @@ same `TextTracker` (`detokenize`):
   (oldest turns, then the start of the last user message; `plan`);
 - each step is a forward pass over the new token with the KV cache; greedy at
   temperature 0 (one argmax for all the batch's rows), else seeded sampling
-  with temperature and top-p;
+  with temperature and top-p (`decode.picker`, GRPO's rollouts' too);
 - generation ends at the end-of-turn token or EOS (finish_reason "stop"), at a
   client stop sequence ("stop"), or after max_tokens ("length");
 - the answer is decoded incrementally with special tokens skipped and
@@ -126,24 +126,6 @@ class ChatModel:
                            "context_length_exceeded") from None
         ids = next((ids for candidate, ids in measured if candidate is fitted.messages), None)
         return (ids if ids is not None else self.prompt_ids(fitted.messages)), budget
-
-    def pick(self, logits, params: list[ChatParams], generators: list) -> list[int]:
-        """The next token of each row of `logits` (`[rows, vocab]`): greedy rows by one argmax, others sampled."""
-        greedy = self.torch.argmax(logits, dim=-1).tolist()
-        return [greedy[i] if p.temperature <= 0 else self._sample(logits[i], p, generators[i])
-                for i, p in enumerate(params)]
-
-    def _sample(self, logits, params: ChatParams, generator) -> int:
-        torch = self.torch
-        probs = torch.softmax(logits.cpu() / params.temperature, dim=-1)
-        if params.top_p < 1.0:
-            sorted_probs, order = torch.sort(probs, descending=True)
-            keep = torch.cumsum(sorted_probs, dim=-1) - sorted_probs < params.top_p
-            keep[0] = True
-            filtered = torch.zeros_like(probs)
-            filtered[order[keep]] = sorted_probs[keep]
-            probs = filtered / filtered.sum()
-        return int(torch.multinomial(probs, 1, generator=generator).item())
 
 
 def set_threads() -> None:

@@ -23,12 +23,12 @@ HOLD_LIMIT_SECONDS = 300.0
 
 def install(gate: Path) -> None:
     """Patch the scheduler's token pick and job submission so that `gate` can hold the scheduler thread."""
+    from tt_engine_adapter.decode import picker
     from tt_engine_adapter.serve.batching import DONE, Scheduler
-    from tt_engine_adapter.serve.generation import ChatModel
 
     held = gate.with_name(gate.name + ".held")
     live: dict[int, object] = {}  # jobs submitted and not yet answered (no DONE yet)
-    real_pick, real_submit = ChatModel.pick, Scheduler.submit
+    real_pick, real_submit = picker.pick, Scheduler.submit
 
     def hold() -> None:
         deadline, state = time.monotonic() + HOLD_LIMIT_SECONDS, None
@@ -44,10 +44,10 @@ def install(gate: Path) -> None:
             time.sleep(0.01)
         held.unlink(missing_ok=True)
 
-    def pick(self, *args, **kwargs):
+    def pick(*args, **kwargs):
         if gate.exists():
             hold()
-        return real_pick(self, *args, **kwargs)
+        return real_pick(*args, **kwargs)
 
     def submit(self, job) -> None:
         emit = job.emit
@@ -65,7 +65,7 @@ def install(gate: Path) -> None:
             live.pop(id(job), None)
             raise
 
-    ChatModel.pick, Scheduler.submit = pick, submit
+    picker.pick, Scheduler.submit = pick, submit
 
 
 def main(argv: list[str]) -> int:

@@ -1,4 +1,4 @@
-"""The running batch's key/value cache and the padded inputs of one batched forward pass.
+"""The running batch's key/value cache and the padded inputs of one batched forward pass (engine environment).
 
 Rows of different lengths share one tensor per layer by left padding: row `i`
 has `pads[i]` positions of padding before its tokens, which every forward
@@ -54,6 +54,15 @@ class BatchCache:
         self.keys = [torch.cat([a, b]) for a, b in zip(self.keys, keys)]
         self.values = [torch.cat([a, b]) for a, b in zip(self.values, values)]
         self.pads += pads
+
+    def join(self, torch: Any, cache: Any, rows: list[int], pads: list[int]) -> None:
+        """Append rows `rows` (indices, in order; one may come twice) of a prefill pass's transformers `cache`,
+        whose row `r` was left-padded by `pads[r]`."""
+        keys, values = layers(cache)
+        if rows != list(range(len(pads))):
+            index = torch.tensor(rows, device=keys[0].device)
+            keys, values = [t.index_select(0, index) for t in keys], [t.index_select(0, index) for t in values]
+        self.add(torch, keys, values, [pads[r] for r in rows])
 
     def keep(self, torch: Any, rows: list[int]) -> None:
         """Keep only `rows` (indices, in order)."""

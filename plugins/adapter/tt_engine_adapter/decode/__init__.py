@@ -1,0 +1,10 @@
+"""The adapter engine's decoder, shared by the server (`serve/`) and GRPO's rollouts (`runtime/rollouts.py`).
+
+Engine environment only; it imports nothing of the engine but `decode/` itself
+(no request types, no chat rendering): the callers own their rows, budgets
+and stop rules. Modules: `kvcache` (the running batch's left-padded KV cache
+and the masks of one forward pass), `forward` (a model's batched prefill and
+decode passes over that cache), `groups` (which admitted prompts share one
+prefill pass) and `picker` (each row's next token: greedy by one argmax, else
+seeded temperature and top-p sampling).
+"""
