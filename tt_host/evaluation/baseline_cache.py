@@ -40,7 +40,7 @@ from tt_host.canonical import canonical
 from tt_host.engine import Engine, Stage
 from tt_host.fsutil import make_private_dir, sha256_file, write_json_atomic
 from tt_host.models.registry import tt_home
-from tt_host.runs.layout import REQUEST, RESULT
+from tt_host.runlayout import REQUEST, RESULT
 from tt_host.spec.schema import BehaviorSpec
 
 FOLDER = "baseline-cache"
