@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tt_stagekit.files import publish_folder
+from tt_stagekit.sides import BASELINE_SIDE
 
 from tt_host.canonical import canonical
 from tt_host.engine import Engine, Stage
@@ -56,7 +57,7 @@ class CachedBaseline:
 
 def applies(stage: Stage, resume: bool) -> bool:
     """Whether the stage may take its outputs from the cache (and give them to it)."""
-    return stage.evaluates == "baseline" and not resume and os.environ.get("TT_NO_BASELINE_CACHE") != "1"
+    return stage.evaluates == BASELINE_SIDE and not resume and os.environ.get("TT_NO_BASELINE_CACHE") != "1"
 
 
 def _portable(value: Any, run_dir: Path) -> Any:

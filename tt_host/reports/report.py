@@ -31,17 +31,17 @@ from typing import Any
 from tt_host.evaluation import benchmark_gate, general_gate
 from tt_host.evaluation.tuning_gate import tuning_section
 from tt_host.fsutil import write_json_atomic, write_text_atomic
-from tt_host.runlayout import REPORT_JSON, REPORT_MD
 from tt_host.reports.charts import svg_chart, wrong_way
 from tt_host.reports.ending import RESUMABLE, Ending, resume_command
 from tt_host.reports.verdict import markdown_table, prediction_rows, verdict_line
+from tt_host.runlayout import REPORT_JSON, REPORT_MD
 from tt_stagekit.sides import BASELINE_SIDE, CANDIDATE_SIDE, EVALUATING_SIDES, SFT_SIDE
 
 
 def build_report(ending: Ending) -> dict[str, Any]:
     """report.json for a run's `ending`: every key it has, in its order (the module docstring)."""
     state, tally = ending.state, ending.tally
-    predictions = (prediction_rows(ending.eval_rows, tally.answers, ending.graders) if tally.answers else None)
+    predictions = prediction_rows(ending.eval_rows, tally.answers, ending.graders) if tally.answers else None
     report: dict[str, Any] = {
         "engine": state["engine"],
         "status": state["status"],

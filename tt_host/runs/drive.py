@@ -11,7 +11,8 @@ Order of work, so that invalid input never creates anything:
 4. stages run in order (tt_host.runs.invoke); a verified completed stage with the same fingerprint is
    reused; a replaceable one whose inputs changed runs again; results are scored, artifacts registered
    at once (tt_host.runs.results);
-5. report.json / report.md are written whatever the outcome.
+5. whatever the outcome, its ending (tt_host.reports.ending.Ending: facts, never a report key) is handed to the
+   reports wing, which decides and writes report.json / report.md.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from tt_host.evaluation import baseline_cache
 from tt_host.fsutil import DiskFull
 from tt_host.models.registry import VerifyError
 from tt_host.plugins import Plugins
+from tt_host.reports.ending import COMPLETED, FAILED, STOPPED, Ending, Tally
+from tt_host.reports.report import build_report, write_report
 from tt_host.runs import index, state as states
 from tt_host.runs.diskfull import out_of_disk
 from tt_host.runs.fingerprint import PlannedStage, chain
@@ -38,8 +41,6 @@ from tt_host.runs.opening import RunRefused, check_run_path, claim_new_run_dir, 
 from tt_host.runs.plan import (Decision, decide, default_run_dir, kept_split, new_run_id, refusal, same_engine,
                                spec_digest)
 from tt_host.runs.progress import QuietReporter, build_display, problem_sink
-from tt_host.reports.ending import COMPLETED, FAILED, STOPPED, Ending, Tally
-from tt_host.reports.report import build_report, write_report
 from tt_host.runs.results import take_result
 from tt_host.runs.runinfo import RunInfo, enabled_observers
 from tt_host.runs.state import RunState, StageRecord
