@@ -21,6 +21,7 @@ from tt_host.spec.compiler import compile_system_message, compile_validated_so_f
 from tt_host.spec.schema import BehaviorSpec, DistributedSettings, resolve_path, symlink_in
 from tt_host.spec.settings import settings_model
 from tt_host.spec.strict import StrictModel, Text
+from tt_stagekit.sides import BASELINE_SIDE, CANDIDATE_SIDE, EVALUATING_SIDES, SFT_SIDE
 
 SECTIONS: dict[str, tuple[str, ...]] = {
     "Hooks": ("hookimpl", "HOST_API_VERSION", "RunInfo"),
@@ -29,6 +30,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "Spec models an engine extends": ("BehaviorSpec", "DistributedSettings", "StrictModel", "Text", "settings_model",
                                       "resolve_path", "symlink_in", "compile_system_message",
                                       "compile_validated_so_far"),
+    "Evaluating sides (a stage's `evaluates`)": ("BASELINE_SIDE", "SFT_SIDE", "CANDIDATE_SIDE", "EVALUATING_SIDES"),
     "Checks an engine's doctor may return": ("torch_device_check", "world_size_check"),
     "Registered models": ("from_folder", "resolve_registered", "ResolvedModel", "ModelRefError"),
     "Errors": ("TTError",),
@@ -38,11 +40,17 @@ SECTIONS: dict[str, tuple[str, ...]] = {
 DESCRIBED: dict[str, str] = {
     "hookimpl": "The marker of a hook implementation: `@hookimpl def tt_engines(): ...` (pluggy, project `tt`).",
     "Text": "A spec string that must not be blank after trimming (refused naming its field).",
+    "BASELINE_SIDE": "`'baseline'`: the side a stage evaluating the base model answers for.",
+    "SFT_SIDE": "`'sft'`: the SFT model's side, evaluated when a tuning stage (preference, reinforcement) follows SFT.",
+    "CANDIDATE_SIDE": "`'candidate'`: the final, tuned model's side.",
+    "EVALUATING_SIDES": "The three sides in report order, declared once in `tt_stagekit.sides` (an engine's runtime "
+                        "code reads them there).",
 }
 
 # Listed, not computed, so that tools see what is public; the layout test checks it against SECTIONS.
 __all__ = ["hookimpl", "HOST_API_VERSION", "RunInfo", "Engine", "Stage", "Check", "DiskNeed", "ModelKind", "Export",
            "Serve", "PipelineVocabulary", "SERVE_EXPORT", "SERVE_HF", "SERVE_ON_BASE", "SERVE_OWN", "BehaviorSpec",
            "DistributedSettings", "StrictModel", "Text", "settings_model", "resolve_path", "symlink_in", "compile_system_message",
-           "compile_validated_so_far", "torch_device_check", "world_size_check", "from_folder", "resolve_registered",
+           "compile_validated_so_far", "BASELINE_SIDE", "SFT_SIDE", "CANDIDATE_SIDE", "EVALUATING_SIDES",
+           "torch_device_check", "world_size_check", "from_folder", "resolve_registered",
            "ResolvedModel", "ModelRefError", "TTError"]

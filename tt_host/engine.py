@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Sequence
 
+from tt_stagekit.sides import BASELINE_SIDE, CANDIDATE_SIDE
+
 if TYPE_CHECKING:  # annotations only: the records stay importable below the spec layer
     from tt_host.spec.schema import BehaviorSpec
 
@@ -99,7 +101,7 @@ class Stage:
         return list(self.launch(spec)) if self.launch is not None else ["-m", self.module]
 
 
-GATE_SIDES = ("baseline", "candidate")  # the two sides of the general-regression gate (tt_host.evaluation.general_gate)
+GATE_SIDES = (BASELINE_SIDE, CANDIDATE_SIDE)  # the two sides of the general-regression gate (tt_host.evaluation.general_gate)
 
 
 def gate_side(stage: Stage) -> Optional[str]:

@@ -4,10 +4,11 @@ A string tt prints may come from anyone (a shared spec, a shipped run.json, a te
 row), and a terminal acts on some characters instead of showing them: C0 controls (ESC starts a sequence that
 recolours, retitles or rewrites the screen; CR overwrites the line), DEL, C1 controls (U+009B is a one-byte
 CSI on many terminals) and the bidi controls (U+202E RIGHT-TO-LEFT OVERRIDE makes `exe.txt` read `txt.exe`).
-`clean` removes them (tab and newline stay). `TerminalConsole`, the rich Console every tt command prints
-through, cleans every piece of text it renders (rich's own colour and cursor sequences are made after,
-from styles, so they stay); `json_text` writes them in a JSON document as `\\uXXXX` escapes, so `--json`
-output parses to the same strings and shows none raw.
+`UNSAFE` is tt's one control-character rule: `clean` removes them (tab and newline stay), and the report's
+one-line cells and verdict (tt_host.reports.verdict.clean) drop the same characters. `TerminalConsole`, the
+rich Console every tt command prints through, cleans every piece of text it renders (rich's own colour and
+cursor sequences are made after, from styles, so they stay); `json_text` writes them in a JSON document as
+`\\uXXXX` escapes, so `--json` output parses to the same strings and shows none raw.
 """
 
 from __future__ import annotations

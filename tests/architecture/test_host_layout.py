@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 # Bottom to top: a wing may import the wings before it, never one after it.
 WINGS = (
     ("tt_host", "tt_host.canonical", "tt_host.errors", "tt_host.fsutil", "tt_host.ids",
-     "tt_host.runs.layout"),  # no tt_host imports
+     "tt_host.runlayout", "tt_host.terminal"),  # no tt_host imports
     ("tt_host.engine", "tt_host.hookspecs"),  # the plugin API's records and hooks
     ("tt_host.plugins",),
     ("tt_host.spec",),
@@ -26,6 +26,7 @@ WINGS = (
     ("tt_host.models",),
     ("tt_host.synthesis",),
     ("tt_host.evaluation",),
+    ("tt_host.reports",),  # what tells what a run did: report.json's one writer (test_report_owner.py)
     ("tt_host.pipelines",),
     ("tt_host.runs",),
     ("tt_host.checks",),
@@ -162,3 +163,16 @@ def test_an_import_from_a_higher_wing_is_refused(tmp_path):
     assert upward(graph(tmp_path, "tt_host")) == [
         "tt_host.engines.envs imports tt_host.models (tt_host.models is not below tt_host.engines)",
         "tt_host.engines.envs imports tt_host.models.registry (tt_host.models is not below tt_host.engines)"]
+
+
+@pytest.mark.parametrize("module, target", [
+    ("tt_host.evaluation.baseline_cache", "tt_host.runs.store"),  # the arrow back up runs/layout.py was, once
+    ("tt_host.reports.report", "tt_host.runs.drive"),  # the reports wing reaching back into the driver
+    ("tt_host.runlayout", "tt_host.reports.ending"),  # the bottom importing a wing
+])
+def test_a_planted_arrow_back_up_in_the_real_host_fails_the_layout(module, target):
+    edges = graph(REPO, "tt_host")
+    assert module in edges and target in edges
+    assert upward(edges) == []
+    edges[module] = edges[module] | {target}
+    assert upward(edges) == [f"{module} imports {target} ({wing_of(target)[1]} is not below {wing_of(module)[1]})"]

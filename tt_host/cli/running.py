@@ -146,7 +146,9 @@ def run_spec(spec: Path, resume: Optional[Path], device: Optional[str], json_mod
         if outcome.error:
             err.print(f"[red]error:[/] {escape(outcome.error)}")
         if outcome.status == "interrupted":
-            console.print(f"resume with: tt run {loaded.path} --resume {outcome.run_dir}", markup=False)
+            from tt_host.reports.ending import resume_command
+
+            console.print(f"resume with: {resume_command(loaded.path, outcome.run_dir)}", markup=False)
         elif outcome.report:
             console.print(f"report: {outcome.run_dir / 'report.md'}", markup=False)
         if outcome.report and outcome.report.get("verdict") and outcome.status != "interrupted":

@@ -60,7 +60,7 @@ def _latest_run(spec: Path, anywhere: bool = False) -> Optional[dict[str, Any]]:
     newest run in the run index, whatever its spec (shown when there is no spec here, as after
     `tt run some/folder/tunedtensor.json` from the folder above it)."""
     from tt_host.runs import index
-    from tt_host.runs.layout import RUNS_FOLDER
+    from tt_host.runlayout import RUNS_FOLDER
     from tt_host.runs.store import RunDir, find_runs
 
     spec = spec.absolute()

@@ -35,12 +35,13 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tt_stagekit.files import publish_folder
+from tt_stagekit.sides import BASELINE_SIDE
 
 from tt_host.canonical import canonical
 from tt_host.engine import Engine, Stage
 from tt_host.fsutil import make_private_dir, sha256_file, write_json_atomic
 from tt_host.models.registry import tt_home
-from tt_host.runs.layout import REQUEST, RESULT
+from tt_host.runlayout import REQUEST, RESULT
 from tt_host.spec.schema import BehaviorSpec
 
 FOLDER = "baseline-cache"
@@ -56,7 +57,7 @@ class CachedBaseline:
 
 def applies(stage: Stage, resume: bool) -> bool:
     """Whether the stage may take its outputs from the cache (and give them to it)."""
-    return stage.evaluates == "baseline" and not resume and os.environ.get("TT_NO_BASELINE_CACHE") != "1"
+    return stage.evaluates == BASELINE_SIDE and not resume and os.environ.get("TT_NO_BASELINE_CACHE") != "1"
 
 
 def _portable(value: Any, run_dir: Path) -> Any:

@@ -30,7 +30,7 @@ Activation refuses (exit 1) a model that fails verification (never
 overridable: a changed model is not the one that was evaluated), and a model
 whose run's general-regression gate failed or was not run, unless `force`; the run's lm-eval benchmarks
 (report.json `benchmarks`, when the spec has them) are part of that gate, and so is a tuning stage that made
-the held-out score worse than SFT (report.json `tuning`, tt_host.runs.tuning_gate).
+the held-out score worse than SFT (report.json `tuning`, tt_host.evaluation.tuning_gate).
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def gate_of(entry: dict[str, Any]) -> dict[str, Any]:
     The gate is the general-regression set and the lm-eval benchmarks, each when the spec configures it
     (report.json `general_regression`, `benchmarks`). A gate that is not run carries a `reason` naming what
     was configured and what did not run. A model whose tuning stage made the held-out score worse than SFT
-    (report.json `tuning.worse_than_sft`, tt_host.runs.tuning_gate) fails the gate whatever the rest says.
+    (report.json `tuning.worse_than_sft`, tt_host.evaluation.tuning_gate) fails the gate whatever the rest says.
     """
     gate = _configured_gates(entry)
     tuning = gate.pop("_tuning", None)

@@ -11,7 +11,8 @@ Order of work, so that invalid input never creates anything:
 4. stages run in order (tt_host.runs.invoke); a verified completed stage with the same fingerprint is
    reused; a replaceable one whose inputs changed runs again; results are scored, artifacts registered
    at once (tt_host.runs.results);
-5. report.json / report.md are written whatever the outcome.
+5. whatever the outcome, its ending (tt_host.reports.ending.Ending: facts, never a report key) is handed to the
+   reports wing, which decides and writes report.json / report.md.
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ from typing import Any, Callable, Optional
 from tt_host import __version__
 from tt_host.engines import envs
 from tt_host.engines.runner import grace_seconds, ignore_further_stops
-from tt_host.evaluation import baseline_cache, benchmark_gate, general_gate
+from tt_host.evaluation import baseline_cache
 from tt_host.fsutil import DiskFull
 from tt_host.models.registry import VerifyError
 from tt_host.plugins import Plugins
+from tt_host.reports.ending import COMPLETED, FAILED, STOPPED, Ending, Tally
+from tt_host.reports.report import build_report, write_report
 from tt_host.runs import index, state as states
 from tt_host.runs.diskfull import out_of_disk
 from tt_host.runs.fingerprint import PlannedStage, chain
@@ -38,9 +41,7 @@ from tt_host.runs.opening import RunRefused, check_run_path, claim_new_run_dir, 
 from tt_host.runs.plan import (Decision, decide, default_run_dir, kept_split, new_run_id, refusal, same_engine,
                                spec_digest)
 from tt_host.runs.progress import QuietReporter, build_display, problem_sink
-from tt_host.runs.report import build_report, write_report
-from tt_host.runs.verdict import prediction_rows
-from tt_host.runs.results import Tally, take_result
+from tt_host.runs.results import take_result
 from tt_host.runs.runinfo import RunInfo, enabled_observers
 from tt_host.runs.state import RunState, StageRecord
 from tt_host.runs.store import RunDir, now
@@ -311,28 +312,21 @@ def _cached_or_run(stage_call: StageCall, runner, inputs: dict[str, Any], record
 
 def _finish(call: RunCall, state: RunState, tally: Tally, exit_code: int, error: Optional[str], policy,
             general: Optional[GeneralSet]) -> RunOutcome:
-    """Record the run's end state and write report.json / report.md."""
+    """Record the run's end state, then hand its ending to the reports wing (report.json / report.md)."""
     run = call.run
     state.status = {EXIT_OK: states.RUN_COMPLETED, EXIT_INTERRUPTED: states.RUN_INTERRUPTED}.get(
         exit_code, states.RUN_FAILED)
     if error:
         state.error = error
     run.save(state)
-    report = build_report(state.to_json(), tally.metrics, tally.series, tally.notes, tally.models, tally.actions,
-                          prediction_rows(call.loaded.compiled.eval_rows, tally.answers, call.loaded.graders)
-                          if tally.answers else None)
-    if tally.held_out_sides:
-        report["held_out_sides"] = tally.held_out_sides
-    if policy is not None:
-        report["general_regression"] = general_gate.evaluate(policy, general, tally.general_answers)
+    evaluation = call.loaded.spec.evaluation
+    report = build_report(Ending(
+        how={EXIT_OK: COMPLETED, EXIT_INTERRUPTED: STOPPED}.get(exit_code, FAILED), state=state.to_json(),
+        spec_path=call.loaded.path, run_path=run.path, tally=tally, error=error,
+        eval_rows=call.loaded.compiled.eval_rows, graders=call.loaded.graders, general_policy=policy,
+        general=general, benchmarks=evaluation.benchmarks if evaluation else None))
+    if "general_regression" in report:
         call.observers.event(str(run.path), "gate", {"type": "gate", **report["general_regression"]})
-    benchmarks = call.loaded.spec.evaluation.benchmarks if call.loaded.spec.evaluation else None
-    if benchmarks is not None:
-        report["benchmarks"] = benchmark_gate.evaluate(benchmarks, tally.benchmark_scores)
-    if error:
-        report["error"] = error
-    if state.status == states.RUN_INTERRUPTED:
-        report["resume"] = f"tt run {call.loaded.path} --resume {run.path}"
     write_report(run.path, report, tally.series)
     call.observers.run_end(call.info, report)
     return RunOutcome(exit_code, run.path, state.status, report, error)

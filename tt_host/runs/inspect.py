@@ -19,7 +19,7 @@ from tt_host.errors import TTError
 from tt_host.models import prefixes
 from tt_host.engines.runner import parse_event
 from tt_host.runs import index
-from tt_host.runs.layout import RUNS_FOLDER
+from tt_host.runlayout import RUNS_FOLDER
 from tt_host.runs.store import RunDir, find_runs, is_run_dir
 
 LOCK_NAME = ".tt-run.lock"

@@ -16,7 +16,7 @@ from tt_host.engines import envs
 from tt_host.engines.runner import run_stage
 from tt_host.fsutil import make_private_dir, write_json_atomic
 from tt_host.plugins import Plugins
-from tt_host.runs import layout
+from tt_host import runlayout
 from tt_host.runs.observers import Observers
 from tt_host.runs.progress import QuietReporter
 from tt_host.runs.runinfo import RunInfo
@@ -108,7 +108,7 @@ def run_stage_call(call: StageCall) -> StageOutcome:
     make_private_dir(run.logs)
     result_path = run.result_path(stage.name)
     result_path.unlink(missing_ok=True)
-    request_path = stage_dir / layout.REQUEST
+    request_path = stage_dir / runlayout.REQUEST
     write_json_atomic(request_path, stage_request(call, stage_dir, result_path).to_json())
     reporter.stage_started(stage.name, stage.description)
 

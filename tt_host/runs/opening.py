@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 from tt_host.errors import TTError
-from tt_host.runs import layout
+from tt_host import runlayout
 from tt_host.runs.store import RunDir
 from tt_stagekit.userinput import os_reason, special_kind
 
@@ -57,12 +57,12 @@ def _creation_leftover(entry: os.DirEntry) -> bool:
     Each must be what tt makes: a symbolic link never counts (a planted `.tt-run.lock -> victim`)."""
     if entry.is_symlink():
         return False
-    if entry.name == layout.LOGS:
+    if entry.name == runlayout.LOGS:
         return entry.is_dir() and not any(os.scandir(entry.path))
-    if entry.name in (layout.LOCK, layout.SPEC_JSON, layout.RESERVE):
+    if entry.name in (runlayout.LOCK, runlayout.SPEC_JSON, runlayout.RESERVE):
         return entry.is_file()
     return entry.is_file() and any(entry.name.startswith(f".{name}.") and entry.name.endswith(".tmp")
-                                   for name in (layout.SPEC_JSON, layout.RUN_JSON))
+                                   for name in (runlayout.SPEC_JSON, runlayout.RUN_JSON))
 
 
 def _fresh(path: Path) -> bool:

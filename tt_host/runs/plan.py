@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tt_host.canonical import canonical
-from tt_host.runs import layout
+from tt_host import runlayout
 from tt_host.runs.fingerprint import OUTSIDE_CHAIN_KEYS, SYNTHESIS_KEY, PlannedStage, chain, changed_keys, needs
 from tt_host.runs.opening import RunRefused, check_run_path, refuse_foreign
 from tt_host.runs.state import STARTED
@@ -186,7 +186,7 @@ def new_run_id(spec_sha: str) -> str:
 
 
 def default_run_dir(spec_path: Path, run_id: str) -> Path:
-    return spec_path.parent.joinpath(*layout.RUNS_FOLDER, run_id)
+    return spec_path.parent.joinpath(*runlayout.RUNS_FOLDER, run_id)
 
 
 def spec_digest(loaded: LoadedSpec) -> str:

@@ -1,4 +1,5 @@
-"""What a run's finished stages add up to: each completed stage's result taken into the tally.
+"""What a run's finished stages add up to: each completed stage's result taken into the tally
+(tt_host.reports.ending.Tally, which the report is made from).
 
 A stage's result.json (docs/protocol.md) gives metrics, series, notes, predictions and artifacts. The
 host scores predictions against the references it kept back (labels never crossed into the engine),
@@ -7,34 +8,18 @@ keeps the general-regression answers for the gate, and registers every artifact 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 from tt_host.engine import Stage, gate_side
 from tt_host.models.registry import register
-from tt_host.runs.invoke import RunCall
 from tt_host.evaluation.scoring import read_predictions, score
+from tt_host.reports.ending import Tally
+from tt_host.runs.invoke import RunCall
 from tt_host.runs.state import RunState
-from tt_host.runs.tuning_gate import SFT_SIDE
 from tt_host.spec.general import GeneralSet
 from tt_stagekit.contract import StageResult
-
-
-@dataclass
-class Tally:
-    """What the finished stages of a run add up to, for the report."""
-
-    metrics: dict[str, Any] = field(default_factory=dict)
-    series: dict[str, list] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    models: list[dict[str, Any]] = field(default_factory=list)
-    actions: dict[str, str] = field(default_factory=dict)
-    completed: dict[str, Any] = field(default_factory=dict)
-    general_answers: dict[str, dict[str, str]] = field(default_factory=dict)
-    benchmark_scores: dict[str, dict[str, Any]] = field(default_factory=dict)  # side -> lm-eval scores
-    answers: dict[str, dict[str, str]] = field(default_factory=dict)  # side -> held-out predictions by row id
-    held_out_sides: dict[str, str] = field(default_factory=dict)  # "baseline"/"sft"/"candidate" -> its metric prefix
+from tt_stagekit.sides import CANDIDATE_SIDE, SFT_SIDE
 
 
 def take_result(call: RunCall, state: RunState, stage: Stage, result: dict[str, Any], tally: Tally,
@@ -50,7 +35,7 @@ def take_result(call: RunCall, state: RunState, stage: Stage, result: dict[str, 
     if stage.evaluates and taken.predictions:
         predictions = read_predictions(run.stage_dir(stage.name) / taken.predictions)
         # an evaluating stage other than the baseline scores the tuned model; `sft` the model before a tuning stage
-        role = gate_side(stage) or (SFT_SIDE if stage.evaluates == SFT_SIDE else "candidate")
+        role = gate_side(stage) or (SFT_SIDE if stage.evaluates == SFT_SIDE else CANDIDATE_SIDE)
         tally.answers[role], tally.held_out_sides[role] = predictions, stage.evaluates
         scored.update(score(predictions, call.loaded.compiled.references(), stage.evaluates, call.loaded.graders))
         scored["eval.count"] = scored[f"{stage.evaluates}.count"]

@@ -1,6 +1,6 @@
 """The run directory (docs/host.md, Runs): run.json, the frozen spec, stage folders, logs, the run lock.
 
-Its layout is tt_host.runs.layout's; run.json's shape is tt_host.runs.state's. The lock is held (flock)
+Its layout is tt_host.runlayout's; run.json's shape is tt_host.runs.state's. The lock is held (flock)
 by the process driving the run and by the stage processes it started (they inherit its descriptor), so
 it outlives a killed `tt` until its stages have stopped.
 
@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 from tt_host.errors import CorruptRecord, TTError
 from tt_host.fsutil import (FileLock, LockHeld, NotARegularFile, make_private_dir, processes_holding, remove_tree,
                             reserve_space, sha256_file, write_json_atomic)
-from tt_host.runs import layout
+from tt_host import runlayout
 from tt_host.runs.state import RunState
 
 
@@ -46,21 +46,21 @@ class RunDir:
     # --- paths -----------------------------------------------------------
     @property
     def run_json(self) -> Path:
-        return self.path / layout.RUN_JSON
+        return self.path / runlayout.RUN_JSON
 
     @property
     def spec_json(self) -> Path:
-        return self.path / layout.SPEC_JSON
+        return self.path / runlayout.SPEC_JSON
 
     @property
     def logs(self) -> Path:
-        return self.path / layout.LOGS
+        return self.path / runlayout.LOGS
 
     def stage_dir(self, stage: str) -> Path:
         return self.path / stage
 
     def result_path(self, stage: str) -> Path:
-        return self.stage_dir(stage) / layout.RESULT
+        return self.stage_dir(stage) / runlayout.RESULT
 
     # --- state -----------------------------------------------------------
     def exists(self) -> bool:
@@ -110,11 +110,11 @@ class RunDir:
 
     def reserve(self) -> None:
         """Hold RESERVE_BYTES in the run folder (DiskFull when even that is not free: nothing is started)."""
-        reserve_space(self.path / layout.RESERVE, RESERVE_BYTES)
+        reserve_space(self.path / runlayout.RESERVE, RESERVE_BYTES)
 
     def release_reserve(self) -> None:
         """Give the held space back: the disk filled (run.json and the report must still fit), or the run ended."""
-        (self.path / layout.RESERVE).unlink(missing_ok=True)
+        (self.path / runlayout.RESERVE).unlink(missing_ok=True)
 
     def create(self, state: RunState, spec: dict[str, Any]) -> None:
         make_private_dir(self.path)
@@ -129,7 +129,7 @@ class RunDir:
         them, saying so through `on_wait`, then take it; refused if they are still there then."""
         make_private_dir(self.path)
         holder = f"pid {os.getpid()} on {socket.gethostname()} since {now()}"
-        lock = FileLock(self.path / layout.LOCK, holder=holder)
+        lock = FileLock(self.path / runlayout.LOCK, holder=holder)
         try:
             self._lock = lock.acquire(blocking=False)
             return
@@ -186,14 +186,14 @@ class RunDir:
 
 
 def is_run_dir(path: Path) -> bool:
-    return (Path(path) / layout.RUN_JSON).is_file()
+    return (Path(path) / runlayout.RUN_JSON).is_file()
 
 
 def find_runs(root: Path) -> list[Path]:
     """Run directories under `root` (a spec folder's `.tuned-tensor/runs`, or any folder)."""
     root = Path(root)
     candidates = [root] if is_run_dir(root) else []
-    for base in (root, root.joinpath(*layout.RUNS_FOLDER)):
+    for base in (root, root.joinpath(*runlayout.RUNS_FOLDER)):
         if base.is_dir():
             candidates += [p for p in sorted(base.iterdir()) if is_run_dir(p)]
     seen, unique = set(), []

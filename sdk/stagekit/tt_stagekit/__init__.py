@@ -12,6 +12,7 @@ and in each engine environment for its stages). The host depends on it for
 - `devices`: which device a stage computes on.
 - `launcher`: starting a stage under torchrun.
 - `scoring`: the answer metrics (the host scores with them too).
+- `sides`: the evaluating sides (`baseline`, `sft`, `candidate`) a held-out evaluation answers for.
 - `graders`: the spec's graders (derived or `evaluation.graders`): rewards and held-out grader scores.
 - `benchmarks`: lm-evaluation-harness on a stage's transformers model, for the gate (lm-eval imported lazily).
 """

@@ -20,6 +20,23 @@ def test_clean_keeps_text_tabs_and_newlines_and_json_text_round_trips():
     assert not UNSAFE.search(json_text(document)) and json.loads(json_text(document)) == {"k": HOSTILE}
 
 
+# The five code points on which the report's own rule (tt_host.runs.verdict._CONTROL, before issue 51) and the
+# terminal's disagreed: ALM is a bidi control (removed everywhere now); the zero-width space, non-joiner and
+# joiner act on nothing (kept everywhere now: the joiner makes emoji sequences); tab is layout, not a control.
+DISPUTED = "\t\u061c\u200b\u200c\u200d"
+
+
+def test_one_control_character_rule_for_the_terminal_and_the_report():
+    from tt_host.reports.verdict import clean as cell
+
+    for char in "\x00\x1b\r\x7f\x9b\u061c\u200e\u200f\u202a\u202e\u2066\u2069":  # acted on: gone from both
+        assert clean(f"a{char}b") == "ab" and cell(f"a{char}b") == "ab", hex(ord(char))
+    for char in "\u200b\u200c\u200d\u00ad\u2028":  # shown or ignored, never acted on: kept by both
+        assert clean(f"a{char}b") == f"a{char}b" == cell(f"a{char}b"), hex(ord(char))
+    assert clean(f"a{DISPUTED}\nb") == "a\t\u200b\u200c\u200d\nb"  # the terminal keeps its layout
+    assert cell(f"a{DISPUTED}\nb") == "a\u200b\u200c\u200d ⏎ b"  # a cell is one line: tab dropped, ⏎ for new line
+
+
 def test_a_shipped_run_jsons_strings_are_stripped_on_the_terminal_and_escaped_in_json(tt, tmp_path):
     code, out = tt.json("run", write_spec(tmp_path / "s", echo_spec()))
     assert code == 0, out

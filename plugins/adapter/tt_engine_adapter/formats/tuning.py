@@ -1,9 +1,10 @@
 """The tuning stages after SFT: the one definition of which block adds which stages and whose adapter is final.
 
-Stdlib only, read by both sides: the host-side plugin (which stages run), the train stage (it registers its
-adapter only when no tuning stage follows) and the evaluate stages (`sft` evaluates the train stage's adapter,
-`candidate` the final one). A spec has at most one tuning block; each block names the stages it adds after
-`train` + `sft`, in order, the last of which writes `<run>/<stage>/adapter` (an Artifact of kind "adapter").
+Stdlib and tt_stagekit only (the side's name `sft` is tt_stagekit.sides'), read by both sides: the host-side
+plugin (which stages run), the train stage (it registers its adapter only when no tuning stage follows) and the
+evaluate stages (`sft` evaluates the train stage's adapter, `candidate` the final one). A spec has at most one
+tuning block; each block names the stages it adds after `train` + `sft`, in order, the last of which writes
+`<run>/<stage>/adapter` (an Artifact of kind "adapter").
 
     no tuning block:  prepare, prefetch, baseline, train, candidate
     preference:       ..., train, sft, reference, preference, candidate
@@ -16,12 +17,14 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from tt_stagekit.sides import SFT_SIDE
+
 # block name -> the stages it adds after `sft`, in order; the last one writes the final adapter
 TUNING = {
     "preference": ("reference", "preference"),
     "reinforcement": ("reinforce",),
 }
-SFT = "sft"  # the stage that evaluates the train stage's adapter when a tuning stage follows
+SFT = SFT_SIDE  # the stage that evaluates the train stage's adapter when a tuning stage follows (its side's name)
 
 
 def tuning_block(spec: Any) -> Optional[str]:

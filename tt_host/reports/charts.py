@@ -3,7 +3,7 @@
 Each chart has both axes with tick values, an x label ("step") and a y label with the unit the series is in
 (`unit_of`: a loss in nats per token, a reward or a match rate as a fraction of 1), and the title kept inside
 the drawing. `wrong_way` says when a curve moved against its goal over the run (a loss that rose, a reward or a
-score that fell); the chart then carries that note in red, and the report lists it (tt_host.runs.report).
+score that fell); the chart then carries that note in red, and the report lists it (tt_host.reports.report).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """report.html: report.md as one self-contained page (no external file, font, script or style sheet).
 
 The page is made from report.md itself, so both say the same: its headings, bullet lines, tables and
-paragraphs (the small Markdown subset tt_host.runs.report writes) become HTML, and each chart image
+paragraphs (the small Markdown subset tt_host.reports.report writes) become HTML, and each chart image
 (`![name](report-x.svg)`) becomes that SVG inline. Every text is escaped (a text report.md already escaped
 is unescaped first, never escaped twice), so a prompt or an answer can never add markup to the page.
 """

@@ -6,9 +6,10 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 from conftest import echo_spec, write_spec
-from tt_host.runs.charts import wrong_way
-from tt_host.runs.report import write_report
-from tt_host.runs.verdict import verdict_line
+from tt_host.reports.charts import wrong_way
+from tt_host.reports.ending import COMPLETED, Ending, Tally
+from tt_host.reports.report import build_report, write_report
+from tt_host.reports.verdict import verdict_line
 
 VOID = {"meta", "br", "img", "hr", "input", "link", "path", "line", "rect"}  # path/line/rect: SVG, self-closed
 
@@ -102,9 +103,10 @@ def test_falling_reward_gets_its_note_and_a_falling_loss_none(tmp_path):
     loss = [[step, 2.0 / (step + 1)] for step in range(30)]
     assert wrong_way("rl.reward", rising) is None and wrong_way("sft.loss", loss) is None
     assert "should fall" in wrong_way("sft.loss", rising)
-    report = {"run_id": "r1", "engine": "echo", "status": "completed", "stages": {}, "metrics": {}, "notes": [],
-              "models": []}
-    write_report(tmp_path, report, {"rl.reward": falling, "sft.loss": loss})
+    series = {"rl.reward": falling, "sft.loss": loss}
+    report = build_report(Ending(COMPLETED, {"id": "r1", "engine": "echo", "status": "completed", "stages": {}},
+                                 Path("spec.json"), tmp_path, Tally(series=series)))
+    write_report(tmp_path, report, series)
     (warning,) = report["curve_warnings"]
     assert warning.startswith("rl.reward fell from 0.945 to 0.705 (first to last fifth of its 30 points)")
     markdown = (tmp_path / "report.md").read_text()

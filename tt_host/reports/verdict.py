@@ -11,26 +11,27 @@ table. `verdict_line` is the last line `tt run` prints and the first line of rep
 The grader score (the mean of the spec's graders, docs/evaluation.md "Graders") stands beside exact match
 when the run scored with graders; the count stays exact match, comparable with every earlier run.
 
-`clean` makes a text safe for a terminal, a Markdown table cell and an HTML cell: control characters
-dropped, new lines shown as ⏎, long texts cut with an ellipsis.
+`clean` makes a text safe for a terminal, a Markdown table cell and an HTML cell: the characters a terminal
+acts on dropped (tt_host.terminal.UNSAFE, tt's one control-character rule), tabs dropped and new lines shown as
+⏎ (one line), long texts cut with an ellipsis.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any, Optional
 
 from tt_host.evaluation.scoring import exact_match, guarded
+from tt_host.terminal import UNSAFE
 from tt_stagekit.graders import GraderSet
+from tt_stagekit.sides import BASELINE_SIDE, CANDIDATE_SIDE, EVALUATING_SIDES, SFT_SIDE
 
-SIDES = ("baseline", "candidate")
+SIDES = (BASELINE_SIDE, CANDIDATE_SIDE)  # the two sides every verdict compares (SFT too when it answered)
 CELL_CHARS = 120  # a table cell's text is cut here; report.json keeps the whole text
-_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def clean(text: Any, limit: int = CELL_CHARS) -> str:
     """One line of printable text, at most `limit` characters (an ellipsis marks a cut)."""
-    shown = _CONTROL.sub("", "" if text is None else str(text)).replace("\n", " ⏎ ")
+    shown = UNSAFE.sub("", "" if text is None else str(text)).replace("\t", "").replace("\n", " ⏎ ")
     return shown if len(shown) <= limit else shown[: limit - 1] + "…"
 
 
@@ -44,9 +45,9 @@ def prediction_rows(eval_rows: list[dict], answers: dict[str, dict[str, str]],
         reference = row["messages"][-1]["content"]
         user = [m["content"] for m in row["messages"][:-1] if m.get("role") == "user"]
         out = {"id": row["id"], "prompt": "\n".join(user), "reference": reference}
-        for side in SIDES + (("sft",) if "sft" in answers else ()):
+        for side in SIDES + ((SFT_SIDE,) if SFT_SIDE in answers else ()):
             out[side] = (answers.get(side) or {}).get(row["id"])
-        out["pass"] = None if out["candidate"] is None else bool(exact_match(out["candidate"], reference))
+        out["pass"] = None if out[CANDIDATE_SIDE] is None else bool(exact_match(out[CANDIDATE_SIDE], reference))
         rows.append(out)
     if graders is not None:
         with guarded(graders):
@@ -81,7 +82,7 @@ def _grader_score(report: dict[str, Any], side: str) -> float | None:
 
 def _graders_said(report: dict[str, Any]) -> str:
     """" · grader score B → T" (or the one side scored), or "" when no side was scored with graders."""
-    base, tuned = _grader_score(report, "baseline"), _grader_score(report, "candidate")
+    base, tuned = _grader_score(report, BASELINE_SIDE), _grader_score(report, CANDIDATE_SIDE)
     if base is not None and tuned is not None:
         return f" · grader score {base:.2f} → {tuned:.2f}"
     if base is not None or tuned is not None:
@@ -101,9 +102,9 @@ def gate_verdict(report: dict[str, Any]) -> str:
 
 def verdict_line(report: dict[str, Any]) -> str:
     """The run's verdict in one line (see the module docstring); a run that evaluated nothing says so."""
-    base, tuned = _count(report, "baseline"), _count(report, "candidate")
-    # a tuning stage followed SFT (tt_host.runs.tuning_gate); not an engine's own stage named `sft`
-    sft = _count(report, "sft") if "sft" in (report.get("held_out_sides") or {}) else None
+    base, tuned = _count(report, BASELINE_SIDE), _count(report, CANDIDATE_SIDE)
+    # a tuning stage followed SFT (tt_host.evaluation.tuning_gate); not an engine's own stage named `sft`
+    sft = _count(report, SFT_SIDE) if SFT_SIDE in (report.get("held_out_sides") or {}) else None
     if tuned is not None and base is not None:
         score = f"held-out exact match {base} → {tuned}" if sft is None else \
             f"held-out exact match {base} → {sft} (SFT) → {tuned}"
@@ -124,8 +125,8 @@ def markdown_table(rows: list[dict[str, Any]], limit: int = 100) -> list[str]:
     if not rows:
         return []
     graded = any("grader_score" in row for row in rows)
-    sides = ("baseline", "sft", "candidate") if "sft" in rows[0] else SIDES
-    heads = {"baseline": "base", "sft": "SFT", "candidate": "tuned"}
+    sides = EVALUATING_SIDES if SFT_SIDE in rows[0] else SIDES
+    heads = {BASELINE_SIDE: "base", SFT_SIDE: "SFT", CANDIDATE_SIDE: "tuned"}
     lines = ["## Held-out predictions", "", "| # | prompt | reference | " + " | ".join(heads[s] for s in sides) + " | pass |"
              + (" graders (base → tuned) |" if graded else ""), "|---" * (len(sides) + 4) + "|" + ("---|" if graded else "")]
     for number, row in enumerate(rows[:limit], 1):

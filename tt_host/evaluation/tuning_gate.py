@@ -1,18 +1,19 @@
 """Base, SFT and final side by side, and whether the tuning stage after SFT made the held-out score worse.
 
 An engine with a tuning stage after SFT (preference tuning, reinforcement) evaluates the SFT model as the
-held-out side `sft` (report.json `held_out_sides`) beside `baseline` and `candidate` (the final model). The
-held-out score compared is the graders' mean score (`PREFIX.grader_score`) when both sides were scored with
-graders, else exact match. When the final score is below the SFT one, report.json's `tuning` section says so
-(`worse_than_sft`, `message`), report.md says it in its first lines, and `tt models activate` refuses the
-model without --force (tt_host.models.activation.gate_of), as a failed gate.
+held-out side `sft` (report.json `held_out_sides`) beside `baseline` and `candidate` (the final model; the sides
+are tt_stagekit.sides'). The held-out score compared is the graders' mean score (`PREFIX.grader_score`) when
+both sides were scored with graders, else exact match. When the final score is below the SFT one, report.json's
+`tuning` section says so (`worse_than_sft`, `message`), report.md says it in its first lines, and
+`tt models activate` refuses the model without --force (tt_host.models.activation.gate_of), as a failed gate.
 """
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
-SFT_SIDE = "sft"
+from tt_stagekit.sides import BASELINE_SIDE, CANDIDATE_SIDE, SFT_SIDE
+
 SCORES = ("grader_score", "exact_match")  # the held-out score compared, the first both sides have
 
 
@@ -24,16 +25,16 @@ def _value(metrics: dict[str, Any], prefix: str, key: str) -> Optional[float]:
 def tuning_section(report: dict[str, Any]) -> Optional[dict[str, Any]]:
     """report.json's `tuning` section, or None when the run has no SFT side and final side to compare."""
     sides = report.get("held_out_sides") or {}
-    if SFT_SIDE not in sides or "candidate" not in sides:
+    if SFT_SIDE not in sides or CANDIDATE_SIDE not in sides:
         return None
     metrics = report.get("metrics") or {}
     for key in SCORES:
-        sft, final = _value(metrics, sides[SFT_SIDE], key), _value(metrics, sides["candidate"], key)
+        sft, final = _value(metrics, sides[SFT_SIDE], key), _value(metrics, sides[CANDIDATE_SIDE], key)
         if sft is not None and final is not None:
             break
     else:
         return None
-    section = {"metric": key, "base": _value(metrics, sides.get("baseline", "baseline"), key), "sft": sft,
+    section = {"metric": key, "base": _value(metrics, sides.get(BASELINE_SIDE, BASELINE_SIDE), key), "sft": sft,
                "final": final, "worse_than_sft": final < sft}
     if final < sft:
         what = key.replace("_", " ")

@@ -1,0 +1,161 @@
+"""report.json, report.md and report.html for a run: `build_report` decides every key, for every ending.
+
+`build_report` turns a run's ending (tt_host.reports.ending.Ending: completed, failed, stopped, out of disk) into
+report.json, and nothing else writes a key of it (tests/architecture/test_report_owner.py). Its keys, in order:
+
+    engine, status, run_id, spec_name, system_message_sha256, stages (each with `this_run`: what this invocation
+    did with it), metrics, notes, models;
+    predictions         when a stage evaluated held-out prompts (tt_host.reports.verdict.prediction_rows)
+    held_out_sides      when one did: each evaluating side's metric prefix (tt_stagekit.sides)
+    general_regression  when the spec has that gate (tt_host.evaluation.general_gate)
+    benchmarks          when the spec has benchmarks (tt_host.evaluation.benchmark_gate)
+    error               when the run failed or stopped
+    resume              when it stopped or ran out of disk: the command that resumes it
+    curve_warnings      each series that went the wrong way (tt_host.reports.charts), always
+    tuning              when a tuning stage followed SFT (tt_host.evaluation.tuning_gate)
+    verdict             always (tt_host.reports.verdict: held-out exact match base → tuned, the gates, where the
+                        predictions are)
+
+report.md is made from that report alone: it opens with the verdict (and, when the final model is worse than
+SFT, says so next), shows the metrics in a table (base, SFT and final side by side when evaluated), the held-out
+predictions, and every series a stage returned as an SVG chart written next to it; report.html
+(tt_host.reports.report_html) is the same document in one self-contained file, the charts inline.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+from tt_host.evaluation import benchmark_gate, general_gate
+from tt_host.evaluation.tuning_gate import tuning_section
+from tt_host.fsutil import write_json_atomic, write_text_atomic
+from tt_host.reports.charts import svg_chart, wrong_way
+from tt_host.reports.ending import RESUMABLE, Ending, resume_command
+from tt_host.reports.verdict import markdown_table, prediction_rows, verdict_line
+from tt_host.runlayout import REPORT_JSON, REPORT_MD
+from tt_stagekit.sides import BASELINE_SIDE, CANDIDATE_SIDE, EVALUATING_SIDES, SFT_SIDE
+
+
+def build_report(ending: Ending) -> dict[str, Any]:
+    """report.json for a run's `ending`: every key it has, in its order (the module docstring)."""
+    state, tally = ending.state, ending.tally
+    predictions = prediction_rows(ending.eval_rows, tally.answers, ending.graders) if tally.answers else None
+    report: dict[str, Any] = {
+        "engine": state["engine"],
+        "status": state["status"],
+        "run_id": state["id"],
+        "spec_name": state.get("spec_name"),
+        "system_message_sha256": state.get("system_message_sha256"),
+        "stages": {
+            name: {**{k: s.get(k) for k in ("state", "seconds", "exit_code", "error") if s.get(k) is not None},
+                   **({"this_run": tally.actions[name]} if name in tally.actions else {})}
+            for name, s in state["stages"].items()
+        },
+        "metrics": dict(sorted(tally.metrics.items())),
+        "notes": tally.notes,
+        "models": [{"id": m["id"], "kind": m["kind"], "path": m["path"],
+                    **({"version": m["version"]} if "version" in m else {})} for m in tally.models],
+        **({"predictions": predictions} if predictions else {}),
+    }
+    if tally.held_out_sides:
+        report["held_out_sides"] = tally.held_out_sides
+    if ending.general_policy is not None:
+        report["general_regression"] = general_gate.evaluate(ending.general_policy, ending.general,
+                                                             tally.general_answers)
+    if ending.benchmarks is not None:
+        report["benchmarks"] = benchmark_gate.evaluate(ending.benchmarks, tally.benchmark_scores)
+    if ending.error:
+        report["error"] = ending.error
+    if ending.how in RESUMABLE:
+        report["resume"] = resume_command(ending.spec_path, ending.run_path)
+    report["curve_warnings"] = [w for w in _wrong_ways(tally.series).values() if w]
+    if (tuning := tuning_section(report)) is not None:
+        report["tuning"] = tuning
+    report["verdict"] = verdict_line(report)
+    return report
+
+
+def _wrong_ways(series: dict[str, list]) -> dict[str, str | None]:
+    """Each series' wrong-way sentence (tt_host.reports.charts.wrong_way), None where it went the right way."""
+    return {name: wrong_way(name, points) for name, points in sorted(series.items())}
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return html.escape(str(value))
+
+
+def _paired(report: dict[str, Any]) -> dict[str, Any]:
+    """The metrics, a held-out side scored under its stage's name (an engine's tuned model under its evaluating
+    stage's: report.json `held_out_sides`) shown under the side's, for each score the other side has too."""
+    metrics, sides = dict(report["metrics"]), report.get("held_out_sides") or {}
+    for side, other in ((BASELINE_SIDE, CANDIDATE_SIDE), (CANDIDATE_SIDE, BASELINE_SIDE)):
+        prefix, other_prefix = sides.get(side, side), sides.get(other, other)
+        for key in [k for k in metrics if prefix != side and k.startswith(prefix + ".")]:
+            if f"{other_prefix}.{key[len(prefix) + 1:]}" in metrics:
+                metrics.setdefault(f"{side}.{key[len(prefix) + 1:]}", metrics.pop(key))
+    return metrics
+
+
+def render_markdown(report: dict[str, Any], charts: list[tuple[str, str]]) -> str:
+    lines = [f"# tt run {report['run_id']}", "", f"**{_fmt(report.get('verdict') or verdict_line(report))}**", ""]
+    if (report.get("tuning") or {}).get("message"):
+        lines += [f"**{_fmt(report['tuning']['message'])}**", ""]
+    lines += [f"- spec: **{_fmt(report.get('spec_name'))}**", f"- engine: `{report['engine']}`",
+              f"- status: **{report['status']}**", ""]
+    metrics = _paired(report)
+    # the SFT column only when an `sft` stage evaluated (held_out_sides), never for an engine's own stage named so
+    sides = [s for s in EVALUATING_SIDES if s != SFT_SIDE or SFT_SIDE in (report.get("held_out_sides") or {})]
+    names = sorted({k.split(".", 1)[1] for k in metrics if k.split(".", 1)[0] in sides and "." in k})
+    if names:
+        title = "Base, SFT and final" if SFT_SIDE in sides else "Base versus tuned"
+        lines += [f"## {title}", "", "| metric | " + " | ".join(sides) + " |", "|---" * (len(sides) + 1) + "|"]
+        for name in names:
+            lines.append(f"| {name} | " + " | ".join(_fmt(metrics.pop(f"{side}.{name}", "—")) for side in sides) + " |")
+        lines.append("")
+    if metrics:
+        lines += ["## Metrics", "", "| metric | value |", "|---|---|"]
+        lines += [f"| {name} | {_fmt(value)} |" for name, value in metrics.items()]
+        lines.append("")
+    lines += ["## Stages", "", "| stage | state | this run | seconds |", "|---|---|---|---|"]
+    for name, stage in report["stages"].items():
+        seconds = stage.get("seconds")
+        lines.append(f"| {name} | {stage.get('state')} | {stage.get('this_run', '')} | "
+                     f"{'' if seconds is None else f'{seconds:.1f}'} |")
+    lines.append("")
+    if report.get("general_regression"):
+        lines += general_gate.markdown(report["general_regression"])
+    if report.get("benchmarks"):
+        lines += benchmark_gate.markdown(report["benchmarks"])
+    lines += markdown_table(report.get("predictions") or [])
+    if charts:
+        lines += ["## Curves", ""]
+        for title, file in charts:
+            lines += [f"![{title}]({file})", ""]
+            lines += [f"- **wrong way:** {_fmt(w)}" for w in report.get("curve_warnings", []) if w.startswith(title + " ")]
+        lines.append("")
+    if report.get("notes"):
+        lines += ["## Notes", ""] + [f"- {html.escape(n)}" for n in report["notes"]] + [""]
+    if report.get("models"):
+        lines += ["## Models", ""] + [f"- `{m['id']}` ({m['kind']}): `{m['path']}`" for m in report["models"]] + [""]
+    return "\n".join(lines)
+
+
+def write_report(run_path: Path, report: dict[str, Any], series: dict[str, list]) -> None:
+    """Write `report` (build_report's, unchanged) as report.json, report.md and report.html, and one SVG per
+    series (the run's `Tally.series`)."""
+    from tt_host.reports.report_html import render_html
+
+    charts, svgs = [], {}
+    for name, warning in _wrong_ways(series).items():
+        file = f"report-{name.replace('.', '-')}.svg"
+        svgs[file] = svg_chart(name, series[name], warning)
+        write_text_atomic(run_path / file, svgs[file])
+        charts.append((name, file))
+    write_json_atomic(run_path / REPORT_JSON, report)
+    markdown = render_markdown(report, charts)
+    write_text_atomic(run_path / REPORT_MD, markdown)
+    write_text_atomic(run_path / "report.html", render_html(markdown, svgs, f"tt run {report['run_id']}"))
