@@ -10,7 +10,10 @@ reads) updates the fixture in the same commit and says so in its message: regene
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -32,16 +35,32 @@ CASES: dict[str, tuple[str, list[str]]] = {
 }
 
 
+def tracked_copy(example: str, into: Path) -> Path:
+    """The example's folder as git tracks it, copied under `into`: what a user's runs, links (the real base's
+    `smollm2-135m-instruct`) and exports left in the clone must not change what is pinned."""
+    listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--", example], capture_output=True,
+                            check=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        target = into / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(REPO / name, target)
+    return into / example
+
+
 def fingerprints(case: str) -> dict[str, str]:
-    """Stage name -> fingerprint of one case, computed as `tt run` plans it (the host's own `chain`)."""
+    """Stage name -> fingerprint of one case, computed as `tt run` plans it (the host's own `chain`), on a copy of
+    the example's tracked files."""
     from tt_host.plugins import plugins
     from tt_host.runs.fingerprint import chain
     from tt_host.spec.loading import load_spec
 
     path, overrides = CASES[case]
-    loaded = load_spec(REPO / path, plugins(), overrides=overrides)
-    assert not loaded.errors, [str(e) for e in loaded.errors]
-    return {planned.stage.name: planned.fingerprint for planned in chain(loaded.engine, loaded.spec, loaded.compiled)}
+    with tempfile.TemporaryDirectory() as folder:
+        spec = tracked_copy(str(Path(path).parent), Path(folder)) / Path(path).name
+        loaded = load_spec(spec, plugins(), overrides=overrides)
+        assert not loaded.errors, [str(e) for e in loaded.errors]
+        plan = chain(loaded.engine, loaded.spec, loaded.compiled)
+    return {planned.stage.name: planned.fingerprint for planned in plan}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
