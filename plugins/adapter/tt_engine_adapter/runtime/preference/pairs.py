@@ -133,7 +133,7 @@ def reference_logps(model: Any, rows: Sequence[Encoded], pad_id: int, device: st
 
     import torch
 
-    from tt_engine_adapter.runtime.preference_loss import completion_logps
+    from tt_engine_adapter.runtime.preference.logps import completion_logps
 
     out: list[float] = []
     model.eval()
