@@ -1,17 +1,24 @@
-"""Two contracts of the adapter's tuning code, read from its source (no torch):
+"""Contracts of the adapter's tuning code, read from its source (no torch):
 
 - one training-loop skeleton: only runtime/loop.py builds AdamW, saves, restores or picks a training checkpoint
   and raises `Interrupted` after one (SFT, preference and reinforcement loops go through it);
 - one adapter publisher: only runtime/adapter_out.py writes `tt-adapter.json` and an adapter's manifest, and a
   stage that registers an adapter (`Artifact(kind="adapter")`) calls `publish_adapter`.
 
-Each rule is also run on a planted tree, where it must name the violation.
+Each rule is also run on a planted tree, where it must name the violation. And the `tuning` record a tuned
+adapter's tt-adapter.json holds: every setting of the block, what the run made beside them, never over them.
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 from pathlib import Path
+
+import pytest
+
+from tt_engine_adapter.runtime.adapter_out import tuning_record
+from tt_engine_adapter.runtime.config import PreferenceSettings, ReinforcementSettings
 
 PACKAGE = Path(__file__).resolve().parents[1] / "tt_engine_adapter"
 
@@ -131,3 +138,18 @@ def test_the_rules_name_a_planted_violation(tmp_path):
         "stages/tune.py:3: writes an adapter manifest (runtime/adapter_out.publish_adapter)",
         "stages/tune.py: registers an adapter without publish_adapter",
     ]
+
+
+def test_the_tuning_record_holds_every_setting_and_what_the_run_made_beside_them():
+    record = tuning_record("reinforce", ReinforcementSettings(steps=7), 5, Path("/run/train/adapter"))
+    assert record == {"stage": "reinforce", **dataclasses.asdict(ReinforcementSettings(steps=7)),
+                      "completed_steps": 5, "from": "/run/train/adapter"}
+    assert record["steps"] == 7  # the block's `steps` setting, not the steps the stage completed
+    assert list(tuning_record("preference", PreferenceSettings(), 3, "x"))[:2] == ["stage", "loss"]
+
+    @dataclasses.dataclass(frozen=True)
+    class Clashing:
+        completed_steps: int = 1
+
+    with pytest.raises(ValueError, match="'completed_steps'"):
+        tuning_record("preference", Clashing(), 1, "x")

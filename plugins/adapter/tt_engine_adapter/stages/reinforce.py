@@ -7,10 +7,10 @@ weights with the clipped GRPO objective (runtime/reinforcement/grpo.py, runtime/
 first step a probe samples a few groups and refuses to start (exit 2) when the graders give zero spread in every
 group. Checkpoints under `reinforce/checkpoints/` (resumed when the host passes `resume`); the adapter goes to
 `reinforce/adapter/` by runtime/adapter_out.publish_adapter, as the train stage's (its tt-adapter.json recording
-the tuning: `{"stage": "reinforce", "algorithm": "grpo", <the reinforcement block>, "completed_steps",
-"from"}`), returned as
-an Artifact of kind "adapter". Every prompt that reached a rollout is listed in `reinforce/rollout-prompts.jsonl` (once: a
-resume drops the lines after the checkpoint it resumes from, whose steps sample again).
+the tuning: `{"stage": "reinforce", "algorithm": "grpo", <the reinforcement block>, "completed_steps", "from"}`),
+returned as an Artifact of kind "adapter". Every prompt that reached a rollout is listed in
+`reinforce/rollout-prompts.jsonl` (once: a resume drops the lines after the checkpoint it resumes from, whose steps
+sample again).
 """
 
 from __future__ import annotations
