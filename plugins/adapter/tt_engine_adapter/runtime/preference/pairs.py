@@ -1,5 +1,6 @@
 """Preference pairs: derived by sampling the SFT adapter on the training prompts and grading the samples, or
-read from the spec's pairs file; rendered by the SFT rows' own code; their reference log-probs.
+read from the spec's pairs file; rendered by the SFT rows' own code; their reference log-probs. Runs in the engine
+environment.
 
 Derived pairs use only the prepare stage's training rows (the host's train split, prebuilt train rows and
 synthetic rows): the held-out prompts never reach this module (the stages that build pairs get no
