@@ -1,7 +1,7 @@
 """tt's GRPO loss and gradients equal TRL's GRPOTrainer on the same completions and rewards (float32, 1e-5).
 
 TRL runs its own `_generate_and_score_completions` (the completions handed in by a `rollout_func`, the rewards
-by a reward function) and its `_compute_loss`; tt runs `grpo_loop.backward`, the stage's code, in micro-batches
+by a reward function) and its `_compute_loss`; tt runs `reinforcement.train.backward`, the stage's code, in micro-batches
 of 3 answers. The reference of the KL term: TRL's is the base with the adapter disabled, tt's a copy of the
 LoRA tensors: both are the adapter as it was when training started (TRL loads a copy of a given PEFT adapter
 as "ref"), and the policy then moves away from it before the loss is compared.
@@ -20,9 +20,9 @@ import torch
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-from tt_engine_adapter.runtime import grpo_loop  # noqa: E402
+from tt_engine_adapter.runtime.reinforcement import train as reinforcement  # noqa: E402
 from tt_engine_adapter.runtime.config import ReinforcementSettings  # noqa: E402
-from tt_engine_adapter.runtime.grpo_prompts import Prompt  # noqa: E402
+from tt_engine_adapter.runtime.reinforcement.prompts import Prompt  # noqa: E402
 
 GROUP = 4
 REWARDS = [1.0, 0.0, 0.5, 0.25, 0.0, 0.0, 0.0, 0.0, 0.2, 0.9, 0.9, 0.4]  # the second group has zero spread
@@ -81,7 +81,7 @@ def test_grpo_loss_and_gradients_equal_trl(tmp_path, tiny_llama, loss_type, beta
     data = Dataset.from_list([{"prompt": t} for t in prompt_texts])
     trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=data,
                           processing_class=tokenizer, rollout_func=rollout)
-    reference = grpo_loop.ReferenceWeights(model)  # the adapter training starts from, as TRL's "ref" copy
+    reference = reinforcement.ReferenceWeights(model)  # the adapter training starts from, as TRL's "ref" copy
     _nudge(model)  # the policy has moved since
     trainer.model.train()
     inputs = [{"prompt": t} for t in prompt_texts for _ in range(GROUP)]
@@ -95,9 +95,9 @@ def test_grpo_loss_and_gradients_equal_trl(tmp_path, tiny_llama, loss_type, beta
         p.grad = None
 
     rs = ReinforcementSettings(group_size=GROUP, kl_beta=beta, loss_type=loss_type, temperature=0.7)
-    group = grpo_loop.Group([Prompt(str(i), t, "", tuple(prompt_ids[i])) for i, t in enumerate(prompt_texts)],
+    group = reinforcement.Group([Prompt(str(i), t, "", tuple(prompt_ids[i])) for i, t in enumerate(prompt_texts)],
                             completions, [""] * len(REWARDS), list(REWARDS), 0.0)
-    ours = grpo_loop.backward(model, group, rs, micro_batch=3, pad_id=tokenizer.pad_token_id, device="cpu",
+    ours = reinforcement.backward(model, group, rs, micro_batch=3, pad_id=tokenizer.pad_token_id, device="cpu",
                               reference=reference if beta else None)
     theirs = theirs.detach()
     assert abs(ours["loss"] - float(theirs)) <= 1e-5, (ours["loss"], float(theirs))

@@ -1,15 +1,19 @@
 """The `reinforce` stage (GRPO) through the stage harness: the zero-spread probe, held-out prompts kept out of every
-rollout, and an interrupted run resumed to byte-identical LoRA weights on CPU."""
+rollout, the adapter's tt-adapter.json recording its tuning, and an interrupted run resumed to byte-identical LoRA
+weights on CPU."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
 import signal
+from pathlib import Path
 
 import pytest
 
+from tt_engine_adapter.runtime.config import ReinforcementSettings
 from tt_engine_adapter.testing.harness import sentiment_run
 
 SFT = {"n_epochs": 50, "max_steps": 40, "batch_size": 8, "lora_rank": 4, "lora_dropout": 0.0, "learning_rate": 3e-3,
@@ -61,6 +65,12 @@ def test_no_held_out_prompt_reaches_a_rollout(tmp_path, tiny_llama, sft_run):
     assert result["metrics"]["reinforce.steps"] == GRPO["steps"]
     assert [s for s, _ in result["series"]["reinforce.reward"]] == list(range(1, GRPO["steps"] + 1))
     assert "reinforce.reward_std" in result["series"] and result["artifacts"][0]["kind"] == "adapter"
+    # published as every adapter stage publishes (publish_adapter): the SFT adapter's tt-adapter.json plus the tuning
+    info = json.loads((run.run_dir / "reinforce" / "adapter" / "tt-adapter.json").read_text())
+    sft = sft_run.done["train"]["result"]["outputs"]["adapter"]
+    assert info.pop("tuning") == {"stage": "reinforce", **dataclasses.asdict(ReinforcementSettings(**GRPO)),
+                                  "completed_steps": GRPO["steps"], "from": sft}
+    assert info == json.loads((Path(sft) / "tt-adapter.json").read_text())
 
     # a held-out prompt among the training rows (a broken split) stops the stage before any rollout
     leaky = _copy(sft_run, tmp_path / "leaky", tiny_llama)

@@ -1,7 +1,8 @@
 """The preference stages through their real entry points on the tiny model: derived pairs come from training
 prompts only, the reference stage's log-probs are the only reference forwards, the preference stage registers
 the final adapter and candidate evaluates it, a SIGTERM'd preference stage resumes to the same bytes, and a
-spec whose samples never disagree is refused (exit 2)."""
+spec whose samples never disagree is refused (exit 2); the preference adapter's tt-adapter.json records its
+tuning."""
 
 from __future__ import annotations
 
@@ -55,6 +56,14 @@ def test_derived_pairs_hold_no_held_out_prompt_and_the_final_adapter_is_the_pref
     assert result["metrics"]["preference.steps"] > 0
     assert [a["kind"] for a in result["artifacts"]] == ["adapter"]
     assert (run.run_dir / "preference" / "adapter" / "artifact-manifest.json").is_file()
+    # tt-adapter.json records the tuning that made the adapter; the SFT adapter's records none
+    info = json.loads((run.run_dir / "preference" / "adapter" / "tt-adapter.json").read_text())
+    sft_info = json.loads((run.run_dir / "train" / "adapter" / "tt-adapter.json").read_text())
+    assert "tuning" not in sft_info
+    assert info.pop("tuning") == {"stage": "preference", **PREFERENCE,
+                                  "completed_steps": result["metrics"]["preference.steps"],
+                                  "from": str(run.run_dir / "train" / "adapter")}
+    assert info == sft_info
     candidate = run.stage("candidate")
     assert any(str(run.run_dir / "preference" / "adapter") in e.get("message", "") for e in candidate["events"])
     sft = run.done["sft"]["result"]

@@ -11,8 +11,9 @@ import torch
 from tt_engine_adapter.runtime import chat
 from tt_engine_adapter.runtime.config import AdapterSettings
 from tt_engine_adapter.runtime.data import encode_rows, with_system
-from tt_engine_adapter.runtime.preference_loss import batch_loss, completion_logps
-from tt_engine_adapter.runtime.preference_pairs import encode_pair, reference_logps
+from tt_engine_adapter.runtime.preference.logps import completion_logps
+from tt_engine_adapter.runtime.preference.loss import batch_loss
+from tt_engine_adapter.runtime.preference.pairs import encode_pair, reference_logps
 
 SYSTEM = "Classify the sentiment of the review."
 PAIRS = [
@@ -216,7 +217,7 @@ def test_kto_loss_and_gradients_equal_trls_kto_trainer(tiny_llama, tmp_path):
     from datasets import Dataset
     from trl import KTOConfig, KTOTrainer
 
-    from tt_engine_adapter.runtime.preference_pairs import encode_kl
+    from tt_engine_adapter.runtime.preference.pairs import encode_kl
 
     model, tokenizer = _model(tiny_llama)
     theirs_model = copy.deepcopy(model)

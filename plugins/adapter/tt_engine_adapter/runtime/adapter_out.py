@@ -1,13 +1,20 @@
-"""The adapter folder a stage publishes (train, or the tuning stage after it): the PEFT weights, `tt-adapter.json`
-(how prompts are rendered) and `artifact-manifest.json`, written to a temp folder, every file fsynced, and renamed
-into place."""
+"""The adapter folder a stage publishes (train, or the tuning stage after it: preference, reinforce): the PEFT
+weights, `tt-adapter.json` (how prompts are rendered, and the tuning that made the adapter) and
+`artifact-manifest.json`, written to a temp folder, every file fsynced, and renamed into place. Runs in the engine
+environment; `publish_adapter` is the one way a stage publishes an adapter (tests/test_adapter_publish.py).
+
+`tt-adapter.json`'s `tuning` (docs/adapter.md): absent for an SFT adapter (the train stage's), else
+`tuning_record(stage, settings, ...)`: `{"stage": "preference" | "reinforce", <the spec block's settings>,
+"completed_steps": <the stage's steps>, "from": <the SFT adapter folder>}`.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Optional
 
 from tt_engine_adapter.runtime import chat, manifest
 from tt_stagekit.files import REPLACE, publish_folder
@@ -27,10 +34,22 @@ def save_weights(model: Any, folder: Path) -> None:
         path.write_text(json.dumps(config, indent=2, sort_keys=True), encoding="utf-8")
 
 
+def tuning_record(stage: str, settings: Any, completed_steps: int, source: Any) -> dict[str, Any]:
+    """What `tt-adapter.json` records of a tuning after SFT: the stage, every setting of its spec block (a
+    dataclass of runtime/config.py), the steps it completed (its `<stage>.steps` metric) and the SFT adapter it
+    started `from`."""
+    fields = dataclasses.asdict(settings)
+    taken = sorted({"stage", "completed_steps", "from"} & set(fields))
+    if taken:  # a setting of that name would be overwritten, or overwrite what the run made
+        raise ValueError(f"{type(settings).__name__} has a field named {taken[0]!r}, which tuning_record writes itself")
+    return {"stage": stage, **fields, "completed_steps": completed_steps, "from": str(source)}
+
+
 def publish_adapter(request: Any, base: Mapping[str, Any], tokenizer: Any, padding_choice: chat.Padding,
-                    adapter_dir: Path, write_weights: Callable[[Path], None], metrics: Mapping[str, Any]) -> Path:
+                    adapter_dir: Path, write_weights: Callable[[Path], None], metrics: Mapping[str, Any],
+                    tuning: Optional[Mapping[str, Any]] = None) -> Path:
     """`write_weights(tmp)` fills the folder with the PEFT weights; the rest is written here, the same for
-    every stage that makes an adapter."""
+    every stage that makes an adapter. `tuning` (tuning_record; None for SFT) goes to tt-adapter.json."""
     hp = request.hp
     tmp = adapter_dir.parent / f".{adapter_dir.name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -46,6 +65,8 @@ def publish_adapter(request: Any, base: Mapping[str, Any], tokenizer: Any, paddi
         "max_seq_length": hp.max_seq_length,
         "generation": {"do_sample": False, "max_new_tokens": hp.max_new_tokens},
     }
+    if tuning is not None:
+        info["tuning"] = dict(tuning)
     (tmp / "tt-adapter.json").write_text(json.dumps(info, indent=2) + "\n")
     manifest.write_manifest(tmp, "adapter", base, request.system_message_sha256, extra={"metrics": dict(metrics)})
     publish_folder(tmp, adapter_dir, REPLACE, sync_files=True)  # PEFT's save_pretrained does not fsync its files

@@ -1,5 +1,6 @@
-"""The LoRA training loop: seeded, AdamW with warmup + decay, gradient accumulation,
-token-level loss normalization across the accumulated batch, checkpoints and resume.
+"""The SFT loop (stage `train`): LoRA training, seeded, AdamW with warmup + decay, gradient accumulation,
+token-level loss normalization across the accumulated batch; checkpoints, resume and stop by the skeleton
+every tuning shares (runtime/loop.py). Runs in the engine environment.
 
 The whole step schedule (which rows form each micro-batch of each optimizer
 step) is computed up front from the seed, so a run resumed at step k sees
@@ -22,11 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from tt_engine_adapter.runtime import batches, checkpoint
+from tt_engine_adapter.runtime import batches, loop
 from tt_stagekit import distributed
 from tt_engine_adapter.runtime.chat import IGNORE_INDEX, Encoded
 from tt_engine_adapter.runtime.config import AdapterSettings
-from tt_stagekit.protocol import STOP, InvalidInput, Interrupted, log
+from tt_stagekit.protocol import STOP, log
 
 
 def build_schedule(n_rows: int, batch_size: int, accumulation: int, n_epochs: int, seed: int,
@@ -133,47 +134,33 @@ def train(
     schedule = build_schedule(len(rows), hp.batch_size, hp.gradient_accumulation_steps, hp.n_epochs,
                               hp.seed, hp.max_steps)
     total = len(schedule)
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    decay = [p for p in trainable if p.ndim >= 2]
-    no_decay = [p for p in trainable if p.ndim < 2]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": hp.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=hp.learning_rate, betas=(0.9, 0.999), eps=1e-8,
-    )
+    params = loop.trainable(model)
+    decay = [p for p in params if p.ndim >= 2]
+    no_decay = [p for p in params if p.ndim < 2]
+    optimizer = loop.adamw([{"params": decay, "weight_decay": hp.weight_decay},
+                            {"params": no_decay, "weight_decay": 0.0}], hp.learning_rate)
+    steps = loop.StepLoop(model, optimizer, loop.Checkpoints(checkpoint_dir, stage_fingerprint,
+                                                             hp.checkpoint_interval_steps, hp.keep_checkpoints),
+                          total, scaler)
     state = TrainState()
-    ctx = distributed.context()
-    if resume:
-        found = distributed.on_main(lambda: checkpoint.latest(checkpoint_dir, stage_fingerprint), "checkpoint choice")
-        if found:
-            path, meta = found
-            _restore_everywhere(path, model, optimizer, scaler)
-            state = TrainState(step=meta["step"], tokens=meta["tokens"], seconds=meta["seconds"], losses=meta["losses"],
-                               **meta.get("evaluation", {}))
-            log(f"resumed from {path.name} at step {state.step}/{total}")
-        else:
-            log("no usable checkpoint; training from the start", "warning")
+    found = steps.restore(resume, fresh="training")
+    if found:
+        path, meta = found
+        state = TrainState(step=meta["step"], tokens=meta["tokens"], seconds=meta["seconds"], losses=meta["losses"],
+                           **meta.get("evaluation", {}))
+        log(f"resumed from {path.name} at step {state.step}/{total}")
     state.padding = padding(rows, schedule, hp.packing, hp.max_seq_length)
     net = distributed.wrap(model, device)
+    ctx = distributed.context()
 
-    def save_checkpoint() -> None:
-        meta = {"fingerprint": stage_fingerprint, "tokens": state.tokens, "seconds": state.seconds,
+    def meta() -> dict:
+        return {"fingerprint": stage_fingerprint, "tokens": state.tokens, "seconds": state.seconds,
                 "losses": state.losses, "total_steps": total, "evaluation": state.evaluation_meta()}
-        rank_rng = distributed.gather_objects(checkpoint.rng_state(), "RNG gather for the checkpoint") if ctx.enabled else None
-        if ctx.is_main:
-            checkpoint.save(checkpoint_dir, state.step, model, optimizer, meta, hp.keep_checkpoints, rank_rng, scaler)
 
-    model.train()
-    use_autocast = autocast_dtype is not None
-    stopping = False  # distributed: agreed by every rank at the end of the previous step
-    while state.step < total:
-        if stopping or (not ctx.enabled and STOP.requested):
-            save_checkpoint()
-            raise Interrupted(f"{STOP.signal_name or 'SIGTERM'}: checkpoint saved at step {state.step}/{total}; "
-                              "resume to continue")
+    def step() -> bool:
         started = time.perf_counter()
         lr = lr_at(state.step, total, hp.learning_rate, hp.warmup_ratio, hp.lr_scheduler)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
+        steps.set_lr(lr)
         micro_batches = [[rows[i] for i in micro] for micro in schedule[state.step]]
         targets = sum(supervised_targets(b) for b in micro_batches)
         step_loss = torch.zeros((), device=device)  # summed on device: one host sync per optimizer step
@@ -185,7 +172,7 @@ def train(
                 inputs["labels"].fill_(IGNORE_INDEX)
             inputs = {k: v.to(device) for k, v in inputs.items()}
             with distributed.no_sync(net, index < len(micro_batches) - 1), distributed.collective("gradient all-reduce"):
-                with torch.autocast(device_type=device, dtype=autocast_dtype, enabled=use_autocast):
+                with torch.autocast(device_type=device, dtype=autocast_dtype, enabled=autocast_dtype is not None):
                     out = net(**inputs, use_cache=False, num_items_in_batch=targets)
                 loss = out.loss * ctx.world_size if ctx.enabled else out.loss
                 (scaler.scale(loss) if scaler is not None else loss).backward()
@@ -194,17 +181,8 @@ def train(
         if ctx.enabled:  # the step's loss over all ranks, and whether any rank was asked to stop
             stats = torch.stack([step_loss, torch.tensor(float(STOP.requested), device=device)])
             step_loss, stops = distributed.all_reduce_sum(stats, "loss and stop-flag all-reduce").unbind()
-            stopping = bool(stops > 0)
-        if scaler is not None:
-            scaler.unscale_(optimizer)  # clip the true gradients; a step with inf/nan is skipped by scaler.step
-        if hp.max_grad_norm:
-            torch.nn.utils.clip_grad_norm_(trainable, hp.max_grad_norm)
-        if scaler is not None:
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+            steps.stopping = bool(stops > 0)
+        steps.apply_gradients(hp.max_grad_norm)
         step_loss = float(step_loss)
         if device == "cuda":
             torch.cuda.synchronize()
@@ -216,10 +194,10 @@ def train(
             on_step(state.step, total, step_loss, lr, state.tokens / max(state.seconds, 1e-9))
         if evaluation is not None and (state.step % hp.eval_interval_steps == 0 or state.step == total):
             _evaluate(state, evaluation, hp.early_stopping_patience)
-            if state.stopped_early:
-                break
-        if state.step % hp.checkpoint_interval_steps == 0 and state.step < total:
-            save_checkpoint()
+        return state.stopped_early
+
+    model.train()
+    steps.run(state, step, meta)
     return state
 
 
@@ -236,36 +214,6 @@ def _evaluate(state: TrainState, evaluation: Evaluation, patience: Optional[int]
         state.stopped_early = True
         log(f"early stopping at step {state.step}: no lower validation loss in {patience} evaluation(s); "
             f"the adapter is the one from step {state.best_step}")
-
-
-def _restore_everywhere(path: Path, model: Any, optimizer: Any, scaler: Any = None) -> None:
-    """Rank 0 reads the checkpoint; optimizer and scaler state and each rank's RNG reach the others by broadcast
-    (the LoRA weights through DDP's start-up broadcast). A changed world size is refused."""
-    ctx = distributed.context()
-    payload = None
-    if ctx.is_main:
-        saved = checkpoint.saved_world_size(path)
-        if saved != ctx.world_size:
-            payload = ("refused", f"{path}: this checkpoint was written by {saved} training process(es) and this run "
-                                  f"has {ctx.world_size}; LoRA dropout draws per-rank random numbers, so resume with "
-                                  f"hyperparameters.nproc_per_node × nnodes = {saved}, or start a new run directory")
-        else:
-            checkpoint.restore(path, model, optimizer, scaler)
-            if ctx.enabled:
-                rng = checkpoint.load_plain(path / "rng.pt")
-                scaled = scaler.state_dict() if scaler is not None else None
-                payload = ("ok", distributed.on_cpu(optimizer.state_dict()), rng["ranks"], scaled)
-            else:
-                payload = ("ok", None, None, None)
-    payload = distributed.broadcast_object(payload, "checkpoint hand-over")
-    if payload[0] == "refused":
-        raise InvalidInput(payload[1])
-    if ctx.enabled:
-        if not ctx.is_main:
-            optimizer.load_state_dict(payload[1])
-            if scaler is not None and payload[3]:
-                scaler.load_state_dict(payload[3])
-        checkpoint.set_rng(payload[2][ctx.rank])
 
 
 def padding(rows: Sequence[Encoded], schedule: Sequence[Sequence[Sequence[int]]], packing: bool,

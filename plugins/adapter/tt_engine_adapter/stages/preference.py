@@ -2,9 +2,11 @@
 
 Loads the base model with the train stage's adapter, trainable (one model in memory: the reference
 log-probs were computed by the reference stage and are read from its pairs.jsonl; this stage runs no
-reference forward, `preference.reference_forwards` is 0). Trains with runtime/preference_train.py
+reference forward, `preference.reference_forwards` is 0). Trains with runtime/preference/train.py
 (checkpoints under `preference/checkpoints/`, resumed when the host passes `resume`), then writes the adapter
-to `preference/adapter/` like the train stage (runtime/adapter_out.py) and registers it: it is the run's model.
+to `preference/adapter/` like the train stage (runtime/adapter_out.publish_adapter, its tt-adapter.json recording
+the tuning: `{"stage": "preference", "loss": ..., <the preference block>, "completed_steps", "from"}`) and registers it: it is
+the run's model.
 """
 
 from __future__ import annotations
@@ -24,10 +26,10 @@ def main(request: AdapterRequest) -> StageResult:
     from peft import PeftModel
 
     from tt_engine_adapter.runtime import chat, manifest
-    from tt_engine_adapter.runtime.adapter_out import publish_adapter, save_weights
+    from tt_engine_adapter.runtime.adapter_out import publish_adapter, save_weights, tuning_record
     from tt_engine_adapter.runtime.data import read_jsonl
-    from tt_engine_adapter.runtime.preference_pairs import encode_kl, encode_pair
-    from tt_engine_adapter.runtime.preference_train import train_preference
+    from tt_engine_adapter.runtime.preference.pairs import encode_kl, encode_pair
+    from tt_engine_adapter.runtime.preference.train import train_preference
 
     hp, pref = request.hp, request.spec.preference
     if pref is None:
@@ -75,8 +77,8 @@ def main(request: AdapterRequest) -> StageResult:
     }
     metrics = {k: v for k, v in metrics.items() if v is not None}
     adapter_dir = request.stage_dir / "adapter"
-    publish_adapter(request, base, tokenizer, padding_choice, adapter_dir,
-                    lambda tmp: save_weights(model, tmp), metrics)
+    publish_adapter(request, base, tokenizer, padding_choice, adapter_dir, lambda tmp: save_weights(model, tmp),
+                    metrics, tuning_record("preference", pref, state.step, adapter))
     artifact("adapter", adapter_dir)
     log(f"adapter saved to {adapter_dir} ({pref.loss} final loss {metrics.get('preference.final_loss')}, reward "
         f"margin {metrics.get('preference.reward_margin')})")

@@ -2,7 +2,7 @@
 
 Loads the base model with the train stage's (SFT) adapter, one model in memory. Pairs are derived
 (`preference.pairs: "derived"`: the SFT adapter sampled on the prepare stage's training rows only, graded by
-the spec's graders, runtime/preference_pairs.py) or read from the spec's pairs file (checked again here by the
+the spec's graders, runtime/preference/pairs.py) or read from the spec's pairs file (checked again here by the
 rules `tt validate` applied). Each pair is rendered as two SFT rows and its chosen, rejected and KL
 (KTO) completions scored under the reference (`preference.reference`: the SFT adapter, or the base with it
 disabled). Writes `reference/pairs.jsonl`, one line per pair with its text and reference log-probs.
@@ -28,7 +28,7 @@ model_source.go_offline()
 
 def _derived(request: AdapterRequest, model, tokenizer, device: str) -> tuple[list[dict], dict]:
     from tt_engine_adapter.runtime.data import read_jsonl
-    from tt_engine_adapter.runtime.preference_pairs import grader_passes, pairs_from_samples, sample
+    from tt_engine_adapter.runtime.preference.pairs import grader_passes, pairs_from_samples, sample
 
     hp, pref = request.hp, request.spec.preference
     rows = read_jsonl(request.prepared["train"])  # the training rows only: the held-out prompts never come here
@@ -58,7 +58,7 @@ def main(request: AdapterRequest) -> StageResult:
     from tt_engine_adapter.formats.pairs import read_pairs
     from tt_engine_adapter.formats.rows import RowError
     from tt_engine_adapter.runtime import chat
-    from tt_engine_adapter.runtime.preference_pairs import encode_kl, encode_pair, reference_logps
+    from tt_engine_adapter.runtime.preference.pairs import encode_kl, encode_pair, reference_logps
 
     hp, pref = request.hp, request.spec.preference
     if pref is None:

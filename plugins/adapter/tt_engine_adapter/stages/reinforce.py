@@ -1,13 +1,16 @@
-"""Stage `reinforce`: GRPO on the SFT adapter, rewarded by the spec's graders (the spec's `reinforcement` block).
+"""Stage `reinforce`: reinforcement after SFT (the spec's `reinforcement` block; its algorithm GRPO), rewarded by
+the spec's graders. Vocabulary: runtime/reinforcement/__init__.py.
 
 Loads the base model with the train stage's adapter (trainable), samples groups of answers per training prompt
 on tt's batched generator (runtime/rollouts.py), grades them with `tt_stagekit.graders` and updates the LoRA
-weights with the clipped GRPO objective (runtime/grpo.py, runtime/grpo_loop.py). Before the first step a probe
-samples a few groups and refuses to start (exit 2) when the graders give zero spread in every group.
-Checkpoints under `reinforce/checkpoints/` (resumed when the host passes `resume`); the adapter, `tt-adapter.json`
-and `artifact-manifest.json` go to `reinforce/adapter/` as the train stage writes them, returned as an Artifact
-of kind "adapter". Every prompt that reached a rollout is listed in `reinforce/rollout-prompts.jsonl` (once: a
-resume drops the lines after the checkpoint it resumes from, whose steps sample again).
+weights with the clipped GRPO objective (runtime/reinforcement/grpo.py, runtime/reinforcement/train.py). Before the
+first step a probe samples a few groups and refuses to start (exit 2) when the graders give zero spread in every
+group. Checkpoints under `reinforce/checkpoints/` (resumed when the host passes `resume`); the adapter goes to
+`reinforce/adapter/` by runtime/adapter_out.publish_adapter, as the train stage's (its tt-adapter.json recording
+the tuning: `{"stage": "reinforce", "algorithm": "grpo", <the reinforcement block>, "completed_steps", "from"}`),
+returned as an Artifact of kind "adapter". Every prompt that reached a rollout is listed in
+`reinforce/rollout-prompts.jsonl` (once: a resume drops the lines after the checkpoint it resumes from, whose steps
+sample again).
 """
 
 from __future__ import annotations
@@ -15,14 +18,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from pathlib import Path
 from typing import Any, Mapping
 
 from tt_engine_adapter.runtime import model_source
-from tt_engine_adapter.runtime.config import parse
+from tt_engine_adapter.runtime.config import AdapterRequest
 from tt_stagekit.contract import Artifact, StageResult
-from tt_stagekit.files import REPLACE, publish_folder
-from tt_stagekit.protocol import InvalidInput, StageError, artifact, log, progress, run_main
+from tt_stagekit.protocol import InvalidInput, StageError, artifact, log, progress, read_request, run_main
 
 model_source.go_offline()
 
@@ -39,15 +40,15 @@ def _graders(spec: Mapping[str, Any]) -> Any:
         raise InvalidInput(str(exc)) from None
 
 
-def main(raw: Mapping[str, Any]) -> StageResult:
-    request = parse(raw)
+def main(request: AdapterRequest) -> StageResult:
     rs = request.spec.reinforcement
     if rs is None:
         raise InvalidInput("reinforcement: the spec has no reinforcement block; this stage has nothing to do")
-    from tt_engine_adapter.runtime import chat, grpo_loop, manifest
-    from tt_engine_adapter.runtime.adapter_out import save_weights
+    from tt_engine_adapter.runtime import chat, loop, manifest
+    from tt_engine_adapter.runtime.adapter_out import publish_adapter, save_weights, tuning_record
     from tt_engine_adapter.runtime.data import read_jsonl
-    from tt_engine_adapter.runtime.grpo_prompts import held_out_users, training_prompts
+    from tt_engine_adapter.runtime.reinforcement import train as reinforcement
+    from tt_engine_adapter.runtime.reinforcement.prompts import held_out_users, training_prompts
     from tt_engine_adapter.runtime.rollouts import Generator
 
     hp, stage_dir = request.hp, request.stage_dir
@@ -62,7 +63,7 @@ def main(raw: Mapping[str, Any]) -> StageResult:
     prompts = training_prompts(tokenizer, read_jsonl(outputs["train"]), request.system_message,
                                hp.max_seq_length - rs.max_new_tokens,
                                held_out_users(request.eval_prompts, held_out_rows))
-    graders = _graders(raw["spec"])
+    graders = _graders(read_request(None)["spec"])  # the graders' entries are read as the spec's JSON
     names = ", ".join(g.name for g in graders.graders)
 
     import torch
@@ -103,10 +104,10 @@ def main(raw: Mapping[str, Any]) -> StageResult:
             handle.truncate(keep)
             os.fsync(handle.fileno())
 
-    rollouts = grpo_loop.Rollouts(generator, tokenizer, rs, hp.seed, graders.reward, record)
+    rollouts = reinforcement.Rollouts(generator, tokenizer, rs, hp.seed, graders.reward, record)
 
     def run_probe() -> dict:
-        probed = grpo_loop.probe(rollouts, prompts, rs, names)
+        probed = reinforcement.probe(rollouts, prompts, rs, names)
         log(f"probe: {probed['groups']} group(s) of {rs.group_size}: mean reward {probed['reward']}, "
             f"{probed['zero_std_groups']} with zero spread; training starts")
         return probed
@@ -119,11 +120,11 @@ def main(raw: Mapping[str, Any]) -> StageResult:
 
     log(f"GRPO from {sft}: {len(prompts)} training prompts, {rs.steps} steps of {rs.prompts_per_step} prompts × "
         f"{rs.group_size} answers on {device}; graders: {names}")
-    state = grpo_loop.train(model, prompts, rollouts, rs, seed=hp.seed, micro_batch=hp.batch_size,
-                            pad_id=padding_choice.id, device=device, checkpoint_dir=checkpoints,
-                            fingerprint=request.fingerprint, resume=request.resume,
-                            checkpoint_every=hp.checkpoint_interval_steps, keep=hp.keep_checkpoints,
-                            on_step=on_step, before_first_step=run_probe, rewind=rewind)
+    state = reinforcement.train(model, prompts, rollouts, rs, seed=hp.seed, micro_batch=hp.batch_size,
+                                pad_id=padding_choice.id, device=device,
+                                checkpoints=loop.Checkpoints(checkpoints, request.fingerprint,
+                                                             hp.checkpoint_interval_steps, hp.keep_checkpoints),
+                                resume=request.resume, on_step=on_step, before_first_step=run_probe, rewind=rewind)
     series = {f"reinforce.{key}": values for key, values in state.series.items()}
     last = {key: values[-1][1] for key, values in state.series.items() if values}
     metrics = {
@@ -140,14 +141,8 @@ def main(raw: Mapping[str, Any]) -> StageResult:
     metrics = {k: v for k, v in metrics.items() if v is not None}
 
     adapter_dir = stage_dir / "adapter"
-    tmp = stage_dir / ".adapter.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    save_weights(model, tmp)
-    info = json.loads((Path(sft) / "tt-adapter.json").read_text(encoding="utf-8"))  # how prompts are rendered
-    info["reinforcement"] = {"algorithm": rs.algorithm, "steps": state.step, "from": str(sft)}
-    (tmp / "tt-adapter.json").write_text(json.dumps(info, indent=2) + "\n")
-    manifest.write_manifest(tmp, "adapter", base, request.system_message_sha256, extra={"metrics": metrics})
-    publish_folder(tmp, adapter_dir, REPLACE, sync_files=True)  # PEFT's save_pretrained does not fsync its files
+    publish_adapter(request, base, tokenizer, padding_choice, adapter_dir, lambda tmp: save_weights(model, tmp),
+                    metrics, tuning_record("reinforce", rs, state.step, sft))
     artifact("adapter", adapter_dir)
     log(f"adapter saved to {adapter_dir} (reward {metrics.get('reinforce.first_reward')} at step 1, "
         f"{metrics.get('reinforce.reward')} at step {state.step})")
@@ -157,4 +152,4 @@ def main(raw: Mapping[str, Any]) -> StageResult:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_main(main, request_type=AdapterRequest)

@@ -1,5 +1,6 @@
-"""GRPO's prompts: the run's TRAINING rows only (examples of the training split and synthetic rows), each with the
-answer it teaches as the graders' reference; never a held-out prompt.
+"""The reinforcement (GRPO) prompts: the run's TRAINING rows only (examples of the training split and synthetic
+rows), each with the answer it teaches as the graders' reference; never a held-out prompt. Runs in the engine
+environment.
 
 The rows are the prepare stage's `train` file (the host gave that stage the training split, never the held-out
 one). As a second line, every prompt is checked against the held-out prompts this stage can see (the request's

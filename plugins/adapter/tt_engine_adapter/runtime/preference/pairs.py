@@ -1,5 +1,6 @@
 """Preference pairs: derived by sampling the SFT adapter on the training prompts and grading the samples, or
-read from the spec's pairs file; rendered by the SFT rows' own code; their reference log-probs.
+read from the spec's pairs file; rendered by the SFT rows' own code; their reference log-probs. Runs in the engine
+environment.
 
 Derived pairs use only the prepare stage's training rows (the host's train split, prebuilt train rows and
 synthetic rows): the held-out prompts never reach this module (the stages that build pairs get no
@@ -133,7 +134,7 @@ def reference_logps(model: Any, rows: Sequence[Encoded], pad_id: int, device: st
 
     import torch
 
-    from tt_engine_adapter.runtime.preference_loss import completion_logps
+    from tt_engine_adapter.runtime.preference.logps import completion_logps
 
     out: list[float] = []
     model.eval()

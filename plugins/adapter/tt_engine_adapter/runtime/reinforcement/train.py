@@ -1,4 +1,6 @@
-"""The GRPO loop: per step, groups of sampled answers per training prompt, graded, then one clipped-objective update.
+"""The reinforcement loop (GRPO): per step, groups of sampled answers per training prompt, graded, then one
+clipped-objective update; restore, checkpoints and stop by the skeleton every tuning shares (runtime/loop.py).
+Runs in the engine environment.
 
 The prompts of every step come from a seeded schedule (each pass over the prompts a seeded shuffle, like the
 SFT schedule), each sample has its own seed (`sample_seed`) and dropout is off (the model stays in eval mode,
@@ -17,12 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from tt_engine_adapter.runtime import checkpoint, grpo
+from tt_engine_adapter.runtime import loop
 from tt_engine_adapter.runtime.config import ReinforcementSettings
-from tt_engine_adapter.runtime.grpo_prompts import Prompt
+from tt_engine_adapter.runtime.reinforcement import grpo
+from tt_engine_adapter.runtime.reinforcement.prompts import Prompt
 from tt_engine_adapter.runtime.rollouts import Generator, Sample
 from tt_engine_adapter.runtime.train import build_schedule
-from tt_stagekit.protocol import STOP, Interrupted, InvalidInput
+from tt_stagekit.protocol import InvalidInput
 
 
 def sample_seed(seed: int, step: int, slot: int, k: int) -> int:
@@ -192,42 +195,29 @@ def backward(model: Any, group: Group, rs: ReinforcementSettings, *, micro_batch
             "zero_std_groups": sum(s == 0 for s in spreads), "answer_tokens": total_tokens / n_rows}
 
 
-def update(model: Any, optimizer: Any, group: Group, rs: ReinforcementSettings, *, micro_batch: int, pad_id: int,
-           device: str, reference: Optional[ReferenceWeights]) -> dict:
+def update(model: Any, steps: loop.StepLoop, group: Group, rs: ReinforcementSettings, *, micro_batch: int,
+           pad_id: int, device: str, reference: Optional[ReferenceWeights]) -> dict:
     """`rs.iterations` optimizer steps on one step's samples; returns the logged means."""
-    import torch
-
-    trainable = [p for p in model.parameters() if p.requires_grad]
-
-    def step() -> None:
-        torch.nn.utils.clip_grad_norm_(trainable, rs.max_grad_norm)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
     return backward(model, group, rs, micro_batch=micro_batch, pad_id=pad_id, device=device, reference=reference,
-                    passes=rs.iterations, between=step)
+                    passes=rs.iterations, between=lambda: steps.apply_gradients(rs.max_grad_norm))
 
 
 def train(model: Any, prompts: Sequence[Prompt], rollouts: Rollouts, rs: ReinforcementSettings, *, seed: int,
-          micro_batch: int, pad_id: int, device: str, checkpoint_dir: Path, fingerprint: str, resume: bool,
-          checkpoint_every: int, keep: int, on_step: Callable[[int, int, dict], None],
-          before_first_step: Callable[[], dict], rewind: Callable[[int], None] = lambda step: None) -> State:
+          micro_batch: int, pad_id: int, device: str, checkpoints: loop.Checkpoints, resume: bool,
+          on_step: Callable[[int, int, dict], None], before_first_step: Callable[[], dict],
+          rewind: Callable[[int], None] = lambda step: None) -> State:
     """Run the GRPO steps on the PEFT `model` in place; Interrupted after a checkpoint on SIGTERM.
 
     `before_first_step()` (the probe) runs unless a checkpoint is restored; what it returns is kept in the
     checkpoints (`State.probe`). With `resume`, `rewind(step)` is called first with the step of the restored
     checkpoint (0: none), so that the caller drops what it recorded after it: those steps sample again."""
-    import torch
-
     plan = schedule(len(prompts), rs, seed)
-    trainable = [p for p in model.parameters() if p.requires_grad]
     reference = ReferenceWeights(model) if rs.kl_beta > 0 else None  # before any resumed weights: the SFT adapter
-    optimizer = torch.optim.AdamW(trainable, lr=rs.learning_rate, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+    steps = loop.StepLoop(model, loop.adamw(loop.trainable(model), rs.learning_rate, 0.0), checkpoints, len(plan))
     state = State()
-    found = checkpoint.latest(checkpoint_dir, fingerprint) if resume else None
+    found = steps.restore(resume)
     if found:
-        path, meta = found
-        checkpoint.restore(path, model, optimizer)
+        meta = found[1]
         state = State(step=meta["step"], seconds=meta["seconds"], rollout_seconds=meta["rollout_seconds"],
                       rollout_tokens=meta["rollout_tokens"], probe=meta.get("probe", {}), series=meta["series"])
     if resume:
@@ -236,21 +226,15 @@ def train(model: Any, prompts: Sequence[Prompt], rollouts: Rollouts, rs: Reinfor
         state.probe = before_first_step()
     model.eval()  # no dropout: the gradient flows all the same
 
-    def save() -> None:
-        checkpoint.save(checkpoint_dir, state.step, model, optimizer,
-                        {"fingerprint": fingerprint, "seconds": state.seconds, "rollout_seconds": state.rollout_seconds,
-                         "rollout_tokens": state.rollout_tokens, "probe": state.probe, "series": state.series,
-                         "total_steps": len(plan)},
-                        keep)
+    def meta() -> dict:
+        return {"fingerprint": checkpoints.fingerprint, "seconds": state.seconds,
+                "rollout_seconds": state.rollout_seconds, "rollout_tokens": state.rollout_tokens,
+                "probe": state.probe, "series": state.series, "total_steps": len(plan)}
 
-    while state.step < len(plan):
-        if STOP.requested:
-            save()
-            raise Interrupted(f"{STOP.signal_name or 'SIGTERM'}: checkpoint saved at step {state.step}/{len(plan)}; "
-                              "resume to continue")
+    def step() -> None:
         started = time.perf_counter()
         group = rollouts.groups(state.step + 1, [prompts[i] for i in plan[state.step]])
-        stats = update(model, optimizer, group, rs, micro_batch=micro_batch, pad_id=pad_id, device=device,
+        stats = update(model, steps, group, rs, micro_batch=micro_batch, pad_id=pad_id, device=device,
                        reference=reference)
         state.step += 1
         state.seconds += time.perf_counter() - started
@@ -259,6 +243,6 @@ def train(model: Any, prompts: Sequence[Prompt], rollouts: Rollouts, rs: Reinfor
         for key in state.series:
             state.series[key].append([state.step, round(stats[key], 6)])
         on_step(state.step, len(plan), {**stats, "rollout_seconds": group.seconds})
-        if state.step % checkpoint_every == 0 and state.step < len(plan):
-            save()
+
+    steps.run(state, step, meta)
     return state

@@ -1,5 +1,6 @@
 """The preference training loop on the SFT adapter: seeded schedule of pairs, AdamW with the spec's warmup and
-decay, checkpoints and SIGTERM/resume as the train stage's (runtime/checkpoint.py, bit-for-bit on CPU).
+decay, checkpoints and SIGTERM/resume by the skeleton every tuning shares (runtime/loop.py, bit-for-bit on CPU).
+Runs in the engine environment.
 
 Each optimizer step takes `preference.batch_size` pairs (runtime/train.build_schedule, seeded), scores their
 chosen and rejected completions (and KTO's KL sequences) in one forward pass with the adapter trained, and
@@ -13,12 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from tt_engine_adapter.runtime import checkpoint
+from tt_engine_adapter.runtime import loop
 from tt_engine_adapter.runtime.chat import Encoded
 from tt_engine_adapter.runtime.config import AdapterSettings, PreferenceSettings
-from tt_engine_adapter.runtime.preference_loss import batch_loss, completion_logps
+from tt_engine_adapter.runtime.preference.logps import completion_logps
+from tt_engine_adapter.runtime.preference.loss import batch_loss
 from tt_engine_adapter.runtime.train import build_schedule, lr_at
-from tt_stagekit.protocol import STOP, Interrupted, log
+from tt_stagekit.protocol import log
 
 
 @dataclass
@@ -43,44 +45,30 @@ def train_preference(model: Any, encoded: Sequence[tuple[Encoded, Encoded]], kl_
     torch.manual_seed(hp.seed)
     schedule = build_schedule(len(encoded), pref.batch_size, 1, pref.n_epochs, hp.seed, pref.max_steps)
     total = len(schedule)
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(trainable, lr=pref.learning_rate, betas=(0.9, 0.999), eps=1e-8,
-                                  weight_decay=hp.weight_decay)
+    optimizer = loop.adamw(loop.trainable(model), pref.learning_rate, hp.weight_decay)
+    steps = loop.StepLoop(model, optimizer, loop.Checkpoints(checkpoint_dir, stage_fingerprint,
+                                                             hp.checkpoint_interval_steps, hp.keep_checkpoints), total)
     state = PreferenceState()
-    if resume:
-        found = checkpoint.latest(checkpoint_dir, stage_fingerprint)
-        if found:
-            path, meta = found
-            checkpoint.restore(path, model, optimizer)
-            state = PreferenceState(step=meta["step"], seconds=meta["seconds"], losses=meta["losses"],
-                                    margins=meta["margins"], accuracy=meta["accuracy"])
-            log(f"resumed from {path.name} at step {state.step}/{total}")
-        else:
-            log("no usable checkpoint; preference training from the start", "warning")
+    found = steps.restore(resume, fresh="preference training")
+    if found:
+        path, meta = found
+        state = PreferenceState(step=meta["step"], seconds=meta["seconds"], losses=meta["losses"],
+                                margins=meta["margins"], accuracy=meta["accuracy"])
+        log(f"resumed from {path.name} at step {state.step}/{total}")
 
-    def save() -> None:
-        meta = {"fingerprint": stage_fingerprint, "seconds": state.seconds, "losses": state.losses,
+    def meta() -> dict:
+        return {"fingerprint": stage_fingerprint, "seconds": state.seconds, "losses": state.losses,
                 "margins": state.margins, "accuracy": state.accuracy, "total_steps": total}
-        checkpoint.save(checkpoint_dir, state.step, model, optimizer, meta, hp.keep_checkpoints)
 
-    model.train()
-    while state.step < total:
-        if STOP.requested:
-            save()
-            raise Interrupted(f"{STOP.signal_name or 'SIGTERM'}: checkpoint saved at step {state.step}/{total}; "
-                              "resume to continue")
+    def step() -> None:
         started = time.perf_counter()
         lr = lr_at(state.step, total, pref.learning_rate, hp.warmup_ratio, hp.lr_scheduler)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
+        steps.set_lr(lr)
         picked = schedule[state.step][0]
         value, stats = _step_loss(model, [encoded[i] for i in picked], [kl_rows[i] for i in picked],
                                   [references[i] for i in picked], pref, pad_id, device)
         value.backward()
-        if hp.max_grad_norm:
-            torch.nn.utils.clip_grad_norm_(trainable, hp.max_grad_norm)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        steps.apply_gradients(hp.max_grad_norm)
         loss = float(value.detach())
         state.seconds += time.perf_counter() - started
         state.step += 1
@@ -89,8 +77,9 @@ def train_preference(model: Any, encoded: Sequence[tuple[Encoded, Encoded]], kl_
         state.accuracy.append([state.step, round(stats["reward_accuracy"], 6)])
         if on_step:
             on_step(state.step, total, loss, {**stats, "lr": lr})
-        if state.step % hp.checkpoint_interval_steps == 0 and state.step < total:
-            save()
+
+    model.train()
+    steps.run(state, step, meta)
     return state
 
 

@@ -1,4 +1,5 @@
-"""GRPO's arithmetic: group-normalised advantages, per-token log-probabilities and the clipped objective.
+"""GRPO's arithmetic (the reinforcement algorithm): group-normalised advantages, per-token log-probabilities and
+the clipped objective. Runs in the engine environment.
 
 The same formulas as TRL's `GRPOTrainer` (tests/test_grpo_loss.py holds them equal within 1e-5 in float32):
 
