@@ -8,6 +8,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
 
+from tt_host.terminal import UNSAFE
+
 
 def not_blank(value: str) -> str:
     """Refuse a string that is empty or only whitespace after trimming (the error names the field)."""
@@ -16,14 +18,12 @@ def not_blank(value: str) -> str:
     return value
 
 
-BIDI_CONTROLS = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
-
-
 def no_control(value: str) -> str:
     """Refuse control characters (escape sequences, newlines, DEL, C1) and the bidi controls (a right-to-left
-    override makes `exe.txt` read `txt.exe`): a name is printed to terminals."""
+    override makes `exe.txt` read `txt.exe`): a name is printed to terminals. tt's one rule
+    (tt_host.terminal.UNSAFE), plus tab and newline, which a one-line name cannot hold either."""
     for index, char in enumerate(value):
-        if unicodedata.category(char) == "Cc" or char in BIDI_CONTROLS:
+        if char in "\t\n" or UNSAFE.match(char):
             what = "control character" if unicodedata.category(char) == "Cc" else "bidi control"
             raise ValueError(f"holds the {what} {char!r} (U+{ord(char):04X}) at position {index}; a name is "
                              "printed on terminals, where it would act on the text around it: remove it")

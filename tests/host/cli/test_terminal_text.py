@@ -37,6 +37,18 @@ def test_one_control_character_rule_for_the_terminal_and_the_report():
     assert cell(f"a{DISPUTED}\nb") == "a\u200b\u200c\u200d ⏎ b"  # a cell is one line: tab dropped, ⏎ for new line
 
 
+def test_a_spec_name_refuses_what_the_terminal_removes_and_tab_and_newline_nothing_else():
+    from tt_host.spec.strict import no_control
+
+    refused = set()
+    for code in range(0x3000):
+        try:
+            no_control(f"a{chr(code)}b")
+        except ValueError:
+            refused.add(chr(code))
+    assert refused == {chr(c) for c in range(0x3000) if UNSAFE.match(chr(c))} | {"\t", "\n"}
+
+
 def test_a_shipped_run_jsons_strings_are_stripped_on_the_terminal_and_escaped_in_json(tt, tmp_path):
     code, out = tt.json("run", write_spec(tmp_path / "s", echo_spec()))
     assert code == 0, out
