@@ -20,6 +20,7 @@ from typing import Any, Optional
 
 from tt_host.engine import GATE_SIDES
 from tt_host.spec.schema import Benchmarks
+from tt_stagekit.sides import BASELINE_SIDE, CANDIDATE_SIDE
 
 
 def _task_verdict(task, scores: dict[str, Optional[dict[str, Any]]]) -> dict[str, Any]:
@@ -28,14 +29,14 @@ def _task_verdict(task, scores: dict[str, Optional[dict[str, Any]]]) -> dict[str
     missing = [side for side in GATE_SIDES if not isinstance(tables[side], dict) or not tables[side]]
     if missing:
         return {**row, "status": "not run", "reason": f"no scores from the {' and '.join(missing)} evaluation"}
-    metric = task.metric or next(iter(tables["baseline"]))
+    metric = task.metric or next(iter(tables[BASELINE_SIDE]))
     values = {side: tables[side].get(metric) for side in GATE_SIDES}
     if any(not isinstance(value, (int, float)) for value in values.values()):
-        reported = ", ".join(sorted(tables["baseline"]))
+        reported = ", ".join(sorted(tables[BASELINE_SIDE]))
         return {**row, "metric": metric, "status": "not run",
                 "reason": f"metric {metric!r} was not reported (the task reports: {reported})"}
-    delta = values["candidate"] - values["baseline"]
-    row.update(metric=metric, baseline=values["baseline"], candidate=values["candidate"], delta=delta)
+    delta = values[CANDIDATE_SIDE] - values[BASELINE_SIDE]
+    row.update(metric=metric, baseline=values[BASELINE_SIDE], candidate=values[CANDIDATE_SIDE], delta=delta)
     if -delta > task.max_drop + 1e-12:
         return {**row, "status": "failed",
                 "failure": f"{task.task} {metric} dropped {-delta:.4f} from {values['baseline']:.4f} to "

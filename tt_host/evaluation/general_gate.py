@@ -24,6 +24,7 @@ from tt_host.engine import GATE_SIDES
 from tt_host.evaluation.scoring import exact_match, score
 from tt_host.spec.general import GeneralSet
 from tt_host.spec.schema import GeneralRegression
+from tt_stagekit.sides import BASELINE_SIDE, CANDIDATE_SIDE
 
 MAX_LISTED = 50
 
@@ -49,7 +50,7 @@ def evaluate(policy: GeneralRegression, data: GeneralSet, answers: dict[str, Opt
         counts = ", ".join(f"{side} {sides[side]['count']}" for side in GATE_SIDES)
         return {**section, **sides, "status": "not run", "failures": [],
                 "reason": f"incomplete answers ({counts} of {len(references)} rows)"}
-    delta = {key: sides["candidate"][key] - sides["baseline"][key] for key in ("score", "pass_rate")}
+    delta = {key: sides[CANDIDATE_SIDE][key] - sides[BASELINE_SIDE][key] for key in ("score", "pass_rate")}
     failures = []
     if -delta["score"] > policy.max_score_drop + 1e-12:
         failures.append(f"score (token F1) dropped {-delta['score']:.4f} from {sides['baseline']['score']:.4f} to "
@@ -61,7 +62,7 @@ def evaluate(policy: GeneralRegression, data: GeneralSet, answers: dict[str, Opt
     regressions = []
     for row in data.rows:
         ref = references[row["id"]]
-        base, cand = answers["baseline"][row["id"]], answers["candidate"][row["id"]]
+        base, cand = answers[BASELINE_SIDE][row["id"]], answers[CANDIDATE_SIDE][row["id"]]
         if exact_match(base, ref) and not exact_match(cand, ref):
             regressions.append({"id": row["id"], "line": row["line"], "prompt": row["messages"][-2]["content"],
                                 "reference": ref, "baseline": base, "candidate": cand})

@@ -25,6 +25,7 @@ from tt_host.engine import Engine, Stage
 from tt_host.fsutil import make_private_dir, write_json_atomic
 from tt_host.pipelines.document import DocumentError, declared_runtime, vocabulary_problems
 from tt_host.synthesis.stage import SYNTHESIZE
+from tt_stagekit.sides import BASELINE_SIDE
 
 EVALUATIONS = "evaluations"
 
@@ -61,7 +62,7 @@ def _behavior_stages(engine: Engine, step: dict[str, Any]) -> tuple[list[str], l
     if uses == "train":
         return [s.name for s in engine.stages if not _evaluating(s)], []
     base = step["with"]["model"] == "base"
-    own = [s for s in engine.stages if s.evaluates and (s.evaluates == "baseline") == base]
+    own = [s for s in engine.stages if s.evaluates and (s.evaluates == BASELINE_SIDE) == base]
     if not own:
         which = "the base model" if base else "a trained model"
         raise DocumentError([f"step '{step['id']}': the {engine.name} engine has no stage that evaluates {which}"])
