@@ -286,7 +286,7 @@ ENGINE = Engine(
     # The OpenAI-compatible server loads any Hugging Face folder, with LoRA weights on it (tt serve).
     serve=Serve("tt_engine_adapter.serve", hf_folders=True),
     starter=STARTER,
-    host_api="1.2",
+    host_api="1.3",
 )
 
 

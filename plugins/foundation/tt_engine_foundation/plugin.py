@@ -245,7 +245,7 @@ ENGINE = Engine(
     starter=STARTER,
     spec_device=spec_device,
     pipeline_vocabulary=PIPELINE_VOCABULARY,
-    host_api="1.2",
+    host_api="1.3",
 )
 
 
