@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -334,6 +335,34 @@ def test_the_server_process_runs_with_its_soft_fd_limit_raised(tiny_llama, tmp_p
         assert now == "unlimited" or int(now) >= 1 << 20, now
     else:
         assert now == str(hard), (now, hard)
+
+
+# uvicorn takes the signals over only once its event loop runs: this start sleeps there, after the ready line
+SLOW_START = ("import sys, time, uvicorn; run = uvicorn.Server.run; "
+              "uvicorn.Server.run = lambda self, *a, **k: (time.sleep(3), run(self, *a, **k))[1]; "
+              "from tt_engine_adapter.serve.__main__ import main; sys.exit(main(sys.argv[1:]))")
+
+
+def test_a_sigterm_right_after_the_ready_line_stops_the_server(tiny_llama, tmp_path):
+    """A supervisor that stops the server as soon as it said ready (the fd-limit test above does) is obeyed: the
+    signal, arriving before uvicorn has installed its own handlers, stops it after its startup (exit 130) instead
+    of being recorded and lost, which left the server serving until killed."""
+    ready = tmp_path / "ready.json"
+    request = {"model_path": str(tiny_llama), "adapter_path": None, "model_name": "tiny", "system_message": None,
+               "host": "127.0.0.1", "port": 0, "max_concurrency": 1, "device": "cpu", "ready_file": str(ready)}
+    (tmp_path / "request.json").write_text(json.dumps(request))
+    with open(tmp_path / "server.log", "wb") as log:
+        process = subprocess.Popen([sys.executable, "-P", "-c", SLOW_START, str(tmp_path / "request.json")],
+                                   stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: ready.is_file() or process.poll() is not None, "the ready line", 300)
+        assert ready.is_file(), (tmp_path / "server.log").read_text()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 130, (tmp_path / "server.log").read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 def test_stop_sequences_are_capped_in_count_and_length():

@@ -117,9 +117,6 @@ def serve(request: ServeRequest) -> int:
     except BadSetting as exc:
         raise Refused(str(exc)) from None
     many = _many(model, request)
-    signals: list[int] = []
-    for sig in (signal.SIGINT, signal.SIGTERM):  # uvicorn re-raises the signal it shut down for, into these
-        signal.signal(sig, lambda signum, frame: signals.append(signum))
     app = create_app(model, model_name=request.model_name, system_message=request.system_message,
                      api_key=os.environ.get("TT_SERVE_API_KEY") or None,
                      max_concurrency=request.max_concurrency, max_queue=request.max_queue,
@@ -137,6 +134,17 @@ def serve(request: ServeRequest) -> int:
                             http=hardened_protocol(request.header_timeout, request.send_timeout, max_connections))
     logging.getLogger("asyncio").addFilter(AcceptErrorFilter())
     server = uvicorn.Server(config)
+    signals: list[int] = []
+
+    def stop_after_startup(signum: int, frame: Any) -> None:
+        """From the ready line until uvicorn takes the signals over (its own handlers), a signal makes it stop
+        right after its startup instead of being lost; afterwards uvicorn re-raises the signal it shut down for
+        into this handler, which records it (exit 130)."""
+        signals.append(signum)
+        server.should_exit = True
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, stop_after_startup)
     ready = {"type": "ready", "url": url, "model": request.model_name, "pid": os.getpid(),
              "context_length": model.context_length, "device": model.device,
              **({"models": [e.reference for e in many.catalog.entries()]} if many else {})}
