@@ -10,7 +10,6 @@ Ctrl-C. Plus the refusals: an existing OUT, a non-loopback bind without a key.
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import subprocess
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, TT, TT_BIN, base_env
+from example_copy_support import tracked_copy
 
 EXAMPLE = REPO / "examples" / "adapter-on-foundation"
 
@@ -35,7 +35,7 @@ def shrink(path: Path, section: str, **values) -> None:
 def pipeline(tmp_path_factory):
     root = tmp_path_factory.mktemp("aof")
     work = root / "example"
-    shutil.copytree(EXAMPLE, work, ignore=shutil.ignore_patterns("runs", "base-model", ".tuned-tensor"))
+    tracked_copy(EXAMPLE, work)
     shrink(work / "foundation" / "tunedtensor.json", "foundation", pretrain_steps=16, finetune_steps=6, batch_size=8,
            checkpoint_interval_steps=8, tokenizer_max_chars=40000, max_chars=40000, log_interval_steps=4)
     shrink(work / "adapter" / "tunedtensor.json", "hyperparameters", n_epochs=1, max_steps=3, max_eval_examples=3,

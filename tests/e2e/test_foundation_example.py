@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import math
 import re
-import shutil
 
+from example_copy_support import tracked_copy
 from foundation_support import REPO, tt
 
 # Held-out exact match measured with the spec's SFT (400 steps at 5e-4, 4 corpus rows replayed per step; README.md):
@@ -23,7 +23,7 @@ REQUIRED = [
 
 def test_example_runs_end_to_end_on_cpu(tmp_path):
     example = tmp_path / "example"
-    shutil.copytree(REPO / "examples" / "foundation", example, ignore=shutil.ignore_patterns(".tuned-tensor"))
+    tracked_copy("examples/foundation", example)
     run_dir = tmp_path / "run"
     proc = tt(tmp_path, "run", example / "tunedtensor.json", "--device", "cpu", "--resume", run_dir, "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -57,7 +57,7 @@ def test_example_reports_base_to_tuned_and_the_replay_loss(tmp_path):
     predictions table has both answers, and the replay loss is a series report.html charts beside the chat loss.
     The same run as above at its size; a shorter SFT keeps it cheap (the figures are not checked here)."""
     example = tmp_path / "example"
-    shutil.copytree(REPO / "examples" / "foundation", example, ignore=shutil.ignore_patterns(".tuned-tensor"))
+    tracked_copy("examples/foundation", example)
     run_dir = tmp_path / "run"
     proc = tt(tmp_path, "run", example / "tunedtensor.json", "--device", "cpu", "--resume", run_dir,
               "--set", "foundation.pretrain_steps=60", "--set", "foundation.finetune_steps=20",

@@ -8,11 +8,11 @@ doctor` on this machine, whose verdict must agree with this machine's own flags.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 from tt_engine_foundation.doctor import cpu_bf16_check, cpu_bf16_flags
 from tt_engine_foundation.spec import FoundationSpec
+from example_copy_support import tracked_copy
 
 REPO = Path(__file__).resolve().parents[3]
 AMX = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f amx_bf16 amx_tile\n\nprocessor\t: 1\nflags\t\t: fpu avx2 amx_bf16\n"
@@ -43,7 +43,7 @@ def test_the_check_reads_the_flags_and_fails_a_cpu_without_bf16_units():
 
 def test_doctor_on_this_machine_agrees_with_its_cpuinfo(tt, tmp_path):
     folder = tmp_path / "project"
-    shutil.copytree(REPO / "examples" / "foundation", folder, ignore=shutil.ignore_patterns(".tuned-tensor"))
+    tracked_copy("examples/foundation", folder)
     path = folder / "tunedtensor.json"
     document = json.loads(path.read_text())
     document.setdefault("foundation", {})["cpu_bf16"] = True

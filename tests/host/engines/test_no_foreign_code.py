@@ -10,11 +10,11 @@ when the safe path (`python -P`, PYTHONSAFEPATH) or `uv --no-config` is taken aw
 from __future__ import annotations
 
 import json
-import shutil
 import sysconfig
 from pathlib import Path
 
 from conftest import REPO, echo_spec, write_spec
+from example_copy_support import tracked_copy
 
 PLANTED = """import pathlib
 pathlib.Path({marker!r}).write_text("planted {name} ran")
@@ -50,7 +50,7 @@ def test_resume_never_imports_a_json_py_planted_in_the_run_folder(tt, tmp_path):
 
 def test_doctor_probe_never_imports_a_json_py_beside_the_spec_or_in_the_current_folder(tt, tmp_path):
     folder = tmp_path / "project"
-    shutil.copytree(REPO / "examples" / "foundation", folder)
+    tracked_copy("examples/foundation", folder)
     marker = tmp_path / "marker"
     plant(folder, "json", marker)
     tt.cwd = folder

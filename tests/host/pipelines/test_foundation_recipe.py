@@ -6,14 +6,15 @@ spec the contract's recipe is written as it is. Host only (a plan starts nothing
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
+
+from example_copy_support import tracked_copy
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "foundation"
 
 
 def test_the_recipe_fitted_to_the_shipped_foundation_example_plans(tt, tmp_path):
-    shutil.copytree(EXAMPLE, tmp_path / "f")
+    tracked_copy(EXAMPLE, tmp_path / "f")
     tt.cwd = tmp_path / "f"
     assert tt("pipeline", "init", "--foundation").returncode == 0
     document = json.loads((tmp_path / "f" / "tunedtensor.pipeline.json").read_text())

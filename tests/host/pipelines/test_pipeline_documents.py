@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, echo_spec, write_spec
+from example_copy_support import tracked_copy
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "pipeline-contract"
 
@@ -140,7 +141,7 @@ def test_partial_and_repeated_pipelines_reuse_what_is_finished(tt, tmp_path):
 
 
 def test_default_foundation_validates_and_plans(tt, tmp_path):
-    shutil.copytree(REPO / "examples" / "foundation", tmp_path / "f", ignore=shutil.ignore_patterns(".tuned-tensor"))
+    tracked_copy("examples/foundation", tmp_path / "f")
     spec = json.loads((tmp_path / "f" / "tunedtensor.json").read_text())
     spec["foundation"]["rl_steps"] = 0  # default-foundation has no rl step
     (tmp_path / "f" / "tunedtensor.json").write_text(json.dumps(spec))

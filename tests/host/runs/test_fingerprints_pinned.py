@@ -10,8 +10,6 @@ reads) updates the fixture in the same commit and says so in its message: regene
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -19,6 +17,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
+if __name__ == "__main__":  # run as a script (-P): the tests' support modules are not on the path
+    sys.path.insert(0, str(REPO / "tests"))
+from example_copy_support import tracked_copy  # noqa: E402
+
 PINNED = REPO / "tests" / "fixtures" / "stage-fingerprints.json"
 
 ADAPTER, FOUNDATION = "examples/adapter/tunedtensor.json", "examples/foundation/tunedtensor.json"
@@ -35,18 +37,6 @@ CASES: dict[str, tuple[str, list[str]]] = {
 }
 
 
-def tracked_copy(example: str, into: Path) -> Path:
-    """The example's folder as git tracks it, copied under `into`: what a user's runs, links (the real base's
-    `smollm2-135m-instruct`) and exports left in the clone must not change what is pinned."""
-    listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--", example], capture_output=True,
-                            check=True).stdout.decode().split("\0")
-    for name in filter(None, listed):
-        target = into / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(REPO / name, target)
-    return into / example
-
-
 def fingerprints(case: str) -> dict[str, str]:
     """Stage name -> fingerprint of one case, computed as `tt run` plans it (the host's own `chain`), on a copy of
     the example's tracked files."""
@@ -56,7 +46,7 @@ def fingerprints(case: str) -> dict[str, str]:
 
     path, overrides = CASES[case]
     with tempfile.TemporaryDirectory() as folder:
-        spec = tracked_copy(str(Path(path).parent), Path(folder)) / Path(path).name
+        spec = tracked_copy(str(Path(path).parent), Path(folder) / "example") / Path(path).name
         loaded = load_spec(spec, plugins(), overrides=overrides)
         assert not loaded.errors, [str(e) for e in loaded.errors]
         plan = chain(loaded.engine, loaded.spec, loaded.compiled)

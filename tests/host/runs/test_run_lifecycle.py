@@ -2,7 +2,6 @@
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -10,6 +9,7 @@ from pathlib import Path
 
 from conftest import echo_spec, write_spec
 from echo_run_support import stage_pids, train_step
+from example_copy_support import tracked_copy
 from process_support import held, signal_pending, wait_until
 
 
@@ -174,7 +174,7 @@ def test_host_never_imports_torch_even_where_torch_is_installed(tt, tmp_path):
         return proc.returncode, json.loads(proc.stdout)
 
     foundation = tmp_path / "foundation-spec"
-    shutil.copytree(repo / "examples" / "foundation", foundation)
+    tracked_copy("examples/foundation", foundation)
     code, out = host_tt("doctor", foundation / "tunedtensor.json")
     assert {"ok", "checks"} <= set(out), out
     code, out = host_tt("run", write_spec(tmp_path / "s", echo_spec(steps=2)), "--resume", tmp_path / "run")

@@ -8,13 +8,13 @@ foundation); `tt validate --json` in-process (tests/badinput_support.py).
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from badinput_support import error_locs, in_process_tt
 from conftest import REPO, echo_spec, write_spec
+from example_copy_support import tracked_copy
 
 BLANKS = (" ", "\t\n  ", "\u3000")  # a space, tab and newlines, an ideographic space
 
@@ -57,7 +57,7 @@ def test_a_blank_neutral_text_field_is_refused_naming_it(tt_in, tmp_path, loc):
                                           ("foundation", "examples.0.input")])
 def test_a_blank_engine_text_field_is_refused_naming_it(tt_in, tmp_path, engine, loc):
     folder = tmp_path / engine
-    shutil.copytree(REPO / "examples" / engine, folder)
+    tracked_copy(f"examples/{engine}", folder)
     spec = folder / "tunedtensor.json"
     data = json.loads(spec.read_text())
     spec.write_text(json.dumps(_set(data, loc, " \t ")))
