@@ -201,9 +201,9 @@ def run_pretraining(
                 append_line(heartbeat_path, json.dumps(row))  # 0600, O_APPEND, one fsync a line
                 progress(state.step, total, "step", {"loss": step_loss, "lr": lr, "tokens_per_second": rate})
                 window_start, window_tokens = now, 0
-            due = next((reason for reason, now_due in (
-                ("signal", interrupted), ("stage_end", state.step == total),
-                ("interval", every_steps > 0 and state.step % every_steps == 0), ("time", time_due)) if now_due), None)
+            reasons = (("signal", interrupted), ("stage_end", state.step == total),
+                       ("interval", every_steps > 0 and state.step % every_steps == 0), ("time", time_due))
+            due = next((reason for reason, applies in reasons if applies), None)  # the first that applies
             if due:
                 path = save(due)
                 last_save = time.monotonic()

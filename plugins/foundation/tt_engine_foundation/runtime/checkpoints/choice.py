@@ -4,8 +4,9 @@ A checkpoint (folder.py) is intact when its metadata says `complete: true` and l
 and sha256 it has; a step whose metadata lacks `complete` is passed over like a damaged one. Metadata of format 1,
 written by a tt from before `complete` was recorded, is accepted when every file matches its size and sha256 (the
 atomic rename was then the only mark of a finished save, and the digests prove the files are the ones written),
-so a run upgraded mid-training resumes from its checkpoints; the choice says so. The newest intact one with the run's configuration fingerprint is chosen, local before backup; damaged
-ones are passed over with a note; one written with another configuration is refused before anything changes.
+so a run upgraded mid-training resumes from its checkpoints; the choice says so. The newest intact one with the
+run's configuration fingerprint is chosen, local before backup; damaged ones are passed over with a note; one
+written with another configuration is refused before anything changes.
 """
 
 from __future__ import annotations
