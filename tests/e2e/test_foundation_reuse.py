@@ -6,6 +6,7 @@
 - SFT and RL started from that run's pretrained model (foundation.init_model, by its registered id)
   complete without a tokenizer, token cache, pretraining or BPB stage;
 - silent limits made visible: the token-cache and BPB cuts are warnings in the logs and notes in the report;
+- `tt runs report` lists the pretraining checkpoints kept, each with the reason it was saved;
 - the shared run enables the shipped tracker observers (spec `observers` block): TensorBoard's own reader loads the
   pretraining loss series from the run folder, MlflowClient reads back the params and final metrics (host-scored
   included), and the W&B offline run records the same (tests/tracker_support.py).
@@ -124,6 +125,14 @@ def test_cuts_are_warned_in_the_logs_and_noted_in_the_report(done):
     assert "foundation.max_chars = 20000" in (run_dir / "logs" / "token_cache.log").read_text()
     assert "foundation.bpb_max_chars = 1000" in (run_dir / "logs" / "bpb.log").read_text()
     assert "bpb_max_chars" in (run_dir / "report.md").read_text()
+
+
+def test_tt_runs_report_shows_the_checkpoints_kept_with_their_reasons(done):
+    base, _, run_dir = done
+    shown = tt(base, "runs", "report", run_dir)  # to a pipe: report.md itself
+    assert shown.returncode == 0, shown.stderr
+    assert (f"checkpoints kept in {run_dir / 'pretrain/recovery/checkpoints'}: step-000000030 (stage_end), "
+            "step-000000020 (interval), step-000000010 (interval)") in shown.stdout, shown.stdout
 
 
 def test_sft_and_rl_from_an_existing_foundation_model_skip_pretraining(done, tmp_path):

@@ -20,10 +20,11 @@ from tt_stagekit.fsync_trace import command, events, undurable
 
 HERE = Path(__file__).resolve().parent
 SAVES = '''
+import json
 import sys
 from pathlib import Path
 from tt_engine_foundation.runtime import checkpoints as ckpt
-from tt_engine_foundation.runtime.pretrain import _append_jsonl
+from tt_stagekit.files import append_line
 from test_checkpoint_saver import _trained_model
 root = Path(sys.argv[1])
 model, optimizer = _trained_model()
@@ -32,7 +33,7 @@ for step in (1, 2, 3):
     saver.save(model, optimizer, ckpt.TrainerState(step=step, samples_consumed=4, tokens_seen=64, last_loss=3.0),
                {"depth": 1}, "f" * 64)
     saver.wait()
-    _append_jsonl(root / "losses.jsonl", {"step": step})
+    append_line(root / "losses.jsonl", json.dumps({"step": step}))  # the heartbeats writer
 '''
 
 

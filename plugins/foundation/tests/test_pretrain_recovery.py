@@ -8,8 +8,10 @@ epoch. The default order (share 0) is resumed byte-identically through `tt run` 
 tests/e2e/test_foundation_recovery.py and test_foundation_operations.py."""
 
 import json
+import os
 import shutil
 import signal
+import stat
 from pathlib import Path
 
 import pytest
@@ -59,10 +61,16 @@ def test_reference_run_writes_checkpoints_heartbeats_and_result(reference):
     assert meta["tokens_seen"] == 24 * SAMPLES_PER_STEP * cfg["sequence_length"]
     assert {f["path"] for f in meta["files"]} == {"model.safetensors", "optimizer.pt", "trainer-state.pt"}
     assert len(meta["config_fingerprint"]) == 64 and isinstance(meta["last_loss"], float)
+    reasons = {step: json.loads((run / "pretrain/recovery/checkpoints" / step / "metadata.json").read_text())["reason"]
+               for step in _steps(run)}
+    assert reasons == {"step-000000012": "interval", "step-000000018": "interval", "step-000000024": "stage_end"}
+    assert list(meta)[-1] == "complete" and meta["complete"] is True  # the last key written, before the rename
     beats = [json.loads(l) for l in (run / "pretrain/recovery/training-metrics.jsonl").read_text().splitlines()]
     assert [b["step"] for b in beats] == list(range(1, 25))
     assert {"step", "loss", "lr", "tokens_per_second", "elapsed"} <= set(beats[0])
     result = json.loads((run / "pretrain/result.json").read_text())
+    assert (f"checkpoints kept in {run / 'pretrain/recovery/checkpoints'}: step-000000024 (stage_end), "
+            "step-000000018 (interval), step-000000012 (interval)") in result["notes"]  # report.md's Notes
     assert result["metrics"]["pretrain.steps"] == 24 and result["metrics"]["pretrain.tokens_per_second"] > 0
     assert len(result["series"]["pretrain.loss"]) == 24
     # The order the tests below resume: start rows repeated up to SHARE of each epoch (the corpus alone gives
@@ -95,11 +103,20 @@ def test_sigkill_between_checkpoints_then_resume_is_byte_identical(tmp_path, ref
 
 
 def test_sigterm_checkpoints_the_current_step_and_resumes_from_it(tmp_path, reference):
+    """Also: the signal's checkpoint says `reason: signal`, `complete: true`; under a permissive umask (0) the
+    heartbeat file is created 0600."""
     cfg, run = _fresh(tmp_path, reference)
-    stopped = run_stage(run, "pretrain", cfg, signal_at_step=8, sig=signal.SIGTERM)
+    umask = os.umask(0)
+    try:
+        stopped = run_stage(run, "pretrain", cfg, signal_at_step=8, sig=signal.SIGTERM)
+    finally:
+        os.umask(umask)
     assert stopped.code == 130, stopped.text
+    assert stat.S_IMODE((run / "pretrain/recovery/training-metrics.jsonl").stat().st_mode) == 0o600
     last_step = max(e["step"] for e in stopped.events if e.get("type") == "progress")
     assert f"step-{last_step:09d}" == _steps(run)[-1]
+    meta = json.loads((run / "pretrain/recovery/checkpoints" / _steps(run)[-1] / "metadata.json").read_text())
+    assert meta["reason"] == "signal" and meta["complete"] is True
     assert any(f"saved at step {last_step}" in m for m in stopped.logs("warning"))
     resumed = run_stage(run, "pretrain", cfg, resume=True)
     assert resumed.code == 0, resumed.text
@@ -127,6 +144,54 @@ def test_corrupt_newest_falls_back_to_previous_and_says_so(tmp_path, reference):
     assert (run / MODEL).read_bytes() == (reference[1] / MODEL).read_bytes()
     # the damaged folder was moved aside, not deleted
     assert any(p.name.startswith("step-000000024.replaced-") for p in (run / "pretrain/recovery/checkpoints").iterdir())
+
+
+def test_a_step_whose_metadata_lacks_complete_is_skipped_and_the_run_resumes_from_the_older_one(tmp_path, reference):
+    cfg, run = _fresh(tmp_path, reference)
+    shutil.copytree(reference[1] / "pretrain/recovery/checkpoints", run / "pretrain/recovery/checkpoints")
+    newest = run / "pretrain/recovery/checkpoints/step-000000024/metadata.json"
+    meta = json.loads(newest.read_text())
+    del meta["complete"]  # every file still matches its sha256: only the mark of a finished save is missing
+    newest.write_text(json.dumps(meta))
+    out = run_stage(run, "pretrain", cfg, resume=True)
+    assert out.code == 0, out.text
+    assert any("step-000000024 is not usable: metadata.json does not say `complete: true`" in m
+               for m in out.logs("warning")), out.logs("warning")
+    assert any("at step 18" in m for m in out.logs())
+    assert min(e["step"] for e in out.events if e.get("type") == "progress") == 19
+    assert (run / MODEL).read_bytes() == (reference[1] / MODEL).read_bytes()
+
+
+def test_checkpoints_of_an_older_tt_without_complete_resume_when_their_files_verify(tmp_path, reference):
+    """Metadata format 1 (a tt from before `complete` and `reason`): a run upgraded mid-training keeps its steps."""
+    cfg, run = _fresh(tmp_path, reference)
+    shutil.copytree(reference[1] / "pretrain/recovery/checkpoints", run / "pretrain/recovery/checkpoints")
+    for step in _steps(run):
+        path = run / "pretrain/recovery/checkpoints" / step / "metadata.json"
+        meta = {k: v for k, v in json.loads(path.read_text()).items() if k not in ("complete", "reason")}
+        path.write_text(json.dumps(dict(meta, format=1)))
+    out = run_stage(run, "pretrain", cfg, resume=True)
+    assert out.code == 0, out.text
+    assert any("step-000000024 is intact: written by an older tt" in m for m in out.logs("warning"))
+    assert any("resumed pretraining from" in m and "step-000000024" in m for m in out.logs())
+    assert (run / MODEL).read_bytes() == (reference[1] / MODEL).read_bytes()
+    result = json.loads((run / "pretrain/result.json").read_text())
+    assert any("step-000000024 (reason not recorded (an older tt))" in n for n in result["notes"])
+
+
+def test_a_backup_inside_the_checkpoints_folder_is_refused_before_any_step(tmp_path, reference):
+    cfg, run = _fresh(tmp_path, reference)
+    checkpoints = run / "pretrain/recovery/checkpoints"
+    backup = checkpoints / "backup"
+    before = snapshot(run)
+    out = run_stage(run, "pretrain", dict(cfg, checkpoint_backup_dir=str(backup)))
+    assert out.code == 2, out.text
+    message = out.logs("error")[-1]
+    assert "foundation.checkpoint_backup_dir" in message and str(backup) in message and str(checkpoints) in message
+    assert not [e for e in out.events if e.get("type") == "progress"]
+    after = snapshot(run)
+    after.pop("pretrain/request.json", None)
+    assert after == before and not checkpoints.exists()
 
 
 def test_backup_copy_is_used_when_local_checkpoints_are_damaged(tmp_path, reference):

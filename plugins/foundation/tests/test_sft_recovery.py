@@ -44,6 +44,8 @@ def test_interval_checkpoints_are_written_and_rolled(reference):
     cfg, run = reference
     steps = sorted(p.name for p in (run / "sft/recovery/checkpoints").iterdir())
     assert steps == ["step-000000005", "step-000000010"]  # every 5 steps, not at the end (the model is)
+    assert {json.loads((run / "sft/recovery/checkpoints" / s / "metadata.json").read_text())["reason"]
+            for s in steps} == {"interval"}
 
 
 def test_sigterm_saves_the_step_and_the_rerun_matches_an_uninterrupted_run(tmp_path, reference):
@@ -52,6 +54,8 @@ def test_sigterm_saves_the_step_and_the_rerun_matches_an_uninterrupted_run(tmp_p
     assert stopped.code == 130, stopped.text
     saved = sorted(p.name for p in (run / "sft/recovery/checkpoints").iterdir())
     assert saved[-1] >= "step-000000007" and not (run / SFT_MODEL).exists()
+    meta = json.loads((run / "sft/recovery/checkpoints" / saved[-1] / "metadata.json").read_text())
+    assert meta["reason"] == "signal" and meta["complete"] is True
     assert any("SFT stopped: checkpoint" in m for m in stopped.logs("warning"))
 
     resumed = run_stage(run, "sft", cfg, resume=True)

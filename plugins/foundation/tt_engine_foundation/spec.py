@@ -23,9 +23,11 @@ from tt_stagekit.chatrows import read_chat_file
 from tt_stagekit.promptfit import length_message, words
 from tt_stagekit.userinput import loads, os_reason, special_kind
 
+from tt_engine_foundation.formats import backup
 from tt_engine_foundation.formats.settings import FoundationSettings, FoundationSpecFields
 from tt_engine_foundation.formats.shards import SHARD_SUFFIXES, is_shard
 
+RUNS_FOLDER = (".tuned-tensor", "runs")  # a run's default parent beside the spec (tt_host.runlayout's)
 ROW_SPECIAL_TOKENS = 7  # BOS, system/user/assistant start and end markers (the answer's end included)
 
 
@@ -179,12 +181,19 @@ class FoundationConfig(settings_model(FoundationSettings, base=DistributedSettin
 
     @field_validator("checkpoint_backup_dir")
     @classmethod
-    def _backup(cls, value: Optional[Path]) -> Optional[Path]:
+    def _backup(cls, value: Optional[Path], info: ValidationInfo) -> Optional[Path]:
+        """A link or a file is refused; so is a folder inside the runs this spec's default run folders live in or
+        $TT_HOME/runs (formats/backup.py; the run folder itself is checked at the pretrain stage's start)."""
         if value is not None:
             if value.is_symlink():
                 raise ValueError(f"{value} is a symbolic link; symbolic links are refused")
             if value.exists() and not value.is_dir():
                 raise ValueError(f"{value} exists and is not a folder")
+            default_runs = resolve_path(os.path.join(*RUNS_FOLDER), info)
+            refusal = backup.misplaced(value, (("the spec's runs folder", default_runs),
+                                               ("$TT_HOME's runs folder", backup.tt_home_runs())))
+            if refusal:
+                raise ValueError(refusal)
         return value
 
     @field_validator("document_start_share")

@@ -1,10 +1,12 @@
-"""File primitives shared by the host and every engine: atomic writes, publishing a folder, file digests.
+"""File primitives shared by the host and every engine: atomic writes, publishing a folder, file digests, appending
+a line to a log.
 
 Stdlib only. `atomic_file` writes to a temp file in the target's folder, flushes, fsyncs, sets the mode and renames
 it over the target, then fsyncs the folder: a reader sees the old file or the new one, never half of
 one. `publish_folder` does the same for a folder built beside its target (every "build a folder, fsync,
 rename into place" in tt), with what happens to an existing target as a parameter. `file_sha256` is the
-digest every manifest, fingerprint and cache in tt records. tt_host.fsutil and the engines use these;
+digest every manifest, fingerprint and cache in tt records. `append_line` adds one line to an engine's append-only
+log (0600, O_APPEND, one fsync a line). tt_host.fsutil and the engines use these;
 none keeps a copy.
 """
 
@@ -161,3 +163,21 @@ def file_sha256(path: str | Path, chunk: int = CHUNK) -> str:
         for block in iter(lambda: handle.read(chunk), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def append_line(path: str | Path, line: str) -> None:
+    """Append one line to an append-only log (an engine's heartbeats, a rollout log): opened O_APPEND, never
+    through a symbolic link, mode 0600 whatever the umask (a file an older tt left wider is narrowed), one write
+    and one fsync per line. Its folder is made when missing."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = (line if line.endswith("\n") else line + "\n").encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE)
+    try:
+        if os.fstat(fd).st_mode & 0o777 != PRIVATE_FILE:
+            os.fchmod(fd, PRIVATE_FILE)
+        if os.write(fd, data) != len(data):
+            raise OSError(errno.EIO, f"short write to {path}")
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -28,6 +28,26 @@ def test_atomic_write_replaces_whole_or_not_at_all(tmp_path):
     assert files.file_sha256(target) == hashlib.sha256(data).hexdigest()
 
 
+def test_append_line_writes_0600_under_any_umask_and_narrows_a_wider_log(tmp_path):
+    log = tmp_path / "logs" / "heartbeat.jsonl"
+    umask = os.umask(0)
+    try:
+        files.append_line(log, '{"step": 1}')
+        files.append_line(log, '{"step": 2}\n')
+        older = tmp_path / "older.jsonl"  # a log an older tt created with the umask's mode
+        older.write_text("old\n")
+        older.chmod(0o666)
+        files.append_line(older, "new")
+    finally:
+        os.umask(umask)
+    assert log.read_text() == '{"step": 1}\n{"step": 2}\n' and stat.S_IMODE(log.stat().st_mode) == 0o600
+    assert older.read_text() == "old\nnew\n" and stat.S_IMODE(older.stat().st_mode) == 0o600
+    (tmp_path / "link.jsonl").symlink_to(log)
+    with pytest.raises(OSError):  # never through a symbolic link
+        files.append_line(tmp_path / "link.jsonl", "x")
+    assert log.read_text().count("\n") == 2
+
+
 def test_host_and_engines_use_the_same_helpers():
     from tt_engine_adapter.formats import fingerprint
     from tt_host import fsutil

@@ -23,6 +23,7 @@ from typing import Any, Mapping
 from tt_engine_adapter.runtime import model_source
 from tt_engine_adapter.runtime.config import AdapterRequest
 from tt_stagekit.contract import Artifact, StageResult
+from tt_stagekit.files import append_line
 from tt_stagekit.protocol import InvalidInput, StageError, artifact, log, progress, read_request, run_main
 
 model_source.go_offline()
@@ -81,10 +82,7 @@ def main(request: AdapterRequest) -> StageResult:
         rollout_log.unlink(missing_ok=True)
 
     def record(step: int, prompt: Any) -> None:
-        with open(rollout_log, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps({"step": step, "id": prompt.id, "prompt": prompt.user}) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        append_line(rollout_log, json.dumps({"step": step, "id": prompt.id, "prompt": prompt.user}))
 
     def rewind(step: int) -> None:
         """On resume, cut the log after the lines of the restored checkpoint's step (all of it without one: the

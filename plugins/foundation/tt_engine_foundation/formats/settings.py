@@ -30,7 +30,9 @@ class FoundationSettings(DistributedSettings):
 
     corpus_path: Optional[Path] = setting(None, help="Pretraining text: .txt, .jsonl (text), .parquet (text) or a folder of them. Unset: the smoke corpus from the spec.")
     validation_path: Optional[Path] = setting(None, help="Held-out text for BPB, same formats; must differ from corpus_path.")
-    checkpoint_backup_dir: Optional[Path] = setting(None, help="Second folder that receives a copy of every checkpoint.")
+    checkpoint_backup_dir: Optional[Path] = setting(None, help="Second folder that receives a copy of every checkpoint; "
+                                                    "outside the run folder, its checkpoints and $TT_HOME/runs (best on "
+                                                    "another disk).")
     depth: int = setting(4, ge=1, le=64, help="Transformer layers; width = 64 * depth, one head per 64 channels.")
     vocab_size: int = setting(8192, ge=MIN_VOCAB, le=262_144, help="BPE vocabulary size including the 8 special tokens.")
     tokenizer_max_chars: int = setting(10_000_000, ge=1_000, le=100_000_000_000, help="Corpus characters the tokenizer trains on.")

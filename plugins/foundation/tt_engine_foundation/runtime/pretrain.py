@@ -19,7 +19,6 @@ however the batch is split into forwards.
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any, Mapping, Optional
@@ -27,6 +26,7 @@ from typing import Any, Mapping, Optional
 import numpy as np
 import torch
 from tt_stagekit import distributed
+from tt_stagekit.files import append_line
 from tt_stagekit.protocol import Interrupted, StageError, log, progress, stop_requested
 
 from tt_engine_foundation.formats.weights import PRETRAIN_FIELDS, used_settings
@@ -61,14 +61,6 @@ def build_optimizer(cfg: FoundationSettings, model: GPT, peak_lr: float, device,
     width = model.cfg.hidden_size
     rates = muon_rates(width, model.cfg.num_hidden_layers, model.cfg.vocab_size, cfg.tokens_per_step, peak_lr)
     return build_muon_adamw(model, rates, device, ns_bf16=compute_dtype == torch.bfloat16)
-
-
-def _append_jsonl(path: Path, row: Mapping[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(row) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
 
 
 def run_pretraining(
@@ -131,11 +123,11 @@ def run_pretraining(
 
     saver = checkpoints.Saver(checkpoint_dir, keep, backup_dir)
 
-    def save() -> Path:
+    def save(reason: str) -> Path:
         state.scheduler = {"kind": cfg.lr_schedule, "optimizer": cfg.optimizer, "step": state.step, "total": total,
                            "peak_lr": peak_lr, "warmup_steps": cfg.warmup_steps, "min_lr_ratio": cfg.min_lr_ratio,
                            "warmdown_fraction": cfg.warmdown_fraction}
-        return checkpoints.save(saver, model, optimizer, state, config, fingerprint)
+        return checkpoints.save(saver, model, optimizer, state, config, fingerprint, reason)
 
     model.train()
     started = time.monotonic()
@@ -206,17 +198,14 @@ def run_pretraining(
                 row = {"step": state.step, "loss": step_loss, "lr": lr, "tokens_per_second": rate,
                        "elapsed": state.elapsed_seconds, "tokens_seen": state.tokens_seen,
                        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-                _append_jsonl(heartbeat_path, row)
+                append_line(heartbeat_path, json.dumps(row))  # 0600, O_APPEND, one fsync a line
                 progress(state.step, total, "step", {"loss": step_loss, "lr": lr, "tokens_per_second": rate})
                 window_start, window_tokens = now, 0
-            due = (
-                state.step == total
-                or (every_steps > 0 and state.step % every_steps == 0)
-                or time_due
-                or interrupted
-            )
+            reasons = (("signal", interrupted), ("stage_end", state.step == total),
+                       ("interval", every_steps > 0 and state.step % every_steps == 0), ("time", time_due))
+            due = next((reason for reason, applies in reasons if applies), None)  # the first that applies
             if due:
-                path = save()
+                path = save(due)
                 last_save = time.monotonic()
                 if interrupted:
                     who = "" if ctx.is_main else " by rank 0"

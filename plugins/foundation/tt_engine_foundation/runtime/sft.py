@@ -169,12 +169,12 @@ def run_sft(
     model.train()
     order = np.random.default_rng([cfg.seed, 1, epoch]).permutation(len(examples))
 
-    def save(step: int) -> Path:
+    def save(step: int, reason: str) -> Path:
         position = {"kind": "sft_linear_decay", "step": step, "total": steps, "cursor": cursor, "epoch": epoch,
                     "losses": [[s, v] for s, v in losses], "corpus_losses": [[s, v] for s, v in corpus_losses]}
         state = ckpt.TrainerState(step=step, samples_consumed=step * batch, last_loss=losses[-1][1] if losses else None,
                                   scheduler=position)
-        return ckpt.save(saver, model, optimizer, state, checkpoints.config, checkpoints.fingerprint)
+        return ckpt.save(saver, model, optimizer, state, checkpoints.config, checkpoints.fingerprint, reason)
 
     try:
         for step in range(first, steps):
@@ -224,7 +224,7 @@ def run_sft(
             stop_now = stopping or (not dist.enabled and stop_requested())
             every = checkpoints.every_steps
             if stop_now or (every > 0 and (step + 1) % every == 0 and step + 1 < steps):
-                path = save(step + 1)
+                path = save(step + 1, "signal" if stop_now else "interval")
                 if stop_now:
                     raise Interrupted(f"SFT stopped: checkpoint {path.name} saved at step {step + 1}; "
                                       "--resume continues from it")

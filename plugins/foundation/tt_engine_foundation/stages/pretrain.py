@@ -10,7 +10,7 @@ runs `main`, the first rank of each node writes the model and the result.
 from __future__ import annotations
 
 from tt_stagekit import protocol
-from tt_stagekit.contract import Artifact, StageResult
+from tt_stagekit.contract import Artifact, InvalidInput, StageResult
 from tt_stagekit.files import file_sha256
 from tt_stagekit.manifest import MANIFEST
 
@@ -28,9 +28,10 @@ def main(request: FoundationRequest) -> StageResult:
     from tt_engine_foundation.runtime.pretrain import read_series, run_pretraining, training_config
     from tt_engine_foundation.runtime.torchsetup import open_stage
 
-    device, tok = open_stage(request, distributed=True)
     cfg = request.cfg
     lay = request.layout
+    _refuse_misplaced_backup(request)  # exit 2 before the device, the data or any step
+    device, tok = open_stage(request, distributed=True)
     check_fits(tok, cfg.sequence_length, request.system_message, request.answers)  # sequence_length may have changed since the tokenizer stage: exit 2 before training
     tokens, packing_table, manifest = token_cache.open_training_data(cfg, lay)
     model_cfg = config_for_depth(cfg.depth, cfg.vocab_size, cfg.sequence_length, cfg.qk_norm, **tokenizer.special_ids(tok))
@@ -38,8 +39,7 @@ def main(request: FoundationRequest) -> StageResult:
     data = {"token_cache_sha256": manifest["file"]["sha256"], "tokenizer_sha256": file_sha256(lay.tokenizer_json)}
     config = training_config(cfg, model_cfg, peak_lr, data)
     fingerprint = checkpoints.config_fingerprint(config)
-    backup_root = cfg.checkpoint_backup_dir
-    backup_dir = backup_root / request.run_dir.name if backup_root is not None else None
+    backup_dir = cfg.checkpoint_backup_dir / request.run_dir.name if cfg.checkpoint_backup_dir is not None else None
     world = distributed.context().world_size
     protocol.log(
         f"pretraining depth {cfg.depth} (width {model_cfg.hidden_size}, {model_cfg.num_attention_heads} heads) "
@@ -72,7 +72,7 @@ def main(request: FoundationRequest) -> StageResult:
     if "document_start_share" in figures:  # bos_aligned packing: the share of rows that begin a document
         metrics["pretrain.document_start_share"] = figures["document_start_share"]
         metrics["pretrain.rows_per_epoch"] = figures["rows_per_epoch"]
-    notes = []
+    notes = [checkpoints.kept_line(lay.checkpoints)]
     if cfg.corpus_path is None:
         notes.append("pretrained on the smoke corpus built from the spec: it proves the wiring, not capability")
     if figures["resumed_from"]:
@@ -85,6 +85,21 @@ def main(request: FoundationRequest) -> StageResult:
         artifacts=(Artifact(kind="foundation-base", path=str(model_dir), manifest=MANIFEST),),
         notes=tuple(notes),
     )
+
+
+def _refuse_misplaced_backup(request: FoundationRequest) -> None:
+    """foundation.checkpoint_backup_dir inside this run's checkpoints, the run folder or $TT_HOME/runs: exit 2
+    (formats/backup.py). The spec refused the folders it could see before the run existed."""
+    from tt_engine_foundation.formats import backup
+
+    folder = request.cfg.checkpoint_backup_dir
+    if folder is None:
+        return
+    places = (("the run's checkpoints folder", request.layout.checkpoints), ("the run folder", request.run_dir),
+              ("$TT_HOME's runs folder", backup.tt_home_runs()))
+    refusal = backup.misplaced(folder, places)
+    if refusal:
+        raise InvalidInput(refusal)
 
 
 if __name__ == "__main__":

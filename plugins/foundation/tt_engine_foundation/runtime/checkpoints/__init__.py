@@ -2,10 +2,10 @@
 
 A training loop makes a `Saver` and a `TrainerState`, then calls `choose` (which checkpoint to resume
 from), `restore` (load it into every rank) and `save` (rank 0 writes, with every rank's RNG); a stage
-names a run's checkpoint with `config_fingerprint` and `step_name`, and `list_steps` finds the
-`step-*` folders. The rest (`verify`, `Staging`, `roll`, `remove_partial`, `load`, the RNG and `.pt` readers)
-is here for the tests and benches that check those pieces. Code outside this package imports from
-here, never a submodule:
+names a run's checkpoint with `config_fingerprint` and `step_name`, `list_steps` finds the `step-*`
+folders and `kept_line` names them, each with its `reason` (one of `REASONS`), for the stage's report. The rest
+(`verify`, `Staging`, `roll`, `remove_partial`, `load`, the RNG and `.pt` readers) is here for the tests and
+benches that check those pieces. Code outside this package imports from here, never a submodule:
 
 - `folder`: what a `step-*` folder holds (file names, `TrainerState`, RNG states, the fingerprint) and
   reading one back (`load`, `load_plain`: tensors and plain data only).
@@ -16,8 +16,10 @@ here, never a submodule:
 
 from tt_engine_foundation.runtime.checkpoints.choice import verify
 from tt_engine_foundation.runtime.checkpoints.folder import (
+    REASONS,
     TrainerState,
     config_fingerprint,
+    kept_line,
     list_steps,
     load,
     load_plain,
@@ -30,6 +32,6 @@ from tt_engine_foundation.runtime.checkpoints.ranks import choose, restore, save
 from tt_engine_foundation.runtime.checkpoints.writer import Saver, Staging, remove_partial, roll
 
 __all__ = [
-    "Saver", "Staging", "TrainerState", "choose", "config_fingerprint", "list_steps", "load", "load_plain",
+    "REASONS", "Saver", "Staging", "TrainerState", "choose", "config_fingerprint", "kept_line", "list_steps", "load", "load_plain",
     "read_trainer", "remove_partial", "restore", "rng_state", "roll", "save", "set_rng_state", "step_name", "verify",
 ]

@@ -1,8 +1,12 @@
 """Which pretraining or SFT checkpoint a run resumes from: `verify` one folder, `choose_resume` among them.
 
-A checkpoint (folder.py) is intact when its metadata lists every file with the size and sha256 it
-has. The newest intact one with the run's configuration fingerprint is chosen, local before backup; damaged
-ones are passed over with a note; one written with another configuration is refused before anything changes.
+A checkpoint (folder.py) is intact when its metadata says `complete: true` and lists every file with the size
+and sha256 it has; a step whose metadata lacks `complete` is passed over like a damaged one. Metadata of format 1,
+written by a tt from before `complete` was recorded, is accepted when every file matches its size and sha256 (the
+atomic rename was then the only mark of a finished save, and the digests prove the files are the ones written),
+so a run upgraded mid-training resumes from its checkpoints; the choice says so. The newest intact one with the
+run's configuration fingerprint is chosen, local before backup; damaged ones are passed over with a note; one
+written with another configuration is refused before anything changes.
 """
 
 from __future__ import annotations
@@ -29,6 +33,9 @@ def verify(path: Path) -> tuple[bool, str, Optional[dict[str, Any]]]:
         return False, f"metadata.json is unreadable ({exc})", None
     if not isinstance(metadata, dict) or not isinstance(metadata.get("files"), list):
         return False, "metadata.json has no file list", None
+    legacy = metadata.get("format") == 1 and "complete" not in metadata
+    if not legacy and metadata.get("complete") is not True:
+        return False, "metadata.json does not say `complete: true` (the save never finished)", None
     listed = {f.get("path") for f in metadata["files"]}
     for required in FILES:
         if required not in listed:
@@ -42,7 +49,10 @@ def verify(path: Path) -> tuple[bool, str, Optional[dict[str, Any]]]:
             return False, f"{entry['path']} is {size} bytes, expected {entry['size']} (truncated?)", None
         if file_sha256(file_path) != entry["sha256"]:
             return False, f"{entry['path']} does not match its sha256 (corrupted)", None
-    return True, "intact", metadata
+    return True, LEGACY if legacy else "intact", metadata
+
+
+LEGACY = "intact: written by an older tt, without `complete` in its metadata; every file matches its sha256"
 
 
 @dataclass
@@ -73,7 +83,7 @@ def choose_resume(
         candidates.append((step, 0, path))
     candidates.sort(reverse=True)
     notes: list[str] = []
-    chosen: Optional[tuple[Path, dict]] = None
+    chosen: Optional[tuple[Path, dict, str]] = None
     for step, _, path in candidates:
         ok, reason, metadata = verify(path)
         if not ok:
@@ -88,7 +98,7 @@ def choose_resume(
                 "with the new settings: use a new run directory (nothing was changed)"
             )
         if chosen is None:
-            chosen = (path, metadata)
+            chosen = (path, metadata, reason)
     if chosen is None:
         if candidates:
             raise StageError(
@@ -97,7 +107,9 @@ def choose_resume(
                 + "); nothing was deleted: restore a checkpoint or use a new run directory"
             )
         return ResumeChoice(None, notes)
-    path, metadata = chosen
+    path, metadata, reason = chosen
+    if reason == LEGACY:
+        notes.append(f"checkpoint {path} is {reason}, so it is resumed from")
     if notes:
         notes.append(f"resuming from {path} (step {metadata['step']})")
     return ResumeChoice(path, notes, metadata)

@@ -3,8 +3,9 @@
 A checkpoint is a folder `step-<9 digits>/` holding `model.safetensors`,
 `optimizer.pt` (the optimizer's state: Muon and AdamW, or AdamW), `trainer-state.pt` (scheduler, CPU/CUDA/numpy
 RNG of every rank, the world size, counters; tensors and plain data only, read
-back with `weights_only=True`) and `metadata.json` (step, samples consumed, tokens seen, last
-loss, the config and its fingerprint, and every file's size and sha256).
+back with `weights_only=True`) and `metadata.json` (format 2: step, samples consumed, tokens seen, last
+loss, the config and its fingerprint, every file's size and sha256, `reason` (one of REASONS: why the step
+was saved) and, its last key, `complete: true`; format 1, written before tt recorded the last two, lacks them).
 writer.py writes these folders; choice.verify checks them and chooses which one a run resumes from.
 """
 
@@ -24,6 +25,10 @@ from tt_stagekit.contract import InvalidInput
 
 STEP_RE = re.compile(r"^step-(\d{9})\Z")
 FILES = ("model.safetensors", "optimizer.pt", "trainer-state.pt")
+FORMAT = 2  # metadata.json's format: 2 records `reason` and `complete`; 1 (older tt) neither
+# Why a step was saved: every checkpoint_interval_steps, every checkpoint_interval_seconds, on a stop signal, at
+# the stage's last step. (No training loop saves before an evaluation today; a reason is added here when one does.)
+REASONS = ("interval", "time", "signal", "stage_end")
 
 
 def step_name(step: int) -> str:
@@ -81,6 +86,20 @@ def list_steps(directory: Optional[Path]) -> list[tuple[int, Path]]:
         if match and path.is_dir() and not path.is_symlink():
             found.append((int(match.group(1)), path))
     return sorted(found, reverse=True)
+
+
+def kept_line(directory: Optional[Path]) -> str:
+    """The checkpoints a folder keeps, newest first, each with why it was saved: a line for the stage's report
+    (`tt runs report`). A step whose metadata cannot be read, or predates `reason`, says so."""
+    described = []
+    for _, path in list_steps(directory):
+        try:
+            metadata = json.loads((path / "metadata.json").read_text(encoding="utf-8"))
+            reason = metadata.get("reason") or "reason not recorded (an older tt)"
+        except (OSError, ValueError, AttributeError):
+            reason = "metadata.json unreadable"
+        described.append(f"{path.name} ({reason})")
+    return f"checkpoints kept in {directory}: " + (", ".join(described) or "none")
 
 
 def load_plain(path: Path, map_location: Any = "cpu") -> Any:

@@ -59,10 +59,11 @@ def restore(path: Path, model, optimizer, device) -> TrainerState:
 
 
 def save(saver: Saver, model, optimizer, state: TrainerState, config: Mapping[str, Any],
-         fingerprint: str) -> Path:
-    """Checkpoint `state.step` (every rank calls this; rank 0 writes, with every rank's RNG)."""
+         fingerprint: str, reason: str) -> Path:
+    """Checkpoint `state.step` for `reason` (folder.REASONS; every rank calls this; rank 0 writes, with every
+    rank's RNG)."""
     ctx = distributed.context()
     rank_rng = distributed.gather_objects(rng_state(), "RNG gather for the checkpoint") if ctx.enabled else None
     if not ctx.is_main:
         return saver.directory / step_name(state.step)
-    return saver.save(model, optimizer, state, config, fingerprint, rank_rng)
+    return saver.save(model, optimizer, state, config, fingerprint, rank_rng, reason)

@@ -32,7 +32,8 @@ from safetensors.torch import save_file
 
 from tt_stagekit.files import KEEP, atomic_write_json, file_sha256, publish_folder
 
-from tt_engine_foundation.runtime.checkpoints.folder import FILES, TrainerState, list_steps, rng_state, step_name
+from tt_engine_foundation.runtime.checkpoints.folder import (FILES, FORMAT, REASONS, TrainerState, list_steps,
+                                                             rng_state, step_name)
 
 class Staging:
     """CPU copies of a checkpoint's tensors in buffers allocated on first use and reused.
@@ -85,12 +86,15 @@ class Saver:
         self._staging = Staging()
 
     def save(self, model, optimizer, state: "TrainerState", config: Mapping[str, Any], fingerprint: str,
-             rank_rng: Optional[list] = None) -> Path:
+             rank_rng: Optional[list] = None, reason: str = "interval") -> Path:
+        """Checkpoint `state.step`; `reason` (one of folder.REASONS) is recorded in its metadata."""
+        if reason not in REASONS:
+            raise ValueError(f"checkpoint reason {reason!r} is not one of {', '.join(REASONS)}")
         self.wait()
         weights, optimizer_state = self._staging.snapshot(model, optimizer)
         trainer = _trainer_record(state, rank_rng or [rng_state()])
         final = self.directory / step_name(state.step)
-        args = (weights, optimizer_state, trainer, final, dict(config), fingerprint)
+        args = (weights, optimizer_state, trainer, final, dict(config), fingerprint, reason)
         self._thread = threading.Thread(target=self._finish_safely, args=args, daemon=False)
         self._thread.start()
         return final
@@ -102,10 +106,10 @@ class Saver:
             self._error = exc
 
     def _finish(self, weights: dict, optimizer_state: dict, trainer: dict, final: Path, config: dict,
-                fingerprint: str) -> None:
+                fingerprint: str, reason: str) -> None:
         tmp = _write_raw(self.directory, final.name, weights, optimizer_state, trainer)
         _hold_at_test_gate()
-        _finalize(tmp, final, trainer["counters"], config, fingerprint)
+        _finalize(tmp, final, trainer["counters"], config, fingerprint, reason)
         roll(self.directory, self.keep)
         if self.backup_dir is not None:
             backup(final, self.backup_dir)
@@ -161,16 +165,19 @@ def _hash_file(path: Path) -> dict[str, Any]:
     return {"path": path.name, "size": path.stat().st_size, "sha256": digest}
 
 
-def _finalize(tmp: Path, final: Path, counters: dict, config: dict, fingerprint: str) -> None:
-    """Hash and fsync every file, write metadata.json, rename the folder into place."""
+def _finalize(tmp: Path, final: Path, counters: dict, config: dict, fingerprint: str, reason: str) -> None:
+    """Hash and fsync every file, write metadata.json (`complete: true` its last key, written once every file is
+    durable), rename the folder into place."""
     files = [_hash_file(tmp / name) for name in FILES]
     metadata = {
-        "format": 1,
+        "format": FORMAT,
         **counters,
         "config": config,
         "config_fingerprint": fingerprint,
         "files": files,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "reason": reason,
+        "complete": True,
     }
     atomic_write_json(tmp / "metadata.json", metadata)
     publish_folder(tmp, final, KEEP)
