@@ -129,10 +129,15 @@ def test_skip_call_without_reason():
 '''
 
 
+def judge(folder: Path, source: str) -> dict[str, list[str]]:
+    """problems() of each test of `source`, written as folder/test_sample.py beside a support module that asserts."""
+    (folder / "test_sample.py").write_text(source)
+    (folder / "sample_support.py").write_text("def check_answer(value):\n    assert value == 2\n")
+    return {name: problems(folder / "test_sample.py", name, ()) for name in collected_tests(source)}
+
+
 def test_the_rules_refuse_a_test_that_returns_early_asserts_nothing_or_skips_without_a_reason(tmp_path):
-    (tmp_path / "test_sample.py").write_text(SAMPLE)
-    (tmp_path / "sample_support.py").write_text("def check_answer(value):\n    assert value == 2\n")
-    judged = {name: problems(tmp_path / "test_sample.py", name, ()) for name in collected_tests(SAMPLE)}
+    judged = judge(tmp_path, SAMPLE)
     fine = {name for name, why in judged.items() if not why}
     assert fine == {"test_asserts", "test_raises", "test_through_a_local_helper", "test_through_a_support_module",
                     "test_through_an_assert_call", "test_skip_with_reason", "test_skipif_with_reason"}, judged
@@ -247,9 +252,7 @@ def test_a_live_branch_counts():
 
 
 def test_an_assertion_swallowed_or_in_a_branch_never_taken_does_not_count_and_is_named(tmp_path):
-    (tmp_path / "test_hidden.py").write_text(HIDDEN)
-    (tmp_path / "sample_support.py").write_text("def check_answer(value):\n    assert value == 2\n")
-    judged = {name: problems(tmp_path / "test_hidden.py", name, ()) for name in collected_tests(HIDDEN)}
+    judged = judge(tmp_path, HIDDEN)
     fine = {name for name, why in judged.items() if not why}
     assert fine == {"test_kept_and_asserted_later", "test_reraised", "test_another_exception_is_fine",
                     "test_a_live_branch_counts"}, judged
