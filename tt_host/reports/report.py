@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import hashlib
 import html
+import re
 from pathlib import Path
 from typing import Any
 
-from tt_host import ids
 from tt_host.evaluation import benchmark_gate, general_gate
 from tt_host.evaluation.tuning_gate import tuning_section
 from tt_host.fsutil import write_json_atomic, write_text_atomic
@@ -39,6 +39,7 @@ from tt_host.reports.verdict import cell, clean, markdown_table, prediction_rows
 from tt_host.runlayout import REPORT_JSON, REPORT_MD
 from tt_stagekit.sides import BASELINE_SIDE, CANDIDATE_SIDE, EVALUATING_SIDES, SFT_SIDE
 
+_UNSAFE_FILE = re.compile(r"[^A-Za-z0-9_-]")
 TEXT_CHARS = 1000  # a report.md line's text is cut here (report.json keeps it whole)
 
 
@@ -161,11 +162,12 @@ def render_markdown(report: dict[str, Any], charts: list[tuple[str, str]]) -> st
 
 
 def _chart_file(name: str, taken: dict[str, str]) -> str:
-    """A series' SVG file name: `report-<name, letters and digits, `-` between>.svg` (a series named by a stage
-    never names a path), a digest added when another series already took that name."""
-    file = f"report-{ids.part(name, 80) or 'series'}.svg"
-    if file in taken:
-        file = f"{file[:-4]}-{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:12]}.svg"
+    """A series' SVG file name: `report-<name>.svg`, each character but an ASCII letter, digit, `_` or `-` made `-`
+    (`sft.corpus_loss`: report-sft-corpus_loss.svg; a series named by a stage never names a path), a digest added
+    when the name is long or another series already took it."""
+    file = f"report-{_UNSAFE_FILE.sub('-', name)}.svg"
+    if file in taken or len(file) > 120:
+        file = f"{file[:100]}-{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:12]}.svg"
     return file
 
 

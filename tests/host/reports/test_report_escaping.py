@@ -36,7 +36,7 @@ def _hostile_run(folder: Path) -> str:
     state = {"engine": "echo", "status": "completed", "id": "r1", "spec_name": f"capitals {SCRIPT}",
              "stages": {"train": {"state": "completed", "seconds": 1.0}}}
     tally = Tally(metrics=metrics, answers=answers, notes=[f"a note {SCRIPT}"],
-                  series={f"train.loss{SCRIPT}": [[0, 2.0], [1, 1.0]]},
+                  series={f"train.loss{SCRIPT}": [[0, 2.0], [1, 1.0]], "sft.corpus_loss": [[0, 2.0], [1, 1.0]]},
                   held_out_sides={"baseline": "baseline", "candidate": "candidate"})
     ending = Ending(COMPLETED, state, Path("spec.json"), folder, tally, eval_rows=rows)
     write_report(folder, build_report(ending), tally.series)
@@ -58,3 +58,6 @@ def test_every_text_in_report_md_and_report_html_is_escaped(tmp_path):
     # shown as text, once escaped (never `&amp;lt;`): what the spec said is what a reader sees
     assert f"capitals {SCRIPT}" in shown and f"Capital of {SCRIPT}?" in shown and "&lt;" not in shown
     assert f'{IMAGE} | </td>' in shown and f"a note {SCRIPT}" in shown
+    # each chart a file of the run folder, named from the series with every other character made `-`
+    assert sorted(p.name for p in tmp_path.glob("*.svg")) == ["report-sft-corpus_loss.svg",
+                                                              "report-train-loss-script-alert-1---script-.svg"]
