@@ -129,10 +129,15 @@ def test_skip_call_without_reason():
 '''
 
 
+def judge(folder: Path, source: str) -> dict[str, list[str]]:
+    """problems() of each test of `source`, written as folder/test_sample.py beside a support module that asserts."""
+    (folder / "test_sample.py").write_text(source)
+    (folder / "sample_support.py").write_text("def check_answer(value):\n    assert value == 2\n")
+    return {name: problems(folder / "test_sample.py", name, ()) for name in collected_tests(source)}
+
+
 def test_the_rules_refuse_a_test_that_returns_early_asserts_nothing_or_skips_without_a_reason(tmp_path):
-    (tmp_path / "test_sample.py").write_text(SAMPLE)
-    (tmp_path / "sample_support.py").write_text("def check_answer(value):\n    assert value == 2\n")
-    judged = {name: problems(tmp_path / "test_sample.py", name, ()) for name in collected_tests(SAMPLE)}
+    judged = judge(tmp_path, SAMPLE)
     fine = {name for name, why in judged.items() if not why}
     assert fine == {"test_asserts", "test_raises", "test_through_a_local_helper", "test_through_a_support_module",
                     "test_through_an_assert_call", "test_skip_with_reason", "test_skipif_with_reason"}, judged
@@ -166,3 +171,103 @@ def test_collection_names_what_pytest_does_not_collect_and_skips_without_a_reaso
                          "test_collected.py::test_skipif_here: skipped on this machine without a reason"], found
     assert found[2].startswith("test_broken.py::test_never: not collected by pytest here failed: ")
     assert "no_such_module_here" in found[2] and len(found) == 3, found
+
+
+HIDDEN = '''
+import pytest
+from sample_support import check_answer
+
+def _soft(value):
+    try:
+        assert value == 2
+    except AssertionError:
+        pass
+
+def test_swallowed():
+    try:
+        assert 1 == 2
+    except AssertionError:
+        pass
+def test_swallowed_helper_by_exception():
+    try:
+        check_answer(3)
+    except (KeyError, Exception):
+        print("never mind")
+def test_bare_except():
+    try:
+        assert False
+    except:
+        pass
+def test_through_a_soft_helper(): _soft(3)
+def test_kept_and_asserted_later():
+    failures = []
+    try:
+        assert 1 == 2
+    except AssertionError as exc:
+        failures.append(exc)
+    assert not failures
+def test_reraised():
+    try:
+        assert 1 == 1
+    except AssertionError:
+        print("context")
+        raise
+def test_another_exception_is_fine():
+    try:
+        assert 1 == 1
+    except OSError:
+        pass
+def test_never_taken():
+    if False:
+        assert 1 == 2
+def test_after_a_skip():
+    pytest.skip("not yet")
+    assert 1 == 2
+def test_loop_over_nothing():
+    for value in []:
+        assert value
+def test_constant_while():
+    while not 1:
+        check_answer(2)
+def test_else_of_true():
+    if True:
+        print(1)
+    else:
+        assert 1 == 2
+def test_one_live_one_dead():
+    assert 1 == 1
+    if 0:
+        assert 1 == 2
+def test_after_both_branches_end():
+    if 1 + 1 == 2:
+        raise RuntimeError("x")
+    else:
+        raise ValueError("y")
+    assert 1 == 2
+def test_a_live_branch_counts():
+    value = 1 + 1
+    if value == 2:
+        assert value
+'''
+
+
+def test_an_assertion_swallowed_or_in_a_branch_never_taken_does_not_count_and_is_named(tmp_path):
+    judged = judge(tmp_path, HIDDEN)
+    fine = {name for name, why in judged.items() if not why}
+    assert fine == {"test_kept_and_asserted_later", "test_reraised", "test_another_exception_is_fine",
+                    "test_a_live_branch_counts"}, judged
+    nothing = "asserts nothing (no assert, pytest.raises, assert* call or helper that asserts)"
+    for name, why in (("test_swallowed", "swallowed: line 14's `except AssertionError`"),
+                      ("test_swallowed_helper_by_exception", "swallowed: line 19's `except (KeyError, Exception)`"),
+                      ("test_bare_except", "swallowed: line 24's `except`"),
+                      ("test_never_taken", "never taken: line 46's condition is constant"),
+                      ("test_after_a_skip", "never reached: line 49 always ends its block"),
+                      ("test_loop_over_nothing", "never taken: line 52 loops over an empty literal"),
+                      ("test_constant_while", "never taken: line 55's condition is constant"),
+                      ("test_else_of_true", "never taken: line 58's condition is constant"),
+                      ("test_after_both_branches_end", "never reached: line 67 always ends its block")):
+        assert len(judged[name]) == 2 and why in judged[name][0] and judged[name][1] == nothing, (name, judged[name])
+        assert judged[name][0].startswith("line ") and "can never fail the test" in judged[name][0]
+    assert judged["test_through_a_soft_helper"] == [nothing]  # a helper's swallowed assert does not count
+    (one,) = judged["test_one_live_one_dead"]  # named, though a live assert backs the test
+    assert one.startswith("line 65: ") and "condition is constant" in one, one

@@ -10,7 +10,8 @@ file whose last lines are shown when it fails. `--url` talks to a server already
 
 `Conversation` keeps the turns: each line is sent with every earlier user and assistant turn to
 `/v1/chat/completions` (the server puts the spec's system message first, as it does for every request);
-an HTTP error leaves the conversation as it was. Requests go straight to the server (proxy variables not used).
+an HTTP error leaves the conversation as it was. Requests go straight to the server (proxy variables not used),
+and a redirect is never followed (exit 2 naming where it pointed): the API key goes to the address given only.
 """
 
 from __future__ import annotations
@@ -62,8 +63,17 @@ def base_url(url: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is refused, never followed: the API key goes to the address given and nowhere else."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001 (urllib's signature)
+        raise ChatError(f"{clean(req.full_url)} answered {code} redirecting to {clean(str(newurl))[:300]}; tt chat "
+                        "follows no redirect (the API key is sent to the address given only): give --url the "
+                        "server's own address")
+
+
 def _open(request: urllib.request.Request, timeout: float) -> Any:
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
     with opener.open(request, timeout=timeout) as response:
         return json.loads(response.read())
 

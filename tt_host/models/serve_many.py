@@ -6,23 +6,28 @@ models of a kind served on its base (`SERVE_ON_BASE`) (a model served on its own
 same base: the same base name, revision and content fingerprint as recorded in their manifests (verified
 files); any other is refused (exit 2) naming it and the base it was trained on. The server gets each as a
 `ServedModel` pinned by the sha256 of its artifact-manifest.json, and answers its admin endpoint by
-asking this process (`answer`), which resolves among registered models only, with the same checks.
+asking this process (`answer`), which resolves among registered models only, with the same checks: a client's
+name is a name (never a path, never looked up on the file system) and a prefix is looked up on the server's base
+only, so an answer names only what the client named.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+import re
+from typing import Any, Optional
 
 from tt_host.engine import SERVE_ON_BASE
 from tt_host.errors import TTError
-from tt_host.models import activation, registry
+from tt_host import ids
+from tt_host.models import activation, prefixes, registry
 from tt_host.models.references import ModelRefError, ResolvedModel, registered_id, resolve_active, resolve_registered
 from tt_host.terminal import clean
 from tt_stagekit.contract import ServedModel
 
 MAX_MODELS = 1024
 MAX_LINE = 1000
+CLIENT_NAME = re.compile(ids.MODEL_ID.pattern + r"(?:@[0-9]{1,9})?")  # what the admin endpoint takes
 
 
 class ManyError(TTError):
@@ -78,6 +83,11 @@ def served_model(reference: str) -> tuple[ResolvedModel, ServedModel]:
     if Path(reference).expanduser().exists() and reference not in ("active",):
         raise ModelRefError(f"{reference!r} is a folder; a multi-model server takes registered model ids only "
                             "(`tt models list`), so every model it serves is a pinned version")
+    return _registered(reference)
+
+
+def _registered(reference: str) -> tuple[ResolvedModel, ServedModel]:
+    """served_model without its look at the file system (the admin endpoint's names are names, never paths)."""
     if reference == "active":  # the active version (not its id's latest), verified against what was activated
         state = activation.current()
         if state["model"] is None:
@@ -124,12 +134,25 @@ def check_one_base(models: list[ResolvedModel], wheres: list[str]) -> None:
 
 def answer(event: dict[str, Any], base: tuple) -> dict[str, Any]:
     """The host's answer to the server's `model_request` event (its admin endpoint): the registered
-    model it names, verified and on the served base, or an error with its HTTP status."""
+    model it names, verified and on the served base, or an error with its HTTP status.
+
+    The client's name is a name: a model id, or a unique prefix of one, optionally `@n` (`CLIENT_NAME`);
+    anything else (a path, `~`, a space) is refused alike, before any look at the file system, so an answer
+    never tells which host paths exist. A prefix is looked up among the models on this server's base only, and
+    an answer names no registered id but the one the client gave or the ids its prefix begins on this base."""
     ref, reference = event.get("ref"), event.get("model")
-    if not isinstance(reference, str) or not reference or reference == "active":
-        return {"ref": ref, "error": "give a registered model id or ID@n", "status": 400}
+    if not isinstance(reference, str) or not CLIENT_NAME.fullmatch(reference):
+        return {"ref": ref, "error": "give a registered model id, a unique prefix of one or ID@n (a name, never a "
+                                     "path; `tt models list` on the host)", "status": 400}
     try:
-        model, served = served_model(reference)
+        named = _on_base(reference, base)
+    except TTError as exc:  # an ambiguous prefix (the ids it begins on this base), a bad version
+        return {"ref": ref, "error": clean(str(exc)), "status": 400}
+    if named is None:
+        return {"ref": ref, "error": f"no registered model {reference!r} on this server's base; see `tt models "
+                                     "list` on the host", "status": 404}
+    try:
+        model, served = _registered(named)
     except ModelRefError as exc:
         return {"ref": ref, "error": clean(str(exc)), "status": 404 if exc.exit_code == 2 else 422}
     except TTError as exc:
@@ -140,3 +163,20 @@ def answer(event: dict[str, Any], base: tuple) -> dict[str, Any]:
     return {"ref": ref, "model": {"name": served.name, "path": served.path, "version": served.version,
                                   "manifest_sha256": served.manifest_sha256,
                                   "system_message": served.system_message}}
+
+
+def _on_base(reference: str, base: tuple) -> Optional[str]:
+    """The registered id (with its `@n`) a client's name gives: the id itself whatever its base (the client
+    named it), else the one id on `base` it begins (AmbiguousPrefix lists those only); None when none."""
+    name, at, number = reference.partition("@")
+    if registry.get_model(name) is not None:
+        return reference
+    on_base = [entry["id"] for entry in registry.list_models(problems=[]) if _entry_base(entry) == base]
+    picked = prefixes.pick(name, on_base, "model")
+    return None if picked is None else picked + at + number
+
+
+def _entry_base(entry: dict[str, Any]) -> tuple:
+    """base_key of a registry entry (its manifest's base_model, recorded at registration)."""
+    base = entry.get("base_model") if isinstance(entry.get("base_model"), dict) else {}
+    return (base.get("name"), base.get("revision"), base.get("fingerprint"))

@@ -24,7 +24,9 @@ predictions, and every series a stage returned as an SVG chart written next to i
 
 from __future__ import annotations
 
+import hashlib
 import html
+import re
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +35,12 @@ from tt_host.evaluation.tuning_gate import tuning_section
 from tt_host.fsutil import write_json_atomic, write_text_atomic
 from tt_host.reports.charts import svg_chart, wrong_way
 from tt_host.reports.ending import RESUMABLE, Ending, resume_command
-from tt_host.reports.verdict import markdown_table, prediction_rows, verdict_line
+from tt_host.reports.verdict import cell, clean, markdown_table, prediction_rows, verdict_line
 from tt_host.runlayout import REPORT_JSON, REPORT_MD
 from tt_stagekit.sides import BASELINE_SIDE, CANDIDATE_SIDE, EVALUATING_SIDES, SFT_SIDE
+
+_UNSAFE_FILE = re.compile(r"[^A-Za-z0-9_-]")
+TEXT_CHARS = 1000  # a report.md line's text is cut here (report.json keeps it whole)
 
 
 def build_report(ending: Ending) -> dict[str, Any]:
@@ -83,9 +88,20 @@ def _wrong_ways(series: dict[str, list]) -> dict[str, str | None]:
 
 
 def _fmt(value: Any) -> str:
+    """A table cell: a number as such, any other value a report.md text (tt_host.reports.verdict.cell)."""
     if isinstance(value, float):
         return f"{value:.4g}"
-    return html.escape(str(value))
+    return cell(value, TEXT_CHARS)
+
+
+def _text(value: Any) -> str:
+    """A line's text (not a cell): one line, control characters dropped, HTML-escaped."""
+    return html.escape(clean(value, TEXT_CHARS), quote=False)
+
+
+def _code(value: Any) -> str:
+    """A `code` span's text: one line, control characters dropped, no backtick to end the span early."""
+    return "`" + clean(value, TEXT_CHARS).replace("`", "'") + "`"
 
 
 def _paired(report: dict[str, Any]) -> dict[str, Any]:
@@ -101,11 +117,11 @@ def _paired(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def render_markdown(report: dict[str, Any], charts: list[tuple[str, str]]) -> str:
-    lines = [f"# tt run {report['run_id']}", "", f"**{_fmt(report.get('verdict') or verdict_line(report))}**", ""]
+    lines = [f"# tt run {_text(report['run_id'])}", "", f"**{_text(report.get('verdict') or verdict_line(report))}**", ""]
     if (report.get("tuning") or {}).get("message"):
-        lines += [f"**{_fmt(report['tuning']['message'])}**", ""]
-    lines += [f"- spec: **{_fmt(report.get('spec_name'))}**", f"- engine: `{report['engine']}`",
-              f"- status: **{report['status']}**", ""]
+        lines += [f"**{_text(report['tuning']['message'])}**", ""]
+    lines += [f"- spec: **{_text(report.get('spec_name'))}**", f"- engine: {_code(report['engine'])}",
+              f"- status: **{_text(report['status'])}**", ""]
     metrics = _paired(report)
     # the SFT column only when an `sft` stage evaluated (held_out_sides), never for an engine's own stage named so
     sides = [s for s in EVALUATING_SIDES if s != SFT_SIDE or SFT_SIDE in (report.get("held_out_sides") or {})]
@@ -114,16 +130,16 @@ def render_markdown(report: dict[str, Any], charts: list[tuple[str, str]]) -> st
         title = "Base, SFT and final" if SFT_SIDE in sides else "Base versus tuned"
         lines += [f"## {title}", "", "| metric | " + " | ".join(sides) + " |", "|---" * (len(sides) + 1) + "|"]
         for name in names:
-            lines.append(f"| {name} | " + " | ".join(_fmt(metrics.pop(f"{side}.{name}", "—")) for side in sides) + " |")
+            lines.append(f"| {cell(name)} | " + " | ".join(_fmt(metrics.pop(f"{side}.{name}", "—")) for side in sides) + " |")
         lines.append("")
     if metrics:
         lines += ["## Metrics", "", "| metric | value |", "|---|---|"]
-        lines += [f"| {name} | {_fmt(value)} |" for name, value in metrics.items()]
+        lines += [f"| {cell(name)} | {_fmt(value)} |" for name, value in metrics.items()]
         lines.append("")
     lines += ["## Stages", "", "| stage | state | this run | seconds |", "|---|---|---|---|"]
     for name, stage in report["stages"].items():
         seconds = stage.get("seconds")
-        lines.append(f"| {name} | {stage.get('state')} | {stage.get('this_run', '')} | "
+        lines.append(f"| {cell(name)} | {cell(stage.get('state'))} | {cell(stage.get('this_run', ''))} | "
                      f"{'' if seconds is None else f'{seconds:.1f}'} |")
     lines.append("")
     if report.get("general_regression"):
@@ -134,14 +150,25 @@ def render_markdown(report: dict[str, Any], charts: list[tuple[str, str]]) -> st
     if charts:
         lines += ["## Curves", ""]
         for title, file in charts:
-            lines += [f"![{title}]({file})", ""]
-            lines += [f"- **wrong way:** {_fmt(w)}" for w in report.get("curve_warnings", []) if w.startswith(title + " ")]
+            lines += [f"![{cell(title)}]({file})", ""]
+            lines += [f"- **wrong way:** {_text(w)}" for w in report.get("curve_warnings", []) if w.startswith(title + " ")]
         lines.append("")
     if report.get("notes"):
-        lines += ["## Notes", ""] + [f"- {html.escape(n)}" for n in report["notes"]] + [""]
+        lines += ["## Notes", ""] + [f"- {_text(n)}" for n in report["notes"]] + [""]
     if report.get("models"):
-        lines += ["## Models", ""] + [f"- `{m['id']}` ({m['kind']}): `{m['path']}`" for m in report["models"]] + [""]
+        lines += ["## Models", ""] + [f"- {_code(m['id'])} ({_text(m['kind'])}): {_code(m['path'])}"
+                                        for m in report["models"]] + [""]
     return "\n".join(lines)
+
+
+def _chart_file(name: str, taken: dict[str, str]) -> str:
+    """A series' SVG file name: `report-<name>.svg`, each character but an ASCII letter, digit, `_` or `-` made `-`
+    (`sft.corpus_loss`: report-sft-corpus_loss.svg; a series named by a stage never names a path), a digest added
+    when the name is long or another series already took it."""
+    file = f"report-{_UNSAFE_FILE.sub('-', name)}.svg"
+    if file in taken or len(file) > 120:
+        file = f"{file[:100]}-{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:12]}.svg"
+    return file
 
 
 def write_report(run_path: Path, report: dict[str, Any], series: dict[str, list]) -> None:
@@ -151,7 +178,7 @@ def write_report(run_path: Path, report: dict[str, Any], series: dict[str, list]
 
     charts, svgs = [], {}
     for name, warning in _wrong_ways(series).items():
-        file = f"report-{name.replace('.', '-')}.svg"
+        file = _chart_file(name, svgs)
         svgs[file] = svg_chart(name, series[name], warning)
         write_text_atomic(run_path / file, svgs[file])
         charts.append((name, file))

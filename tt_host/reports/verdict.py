@@ -13,11 +13,14 @@ when the run scored with graders; the count stays exact match, comparable with e
 
 `clean` makes a text safe for a terminal, a Markdown table cell and an HTML cell: the characters a terminal
 acts on dropped (tt_host.terminal.UNSAFE, tt's one control-character rule), tabs dropped and new lines shown as
-⏎ (one line), long texts cut with an ellipsis.
+⏎ (one line), long texts cut with an ellipsis. `cell` is a report.md text: `clean`, then HTML-escaped (a prompt's
+`<script>` is text in every Markdown viewer, never markup) with `|` escaped for a table; every text report.md
+takes from a spec, a dataset, a model or an engine goes through it.
 """
 
 from __future__ import annotations
 
+import html
 from typing import Any, Optional
 
 from tt_host.evaluation.scoring import exact_match, guarded
@@ -33,6 +36,11 @@ def clean(text: Any, limit: int = CELL_CHARS) -> str:
     """One line of printable text, at most `limit` characters (an ellipsis marks a cut)."""
     shown = UNSAFE.sub("", "" if text is None else str(text)).replace("\t", "").replace("\n", " ⏎ ")
     return shown if len(shown) <= limit else shown[: limit - 1] + "…"
+
+
+def cell(text: Any, limit: int = CELL_CHARS) -> str:
+    """`clean(text, limit)` as report.md writes it: HTML-escaped and `|` escaped (one table cell)."""
+    return html.escape(clean(text, limit), quote=False).replace("|", "\\|")
 
 
 def prediction_rows(eval_rows: list[dict], answers: dict[str, dict[str, str]],
@@ -130,7 +138,7 @@ def markdown_table(rows: list[dict[str, Any]], limit: int = 100) -> list[str]:
     lines = ["## Held-out predictions", "", "| # | prompt | reference | " + " | ".join(heads[s] for s in sides) + " | pass |"
              + (" graders (base → tuned) |" if graded else ""), "|---" * (len(sides) + 4) + "|" + ("---|" if graded else "")]
     for number, row in enumerate(rows[:limit], 1):
-        cells = [clean(row.get(k)).replace("|", "\\|") if row.get(k) is not None else "—"
+        cells = [cell(row.get(k)) if row.get(k) is not None else "—"
                  for k in ("prompt", "reference", *sides)]
         verdict = {True: "pass", False: "FAIL", None: "—"}[row.get("pass")]
         lines.append(f"| {number} | " + " | ".join(cells) + f" | {verdict} |" + (f" {_scores(row)} |" if graded else ""))

@@ -8,11 +8,15 @@ first has finished. A folder the opening made, in which no run was created, is r
 
 What an unfinished creation leaves (the lock, an empty logs/, spec.json, their temp files: a run killed
 or out of disk before run.json existed) is not "foreign": the next `--resume` creates the run over it.
+Once the lock is held, the temp files a killed tt left beside the run's own records (`.run.json.*.tmp`,
+`.spec.json.*.tmp`, the reports': an atomic write killed before its rename) are removed (`sweep_temp_files`):
+no writer of them can be running then, so a resumed run leaves none behind.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import stat
 from contextlib import contextmanager
 from pathlib import Path
@@ -65,6 +69,25 @@ def _creation_leftover(entry: os.DirEntry) -> bool:
                                    for name in (runlayout.SPEC_JSON, runlayout.RUN_JSON))
 
 
+_TEMP = re.compile(r"\.(?:run\.json|spec\.json|report\.json|report\.md|report\.html|report-[a-z0-9-]+\.svg)"
+                   r"\.[A-Za-z0-9_]+\.tmp")  # tt_stagekit.files.atomic_file's temp names for the run's records
+
+
+def sweep_temp_files(path: Path) -> None:
+    """Remove the temp files of atomic writes killed before their rename from the run folder `path` (regular
+    files only: a link is never followed nor removed). Call it only under the run's lock."""
+    try:
+        with os.scandir(path) as entries:
+            stale = [e.path for e in entries if _TEMP.fullmatch(e.name) and e.is_file(follow_symlinks=False)]
+    except OSError:
+        return
+    for file in stale:
+        try:
+            os.unlink(file)
+        except FileNotFoundError:
+            pass
+
+
 def _fresh(path: Path) -> bool:
     """An empty folder, or one holding only what an unfinished creation leaves (`_creation_leftover`)."""
     if not path.is_dir():
@@ -115,6 +138,7 @@ def open_run(run: RunDir, wait_seconds: float = 0.0, on_wait: Optional[Callable[
     made = made or not run.path.exists()  # made: the folder was claimed for this run (claim_new_run_dir)
     run.lock(wait_seconds, on_wait)  # waits only for the stages of a dead tt (RunDir.lock)
     try:
+        sweep_temp_files(run.path)
         existed = run.exists()
         if not existed:
             refuse_foreign(run)  # decided again under the lock

@@ -7,6 +7,12 @@
 - **Alpaca**: `{"instruction": "...", "input": "...", "output": "..."}`: the user turn is the instruction,
   followed by a blank line and the input when the input is not empty; the answer is the output.
 
+A row's `history`, `system` or `tools` key (LLaMA-Factory's extensions of both formats: earlier turns as
+[instruction, answer] pairs, a system prompt of its own, tool definitions) is refused naming the row, unless it is
+empty: those keys carry turns and context whose shape differs between tools, a row's own system prompt would
+differ from the run's one system message, and tt trains no tool calls, so mapping any of them would guess, and
+dropping them would train on a conversation the row did not hold. The refusal says how to write the row instead.
+
 `detect` names a row's format; `to_messages` maps one (tt_stagekit.chatrows.normalize_row uses it, so the
 adapter's datasets and the foundation's `sft_datasets` take both); `refusal` is the message of a reader
 that takes only `messages` rows (the general-regression set): the format, and how to write it instead.
@@ -23,6 +29,9 @@ FORMAT_KEYS = ("conversations",) + ALPACA_KEYS
 SHAREGPT_MAPPING = ("ShareGPT rows map as conversations[].from human|user → user, gpt|assistant|chatgpt|model → "
                     "assistant, system → system, and value → content")
 ALPACA_MAPPING = "alpaca rows map as instruction (+ a blank line + input, when not empty) → user, output → assistant"
+CARRIED = ("history", "system", "tools")  # keys that carry turns or context; refused unless empty
+CARRIED_WHY = {"history": "earlier turns", "system": "a system prompt of the row's own",
+               "tools": "tool definitions (tt trains no tool calls)"}
 
 
 def detect(row: dict) -> Optional[str]:
@@ -59,8 +68,15 @@ def to_messages(row: dict, where: str, error: type[Exception]) -> list[dict[str,
     if "messages" in row or "prompt" in row or "completion" in row:
         raise error(f"{where}: a row in one format only: 'messages', 'prompt' + 'completion', ShareGPT "
                     "'conversations' or alpaca 'instruction'/'input'/'output'")
-    if detect(row) == "sharegpt":
-        what = "a ShareGPT row ('conversations' with 'from'/'value')"
+    kind = detect(row)
+    what = ("a ShareGPT row ('conversations' with 'from'/'value')" if kind == "sharegpt"
+            else "an alpaca row (instruction/input/output)")
+    for key in CARRIED:
+        if row.get(key) not in (None, "", [], {}):
+            raise error(f"{where}: {what}: {key!r} holds {CARRIED_WHY[key]}, which tt does not map (its shape "
+                        "differs between tools) and never drops; write the row as 'messages' (a leading system "
+                        "message, if any, must be the spec's), or remove the key")
+    if kind == "sharegpt":
         turns = row["conversations"]
         if not isinstance(turns, list) or not turns:
             raise error(f"{where}: {what}: 'conversations' must be a non-empty list")
@@ -75,7 +91,6 @@ def to_messages(row: dict, where: str, error: type[Exception]) -> list[dict[str,
                             f"{SHAREGPT_MAPPING} (write other turns as 'messages' rows)")
             messages.append({"role": role, "content": turn["value"]})
         return messages
-    what = "an alpaca row (instruction/input/output)"
     instruction = _text(row, "instruction", where, what, error)
     extra = _text(row, "input", where, what, error, required=False)
     output = _text(row, "output", where, what, error)

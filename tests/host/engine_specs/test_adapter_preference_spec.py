@@ -56,6 +56,23 @@ def test_a_pairs_file_holding_an_example_prompt_is_refused_naming_file_and_line(
     assert code == 0, out
 
 
+def test_a_pairs_file_holding_the_exact_prompt_of_an_example_written_as_people_write_is_refused(tt, tmp_path):
+    """Examples with capitals and a question mark (their key differs from their text): the exact prompt, and its
+    twin, are each refused naming file:line; both sides of the comparison are normalized."""
+    folder = tmp_path / "exact"
+    spec = json.loads(_spec(folder, pairs="pairs.jsonl").read_text())
+    spec["examples"] = [{"input": f"Is review number {i} positive?", "output": "yes" if i % 2 else "no"}
+                        for i in range(8)]
+    path = write_spec(folder, spec)
+    for prompt in ("Is review number 5 positive?", "is REVIEW number 5 positive"):
+        (folder / "pairs.jsonl").write_text(
+            json.dumps({"prompt": "a review of its own", "chosen": "yes", "rejected": "no"}) + "\n"
+            + json.dumps({"prompt": prompt, "chosen": "yes", "rejected": "no"}) + "\n")
+        code, out = tt.json("validate", path)
+        text = json.dumps(out)
+        assert code == 2 and f"{folder / 'pairs.jsonl'}:2" in text and "examples[5].input" in text, (prompt, out)
+
+
 def test_a_bad_pairs_line_is_refused_naming_it(tt, tmp_path):
     folder = tmp_path / "bad"
     folder.mkdir()

@@ -76,3 +76,49 @@ def test_models_trained_on_another_base_name_revision_or_fingerprint_are_each_na
                         ("other-name", "list.txt:5")]:
         assert f"{name} ({where}) is trained on" in message
     assert "bbbbbbbbbbbb" in message and "at c0ffee" in message and "\x1b" not in message
+
+
+def test_the_admin_endpoint_takes_a_name_never_a_path_and_names_only_what_it_was_given(tmp_path, monkeypatch):
+    """`POST /admin/adapters`' model, as the host answers it (serve_many.answer): a path is refused alike
+    whether it exists or not (an answer never tells which host paths exist), a name that is a folder in the
+    server's folder is just a name, and a prefix is looked up on the server's base only: an answer never lists
+    a registered id on another base the client did not name."""
+    import json
+
+    from tt_host.models.serve_many import answer
+
+    home, here = tmp_path / "tt-home", tmp_path / "here"
+    (home / "models").mkdir(parents=True)
+    (here / "secret-project").mkdir(parents=True)
+    monkeypatch.setenv("TT_HOME", str(home))
+    monkeypatch.chdir(here)
+    base_a = {"name": "org/base-a", "revision": None, "fingerprint": "a" * 64}
+    base_b = {"name": "org/base-b", "revision": None, "fingerprint": "b" * 64}
+    for model_id, base in (("alpha-on-a", base_a), ("alpha-on-b", base_b), ("alpha-two-b", base_b),
+                           ("zeta-on-b", base_b)):
+        (home / "models" / f"{model_id}.json").write_text(json.dumps(
+            {"id": model_id, "kind": "lora", "engine": "adapter", "path": str(tmp_path / "gone" / model_id),
+             "base_model": base, "manifest_sha256": "0" * 64}))
+    on_a = ("org/base-a", None, "a" * 64)
+
+    def said(name: str) -> tuple[int, str]:
+        reply = answer({"ref": 1, "model": name}, on_a)
+        assert "model" not in reply, reply
+        return reply["status"], reply["error"]
+
+    refused = said("/no/such/folder")
+    assert refused[0] == 400 and "never a path" in refused[1], refused
+    for name in ("/etc", "/etc/passwd", str(here), "~", "~/.ssh", "../here", "./secret-project", "a b", "", "Alpha"):
+        assert said(name) == refused, name  # existing or not, the same words: nothing told
+    missing, folder = said("no-such-project"), said("secret-project")
+    assert missing[0] == 404 and folder == (404, missing[1].replace("no-such-project", "secret-project")), folder
+    status, error = said("zeta")  # begins only a model on another base: not found, never named
+    assert status == 404 and "zeta-on-b" not in error, error
+    status, error = said("alpha")  # one id on this base begins it; the other base's are never named
+    assert "alpha-on-a" in error and "-on-b" not in error and "two-b" not in error, error
+    on_b = ("org/base-b", None, "b" * 64)
+    reply = answer({"ref": 2, "model": "alpha"}, on_b)  # ambiguous on base b: its ids listed, never base a's
+    assert reply["status"] == 400 and "alpha-on-b" in reply["error"] and "alpha-two-b" in reply["error"], reply
+    assert "alpha-on-a" not in reply["error"], reply
+    status, error = said("zeta-on-b")  # the client named it: it is found (and then refused on its own merits)
+    assert "zeta-on-b" in error and "no registered model" not in error, error

@@ -100,3 +100,49 @@ def test_url_talks_to_a_running_server_and_refusals_exit_2(tt, tmp_path):
                            (("chat", model, "--api-key-file", "k"), "goes with --url")):
         done = tt(*args, input="hi\n", timeout=120)
         assert done.returncode == 2 and expected in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)
+
+
+def test_url_never_follows_a_redirect_so_the_api_key_stays_with_the_address_given(tt):
+    """A server at --url that redirects (to another port: another origin) gets the key it was given; the other
+    address never hears from tt chat, whatever the redirect's code."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    heard: list[tuple[str, str]] = []
+
+    class Elsewhere(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            heard.append((self.path, self.headers.get("Authorization") or ""))
+            body = json.dumps({"data": [{"id": "stolen"}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    elsewhere = ThreadingHTTPServer(("127.0.0.1", 0), Elsewhere)
+    code = [0]
+
+    class Redirecting(Elsewhere):
+        def do_GET(self):  # noqa: N802
+            self.send_response(code[0])
+            self.send_header("Location", f"http://127.0.0.1:{elsewhere.server_port}{self.path}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    redirecting = ThreadingHTTPServer(("127.0.0.1", 0), Redirecting)
+    for server in (elsewhere, redirecting):
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        for code[0] in (301, 302, 307, 308):
+            done = TT({**tt.env, "TT_API_KEY": "a-key-of-sixteen-or-more"}, tt.cwd)(
+                "chat", "--url", f"http://127.0.0.1:{redirecting.server_port}", input="hi\n", timeout=120)
+            assert done.returncode == 2 and f"answered {code[0]} redirecting to" in done.stderr, done.stderr
+            assert "follows no redirect" in done.stderr and "Traceback" not in done.stderr, done.stderr
+        assert heard == [], heard  # never asked: neither the key nor the request went there
+    finally:
+        for server in (elsewhere, redirecting):
+            server.shutdown()
+            server.server_close()

@@ -183,3 +183,16 @@ def test_the_shipped_vocabularies_speak_the_contract_and_a_foreign_word_is_named
         "steps: 'distill' is no step kind or evaluator of the from-scratch vocabulary",
         "settings.pretrain: 'width' is no `with` key of a pretrain step",
         "settings: 'merge' is no step kind of the from-scratch vocabulary"]
+
+
+def test_set_reaches_the_spec_a_pipeline_document_runs_and_plans(tt, tmp_path):
+    """`tt pipeline run -f DOC --set KEY=VALUE` trains with the override (the frozen spec.json records it) and
+    `tt pipeline plan -f DOC --set` refuses a bad one naming the key, exit 2: a document never drops them."""
+    write_spec(tmp_path, echo_spec(steps=2, baseline=True))
+    run = tmp_path / "run"
+    code, out = run_pipeline(tt, tmp_path, doc(TRAIN, CANDIDATE), "--set", "echo.steps=4", "--resume", run)
+    assert code == 0 and out["report"]["metrics"]["train.steps"] == 4, out
+    assert json.loads((run / "spec.json").read_text())["echo"]["steps"] == 4
+    code, out = tt.json("pipeline", "plan", "-f", tmp_path / "tunedtensor.pipeline.json", "--spec",
+                        tmp_path / "tunedtensor.json", "--set", "echo.steps=0")
+    assert code == 2 and "echo.steps" in json.dumps(out), out

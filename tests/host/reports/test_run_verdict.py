@@ -127,3 +127,32 @@ def test_the_verdict_reads_a_side_scored_under_its_stage_name_and_names_the_gate
                                     "general-regression gate failed · predictions: tt runs report r2 "
                                     "(report.md, report.html)")
     assert verdict_line({"run_id": "r3", "metrics": {}}).startswith("no held-out score")
+
+
+def test_the_verdict_and_the_table_keep_base_and_tuned_grader_scores_apart(tmp_path):
+    """Base and tuned answers that score differently (a wrong base, a half-right and a right tuned answer): the
+    verdict, each prediction's `grader_score` and report.md's graders column say base → tuned in that order."""
+    from tt_host.evaluation.scoring import score
+    from tt_stagekit.graders import from_spec
+
+    examples = [{"input": f"Capital of country {i}?", "output": f"City {i}"} for i in range(3)]
+    graders = from_spec({"examples": examples, "evaluation": {"graders": [{"kind": "exact"}, {"kind": "number"}]}})
+    rows = [{"id": f"e{i}", "messages": [{"role": "user", "content": e["input"]},
+                                         {"role": "assistant", "content": e["output"]}]} for i, e in enumerate(examples)]
+    answers = {"baseline": {"e0": "Town", "e1": "Town", "e2": "City 2"},
+               "candidate": {"e0": "City 0", "e1": "Town 1", "e2": "City 2"}}
+    references = {row["id"]: row["messages"][-1]["content"] for row in rows}
+    metrics = {**score(answers["baseline"], references, "baseline", graders),
+               **score(answers["candidate"], references, "candidate", graders)}
+    state = {"engine": "echo", "status": "completed", "id": "r4", "stages": {}}
+    tally = Tally(metrics=metrics, answers=answers, held_out_sides={"baseline": "baseline", "candidate": "candidate"})
+    report = build_report(Ending(COMPLETED, state, Path("spec.json"), tmp_path, tally, eval_rows=rows,
+                                 graders=graders))
+    # base: 0, 0, 1 (both graders); tuned: 1, 0.5 (the number matches, the text not), 1
+    assert report["verdict"].startswith("held-out exact match 1/3 → 2/3 · grader score 0.33 → 0.83 · "), report
+    assert [row["grader_score"] for row in report["predictions"]] == [
+        {"baseline": 0.0, "candidate": 1.0}, {"baseline": 0.0, "candidate": 0.5},
+        {"baseline": 1.0, "candidate": 1.0}]
+    write_report(tmp_path, report, {})
+    table = [line for line in (tmp_path / "report.md").read_text().splitlines() if line.startswith("| 2 |")]
+    assert table and table[0].endswith("| FAIL | 0.00 → 0.50 |"), table

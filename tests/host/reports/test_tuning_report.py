@@ -84,3 +84,19 @@ def test_an_engines_own_stage_named_sft_is_not_the_sft_side(tmp_path):
     assert "1/10 → 6/10" in saved["verdict"] and "(SFT)" not in saved["verdict"], saved["verdict"]
     text = (tmp_path / "report.md").read_text()
     assert "## Base versus tuned" in text and "| exact_match | 0.1 | 0.6 |" in text, text
+
+
+def test_a_final_model_worse_than_sft_fails_activation_behind_gates_that_passed(tmp_path):
+    """The worse-than-SFT check is not a fallback for a spec without gates: a passing general-regression and
+    benchmark gate do not let the final model through (`tt models activate` needs --force)."""
+    _write(tmp_path, _report(0.8, 0.5))
+    saved = json.loads((tmp_path / "report.json").read_text())  # the gates' sections as a run records them
+    saved["general_regression"] = {"status": "passed", "failures": [], "dataset": "general.jsonl"}
+    saved["benchmarks"] = {"status": "passed", "failures": []}
+    (tmp_path / "report.json").write_text(json.dumps(saved))
+    gate = gate_of({"run_dir": str(tmp_path)})
+    assert gate["status"] == "failed" and "WORSE than SFT" in gate["reason"], gate
+    assert any("WORSE than SFT" in failure for failure in gate["failures"]), gate
+    saved["tuning"]["worse_than_sft"] = False  # the same gates, a final model as good as SFT: they decide
+    (tmp_path / "report.json").write_text(json.dumps(saved))
+    assert gate_of({"run_dir": str(tmp_path)})["status"] == "passed"

@@ -119,3 +119,26 @@ def test_a_kill_at_a_rename_of_run_folder_creation_leaves_nothing_a_resume_refus
     assert run.exists() and not (run / "run.json").exists(), sorted(p.name for p in run.iterdir())
     code, out = tt.json("run", spec, "--resume", run)
     assert code == 0 and out["status"] == "completed", out
+    assert not [p.name for p in run.iterdir() if p.name.endswith(".tmp")], sorted(p.name for p in run.iterdir())
+
+
+def test_a_resume_removes_the_temp_files_a_killed_write_left_and_never_follows_a_link(tt, tmp_path):
+    """A run killed between an atomic write's temp file and its rename (run.json, spec.json, the reports) leaves
+    `.NAME.*.tmp`; the next `--resume` removes each under the run's lock. A planted link with such a name is
+    neither followed nor removed, and a file of another name is left alone."""
+    spec, run = write_spec(tmp_path / "s", echo_spec(steps=2)), tmp_path / "run"
+    code, out = tt.json("run", spec, "--resume", run)
+    assert code == 0, out
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    stale = [".run.json.k1ll3d_x.tmp", ".spec.json.abc123de.tmp", ".report.md.zz9_0000.tmp",
+             ".report-train-loss.svg.q1w2e3r4.tmp"]
+    for name in stale:
+        (run / name).write_text("{")
+    (run / ".run.json.linked00.tmp").symlink_to(victim)
+    (run / "notes.tmp").write_text("mine")
+    code, out = tt.json("run", spec, "--resume", run)
+    assert code == 0 and out["status"] == "completed", out
+    left = sorted(p.name for p in run.iterdir() if p.name.endswith(".tmp"))
+    assert left == [".run.json.linked00.tmp", "notes.tmp"], left
+    assert victim.read_text() == "keep me"

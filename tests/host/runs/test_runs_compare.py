@@ -63,6 +63,24 @@ def test_compare_reports_shared_prompts_their_metrics_and_a_leak_warning(tt, tmp
     assert "held-out prompts:" in human.stdout and "shared" in human.stdout
 
 
+def test_runs_with_different_graders_are_compared_with_the_first_runs_on_both_sides(tt, tmp_path):
+    """The first run's `exact` grader scores the echoed answers 0, the second's `number` grader 1 (the echoed
+    prompt holds the city's number): each order of `tt runs compare` scores both sides with its first run's
+    graders, and names that run."""
+    exact, number = echo_spec(), echo_spec()
+    exact["evaluation"] = {"graders": [{"kind": "exact"}]}
+    number["evaluation"] = {"graders": [{"kind": "number"}]}
+    first, second = run(tt, tmp_path / "a", exact), run(tt, tmp_path / "b", number)
+    for (one, other), score, own in (((first, second), 0.0, "exact"), ((second, first), 1.0, "number")):
+        code, data = tt.json("runs", "compare", one, other)
+        assert code == 0, data
+        part = data["held_out"]
+        assert part["graders_from"] == one.name and part["shared"] == len(held(exact, "capitals")), part
+        assert part["metrics"]["candidate.grader_score"] == [score, score], part["metrics"]
+        graded = {key for key in part["metrics"] if key.startswith("candidate.graders.")}
+        assert graded == {f"candidate.graders.{own}"}, graded
+
+
 def _constructed_run(folder: Path, general_rows: list[tuple[str, str]], answers: dict[str, str],
                      trained: list[str]) -> Path:
     """A finished run as the host leaves it on disk: run.json, spec.json with a general set, a training request

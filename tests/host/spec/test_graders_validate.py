@@ -27,6 +27,25 @@ def test_a_grader_that_fails_a_reference_is_refused_by_validate_and_run_naming_g
     assert not (tmp_path / "s" / ".tuned-tensor").exists()
 
 
+def test_a_regex_grader_failing_a_reference_is_refused_through_its_child_process_check(tt, tmp_path):
+    """A spec with a `regex` grader is checked in a child process: what the child finds is refused exactly as the
+    in-process check's (exit 2 at the grader's entry naming it and the example, nothing created), and its pass
+    rates are the ones `--json` lists."""
+    spec = echo_spec(steps=1)
+    spec["examples"][6]["output"] = "Town of six"  # no "City N": the declared pattern contradicts this example
+    spec["evaluation"] = {"graders": [{"kind": "exact"}, {"kind": "regex", "name": "city", "pattern": r"City \d+"}]}
+    path = write_spec(tmp_path / "s", spec)
+    code, out = tt.json("validate", path)
+    assert code == 2 and [e["loc"] for e in out["errors"]] == ["evaluation.graders.1"], out
+    message = out["errors"][0]["msg"]
+    assert "grader 'city' (regex)" in message and "examples.6 ('Capital of country 6?')" in message, message
+    assert "(9/10 pass)" in message, message
+    assert [(g["name"], g["reference_passed"]) for g in out["graders"]] == [("exact", 10), ("city", 9)], out
+    run = tt("run", path)
+    assert run.returncode == 2 and "grader 'city' (regex)" in run.stderr, run.stderr
+    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == ["tunedtensor.json"]
+
+
 def test_bad_grader_entries_exit_2_naming_the_field(tt, tmp_path):
     for entry, loc in (({"kind": "regex", "pattern": "(a+)+$"}, "evaluation.graders.0.pattern"),
                        ({"kind": "max_chars", "max": "10"}, "evaluation.graders.0.max"),

@@ -67,3 +67,29 @@ def test_unmappable_rows_are_refused_naming_file_line_and_format(tmp_path, row, 
 def test_the_general_set_refuses_them_naming_the_format_and_mapping(tt_in, tmp_path, row, words):
     message = general_set_refusal(tt_in, tmp_path, (json.dumps(CHAT[2]) + "\n" + json.dumps(row) + "\n").encode())
     assert "general.jsonl:2: " in message and all(word in message for word in words), message
+
+
+@pytest.mark.parametrize("row, key", [
+    ({**ALPACA, "history": [["Add 1 and 1.", "2"]]}, "history"),
+    ({**SHAREGPT, "system": "You are a pirate."}, "system"),
+    ({**SHAREGPT, "tools": '[{"name": "search"}]'}, "tools"),
+], ids=["alpaca history", "sharegpt system", "sharegpt tools"])
+def test_turns_carried_by_history_system_or_tools_are_refused_by_tt_validate_never_dropped(tt, tmp_path, row, key):
+    """LLaMA-Factory's `history`, `system` and `tools` keys carry turns or context: refused naming file:line and
+    the key (exit 2, nothing created), never dropped; left empty, they carry nothing and the row is read."""
+    from conftest import write_spec
+
+    folder = tmp_path / "s"
+    data = jsonl(folder / "train.jsonl", [CHAT[0], row, CHAT[2]])
+    spec = {"name": "rows", "engine": "adapter", "base_model": "org/tiny",
+            "base_model_revision": "0123456789abcdef0123456789abcdef01234567", "system_prompt": "Answer briefly.",
+            "datasets": {"train": "train.jsonl"},
+            "examples": [{"input": f"Capital of country {i}?", "output": f"City {i}"} for i in range(10)]}
+    path = write_spec(folder, spec)
+    code, out = tt.json("validate", path)
+    message = json.dumps(out, ensure_ascii=False)
+    assert code == 2 and f"{data}:2: " in message and f"'{key}' holds" in message, out
+    assert sorted(p.name for p in folder.iterdir()) == ["train.jsonl", "tunedtensor.json"]
+    jsonl(data, [CHAT[0], {**row, key: [] if key == "history" else ""}, CHAT[2]])
+    code, out = tt.json("validate", path)
+    assert code == 0, out

@@ -1,5 +1,6 @@
 """One key for "the same prompt" (tt_stagekit.sameness, docs/evaluation.md "The same prompt"): two examples
-that differ only by an invisible character (U+200B, U+2060), a look-alike letter (Cyrillic), case, spacing or
+that differ only by an invisible character (U+200B, U+2060, U+034F, a variation selector), a look-alike letter
+(Cyrillic, Greek capital or small), case, spacing or
 a final period are twins, refused by `tt validate` and `tt run` naming both (exit 2, nothing created); an
 adapter prebuilt row that is such a twin of an example is refused through `tt validate` naming file:line;
 and the split itself did not move when the key grew stricter."""
@@ -24,6 +25,9 @@ TWINS = {
     "final period": "Capital of country 3?.",
     "no final mark": "capital of  COUNTRY 3",
     "fullwidth and soft hyphen": "Ｃapital of coun\u00adtry 3?",
+    "variation selectors U+FE0F, U+FE00, U+E0100": "Capital\ufe0f of\ufe00 country\U000e0100 3?",
+    "combining grapheme joiner U+034F": "Capi\u034ftal of country 3?",
+    "greek small look-alikes": "C\u03b1\u03c1\u03b9tal \u03bff c\u03bf\u03c5ntr\u03b3 3?",
 }
 
 

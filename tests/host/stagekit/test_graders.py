@@ -71,6 +71,17 @@ def test_the_derivation_rules_in_order():
     assert from_spec(spec_with(["1", "1", "2", "2"])).derived_by == "label"  # a small set wins over number
 
 
+def test_a_label_set_holds_two_to_ten_labels_each_used_twice():
+    """The bounds of the label rule, each at its edge: 10 distinct labels (the most) and 2 (the fewest) derive
+    a label grader with every label; 11, or a label used once, do not."""
+    ten = [f"class {chr(97 + i)}" for i in range(10)]
+    graders = from_spec(spec_with(ten * 2))
+    assert graders.derived_by == "label" and graders.graders[0].describe()["labels"] == ten
+    assert from_spec(spec_with([*ten, "class k"] * 2)).derived_by == "text"
+    assert from_spec(spec_with(["yes", "no"] * 2)).derived_by == "label"
+    assert from_spec(spec_with(ten * 2 + ["class k"])).derived_by == "text"  # one label used once
+
+
 def test_number_grader_last_number_sign_commas_and_tolerance():
     assert last_number("5-3") == 3 and last_number("x = -3") == -3 and last_number("1,204.5 apples") == 1204.5
     assert last_number("no digits") is None and last_number("9" * 400) is None  # inf is no number
