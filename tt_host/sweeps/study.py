@@ -15,9 +15,11 @@ says it is stale (`HEARTBEAT_S`, `GRACE_S`). The retry resumes that run: its com
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
 import threading
+import time
 import warnings
 from pathlib import Path
 from typing import Any, Optional
@@ -25,12 +27,14 @@ from typing import Any, Optional
 import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
+from sqlalchemy.exc import SQLAlchemyError
 
 from tt_host.sweeps.block import SweepBlock
 
 HEARTBEAT_S = 20
 GRACE_S = 120
 STUDY_DB = "study.db"
+OPEN_ATTEMPTS = 5
 COUNTED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -64,13 +68,25 @@ def retry(study: optuna.Study, trial: FrozenTrial) -> None:
                                         system_attrs={"retry_of": trial.number}))
 
 
-def open_study(url: str, name: str) -> optuna.Study:
+def open_study(url: str, name: str, folder: Path) -> optuna.Study:
+    """The study, created by the first worker. Two workers starting at once would both create the database's
+    tables (one fails): on this machine they take turns (a lock file in the sweep's folder); workers on
+    other machines try again after the other's creation."""
     # SQLite: a worker waits for another's write instead of failing on "database is locked"
     engine = {"connect_args": {"timeout": 120}} if url.startswith("sqlite") else None
-    storage = optuna.storages.RDBStorage(url, engine_kwargs=engine, heartbeat_interval=HEARTBEAT_S,
-                                         grace_period=GRACE_S,
-                                         heartbeat_stale_trial_callback=retry)
-    return optuna.create_study(storage=storage, study_name=name, direction="maximize", load_if_exists=True)
+    with open(folder / ".study.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for attempt in range(OPEN_ATTEMPTS):
+            try:
+                storage = optuna.storages.RDBStorage(url, engine_kwargs=engine, heartbeat_interval=HEARTBEAT_S,
+                                                     grace_period=GRACE_S, heartbeat_stale_trial_callback=retry)
+                return optuna.create_study(storage=storage, study_name=name, direction="maximize",
+                                           load_if_exists=True)
+            except SQLAlchemyError:
+                if attempt == OPEN_ATTEMPTS - 1:
+                    raise
+                time.sleep(1 + attempt)
+    raise AssertionError("unreachable")
 
 
 def sampler(block: SweepBlock, salt: int) -> optuna.samplers.BaseSampler:

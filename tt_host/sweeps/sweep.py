@@ -72,7 +72,7 @@ class Interrupted(Exception):
 
 def run_trials(sweep: Sweep, carved: Carved) -> None:
     """Ask for and run trials until the study holds `trials` counted trials."""
-    study = studies.open_study(sweep.storage, sweep.folder.name)
+    study = studies.open_study(sweep.storage, sweep.folder.name, sweep.folder)
     for number in studies.recover(study):
         sweep.say(f"trial {number}: its worker is gone; put back to run again (its run resumes)")
     goal = _goal(sweep.block)
@@ -134,7 +134,7 @@ def _shown(params: dict[str, Any]) -> str:
 
 def trials_table(sweep: Sweep) -> list[dict[str, Any]]:
     """Every trial that counts, in number order: the `--json` and report rows."""
-    study = studies.open_study(sweep.storage, sweep.folder.name)
+    study = studies.open_study(sweep.storage, sweep.folder.name, sweep.folder)
     rows = []
     for trial in sorted(studies.counted(study.get_trials(deepcopy=False)), key=lambda t: t.number):
         rows.append({"number": trial.number, "params": dict(trial.params),

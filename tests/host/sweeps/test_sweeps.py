@@ -102,6 +102,7 @@ def test_a_killed_sweep_resumes_without_running_a_completed_trial_again(tt, tmp_
     assert code == 0, out
     assert (first / "run.json").read_text() == before  # the completed trial was not run again
     assert [t["state"] for t in out["trials"]] == ["complete"] * 3 and len(out["trials"]) == 3
+    assert Path(out["trials"][0]["run_dir"]) == first  # the same study, continued
     dirs = [Path(t["run_dir"]).name for t in out["trials"]]
     assert dirs[:2] == ["0000", "0001"] and len(set(dirs)) == 3  # the killed trial resumed in its own folder
     study = optuna.load_study(study_name=first.parent.parent.name,
