@@ -124,7 +124,7 @@ def _num(value: Optional[float]) -> str:
 
 def _run(state, carved, json_mode: bool) -> tuple[int, dict[str, Any]]:
     """Run the trials, then the winner's run; (exit status, the sweep's report)."""
-    from tt_host.reports.sweep_report import optimism, write_sweep_report
+    from tt_host.reports.sweep_report import build_sweep_report, write_sweep_report
     from tt_host.runs.opening import RunRefused
     from tt_host.runs.store import RunInUseError
     from tt_host.sweeps.sweep import Interrupted, finish, pick_winner, run_trials, trials_table
@@ -137,17 +137,15 @@ def _run(state, carved, json_mode: bool) -> tuple[int, dict[str, Any]]:
                 break
             time.sleep(WAIT_S)  # another worker's trials: the winner is chosen when every trial has ended
     except Interrupted:
-        fail(f"interrupted; run the same `tt sweep` again to continue (completed trials are kept)",
+        fail("interrupted; run the same `tt sweep` again to continue (completed trials are kept)",
              code=EXIT_INTERRUPTED, json_mode=json_mode)
     except (RunRefused, RunInUseError) as exc:
         fail(str(exc), code=EXIT_INVALID, json_mode=json_mode)
     winner = pick_winner(rows)
-    report: dict[str, Any] = {"spec_name": state.loaded.spec.name, "objective": state.block.objective,
-                              "sampler": state.block.sampler, "selection_count": len(carved.selection),
-                              "held_out_count": len(carved.held_out), "trials": rows, "winner": None,
-                              "optimism": None}
+    facts = (state.loaded.spec.name, state.block.objective, state.block.sampler, len(carved.selection),
+             len(carved.held_out), rows)
     if winner is None:
-        write_sweep_report(state.folder, report)
+        write_sweep_report(state.folder, build_sweep_report(*facts))
         fail("no trial completed; see each trial's run folder for why", code=EXIT_FAILED, json_mode=json_mode)
     while True:
         try:
@@ -158,10 +156,8 @@ def _run(state, carved, json_mode: bool) -> tuple[int, dict[str, Any]]:
             time.sleep(WAIT_S)
         except KeyboardInterrupt:
             fail("interrupted; run the same `tt sweep` again to continue", code=EXIT_INTERRUPTED, json_mode=json_mode)
-    report["winner"] = {**winner, "run_dir": str(final.outcome.run_dir), "trial_run_dir": winner["run_dir"],
-                        "model_id": final.model_id, "held_out_score": final.score, "held_out_count": final.count}
-    report["optimism"] = optimism(winner["selection_score"], final.score)
-    write_sweep_report(state.folder, report)
+    sweep_report = build_sweep_report(*facts, winner=winner, final=final)
+    write_sweep_report(state.folder, sweep_report)
     if final.outcome.exit_code != EXIT_OK:
         err.print(f"[red]the winner's run {final.outcome.status}:[/] {escape(final.outcome.error or '')}")
-    return final.outcome.exit_code, report
+    return final.outcome.exit_code, sweep_report

@@ -39,6 +39,20 @@ def optimism(selection: Optional[float], held_out: Optional[float]) -> Optional[
     return selection - held_out if selection is not None and held_out is not None else None
 
 
+def build_sweep_report(spec_name: str, objective: str, sampler: str, selection_count: int, held_out_count: int,
+                       trials: list[dict[str, Any]], winner: Optional[dict[str, Any]] = None,
+                       final: Optional[Any] = None) -> dict[str, Any]:
+    """Every key of a sweep's report.json. `winner`: the chosen trial's row; `final`: its held-out run
+    (tt_host.sweeps.trial.Scored), when it ran."""
+    chosen = None
+    if winner is not None and final is not None:
+        chosen = {**winner, "run_dir": str(final.outcome.run_dir), "trial_run_dir": winner["run_dir"],
+                  "model_id": final.model_id, "held_out_score": final.score, "held_out_count": final.count}
+    return {"spec_name": spec_name, "objective": objective, "sampler": sampler, "selection_count": selection_count,
+            "held_out_count": held_out_count, "trials": trials, "winner": chosen,
+            "optimism": optimism(winner["selection_score"], final.score) if chosen else None}
+
+
 def render_markdown(report: dict[str, Any], charts: list[tuple[str, str]]) -> str:
     objective, winner = report["objective"], report.get("winner")
     lines = [f"# Sweep {html.escape(report['spec_name'])}", "",

@@ -111,8 +111,8 @@ def check(raw: Any, where: str = "sweep") -> Checked:
             continue
         if parts[0] in FIXED_FIELDS:
             errors.append(SpecError(loc, f"`{parts[0]}` cannot be searched: every trial is scored on the same "
-                                         "examples and split; search an engine setting (hyperparameters.*, "
-                                         "foundation.*)"))
+                                         "examples and split; search a setting of the engine's block "
+                                         "(hyperparameters.learning_rate)"))
             continue
         try:
             if problem := parameter.problem():

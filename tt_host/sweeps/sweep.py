@@ -36,7 +36,7 @@ from tt_host.spec.loading import LoadedSpec
 from tt_host.sweeps import study as studies
 from tt_host.sweeps.block import SweepBlock
 from tt_host.sweeps.selection import Carved, carve
-from tt_host.sweeps.trial import Scored, run_trial, run_winner
+from tt_host.sweeps.trial import Scored, TrialSpecError, run_trial, run_winner
 from tt_stagekit.contract import EXIT_INTERRUPTED, EXIT_OK
 
 SWEEPS_FOLDER = (".tuned-tensor", "sweeps")
@@ -85,6 +85,11 @@ def run_trials(sweep: Sweep, carved: Carved) -> None:
             with studies.Heartbeat(study, trial):
                 result = run_trial(sweep.loaded, sweep.plugins, carved, params, run_dir, sweep.block.objective,
                                    sweep.device, sweep.reporter)
+        except TrialSpecError as exc:  # a value inside the searched range the spec refuses
+            trial.set_user_attr("run_failed", str(exc))
+            _tell(study, trial, None, TrialState.FAIL)
+            sweep.say(f"trial {trial.number}: the spec refuses these settings: {exc}")
+            continue
         except (KeyboardInterrupt, RunRefused) as exc:
             _give_back(study, trial)
             if isinstance(exc, KeyboardInterrupt):
