@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from adapter_support import shared_tiny_model, tt, write_spec
+from adapter_support import sentiment_examples, shared_tiny_model, tt, write_spec
 
 
 def test_three_adapter_trials_on_a_tiny_base_choose_on_selection_rows_and_score_the_held_out_set_once(
@@ -19,7 +19,7 @@ def test_three_adapter_trials_on_a_tiny_base_choose_on_selection_rows_and_score_
         home = tmp_path_factory.mktemp("adapter-sweep")
         sweep = {"trials": 3, "seed": 0, "sampler": "grid", "selection_fraction": 0.2,
                  "parameters": {"hyperparameters.learning_rate": {"choice": [0.0001, 0.003, 0.03]}}}
-        spec = write_spec(home / "spec", str(model), sweep=sweep,
+        spec = write_spec(home / "spec", str(model), sweep=sweep, examples=sentiment_examples()[:48],
                           hyperparameters={"n_epochs": 2, "max_eval_examples": 64})
         done = tt(home, "sweep", spec, "--json", timeout=1500)
         assert done.returncode == 0, done.stdout + done.stderr

@@ -103,7 +103,7 @@ def sweep(
     code, report = _run(state, carved, json_mode)
     if json_mode:
         winner = report.get("winner")
-        emit_json({"trials": [{k: t[k] for k in ("number", "params", "selection_score", "run_dir", "state")}
+        emit_json({"ok": code == EXIT_OK, "trials": [{k: t[k] for k in ("number", "params", "selection_score", "run_dir", "state")}
                               for t in report["trials"]],
                    "winner": {k: winner[k] for k in ("number", "params", "run_dir", "model_id", "held_out_score")}
                    if winner else None,

@@ -90,10 +90,11 @@ def open_study(url: str, name: str, folder: Path) -> optuna.Study:
 
 
 def sampler(block: SweepBlock, salt: int) -> optuna.samplers.BaseSampler:
-    """A sampler of the block's kind, seeded by the sweep's seed and how many trials the study holds."""
+    """A sampler of the block's kind, seeded by the sweep's seed and (TPE, random) how many trials the study
+    holds, so that workers asking one after another do not draw the same settings."""
+    if block.sampler == "grid":  # its seed orders the grid: one seed for the whole study, or points repeat
+        return optuna.samplers.GridSampler(block.grid(), seed=block.seed)
     seed = (block.seed * 1_000_003 + salt) % 2**31
-    if block.sampler == "grid":
-        return optuna.samplers.GridSampler(block.grid(), seed=seed)
     if block.sampler == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     return optuna.samplers.TPESampler(seed=seed, constant_liar=True)

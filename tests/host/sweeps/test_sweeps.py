@@ -130,6 +130,13 @@ def test_two_workers_on_one_study_run_n_trials_none_lost_or_duplicated(tt, tmp_p
     assert results[0]["winner"]["number"] == results[1]["winner"]["number"]
 
 
+def test_a_grid_sweep_runs_each_grid_point_once(tt, tmp_path):
+    grid = {"trials": 5, "sampler": "grid", "parameters": {"echo.steps": {"choice": [1, 2, 3]}}}
+    code, out = tt.json("sweep", sweep_spec(tmp_path / "p", grid))
+    assert code == 0, out
+    assert sorted(t["params"]["echo.steps"] for t in out["trials"]) == [1, 2, 3]  # the grid's size, not 5
+
+
 def test_a_bad_sweep_block_exits_2_naming_the_field_and_creates_nothing(tt, tmp_path):
     cases = [({**SWEEP, "trials": 0}, "sweep.trials"),
              ({**SWEEP, "parameters": {"echo.steps": {"int": [4, 1]}}}, "sweep.parameters.echo.steps.int"),
