@@ -11,6 +11,7 @@ a bad block exits 2 naming the field and creates nothing; `tt run` ignores the b
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -26,8 +27,11 @@ SWEEP = {"trials": 3, "seed": 0, "selection_fraction": 0.3,
 
 
 def sweep_spec(folder: Path, sweep=SWEEP, **echo) -> Path:
+    """20 examples; every third one's answer is its own prompt, which the echo engine gets right unseen: the
+    planted case, every setting equally good, with scores that differ between the selection and held-out rows."""
     spec = echo_spec(**echo)
-    spec["examples"] = [{"input": f"Capital of country {i}?", "output": f"City {i}"} for i in range(20)]
+    spec["examples"] = [{"input": f"Capital of country {i}?", "output": f"Capital of country {i}?" if i % 3 == 0
+                         else f"City {i}"} for i in range(20)]
     spec["sweep"] = sweep
     return write_spec(folder, spec)
 
@@ -76,6 +80,7 @@ def test_trials_score_selection_rows_and_only_the_winner_sees_the_held_out_set(t
                 assert not [p for p in held_out if p in text], path
         report = json.loads((run / "report.json").read_text())
         assert report["models"] == [] and report["metrics"]["candidate.count"] == len(selection)
+    assert len({t["selection_score"] for t in trials}) == 1  # planted: every trial equally good
     best = max(trials, key=lambda t: (t["selection_score"], -t["number"]))
     assert winner["number"] == best["number"] and winner["params"] == best["params"]
     assert out["optimism"] == best["selection_score"] - winner["held_out_score"]
@@ -150,6 +155,22 @@ def test_a_bad_sweep_block_exits_2_naming_the_field_and_creates_nothing(tt, tmp_
         code, out = tt.json("sweep", spec)
         assert code == 2 and out["error"]["message"].startswith(field + ":"), (field, out)
         assert sorted(p.name for p in folder.iterdir()) == ["tunedtensor.json"]
+
+
+def test_the_foundation_engines_settings_are_searched_and_checked_like_any_setting(tt, tmp_path):
+    example = Path(__file__).parents[3] / "examples" / "foundation"
+    folder = tmp_path / "f"
+    folder.mkdir()
+    for name in ("corpus.jsonl", "validation.txt"):
+        shutil.copyfile(example / name, folder / name)
+    spec = json.loads((example / "tunedtensor.json").read_text())
+    spec["sweep"] = {"trials": 2, "parameters": {"foundation.finetune_learning_rate": {"log_uniform": [1e-4, 1e-2]},
+                                                 "foundation.depth": {"int": [0, 4]}}}
+    write_spec(folder, spec)
+    code, out = tt.json("sweep", folder / "tunedtensor.json")
+    assert code == 2 and out["error"]["message"].startswith(
+        "sweep.parameters.foundation.depth: 0 is refused by the spec: foundation.depth"), out
+    assert sorted(p.name for p in folder.iterdir()) == ["corpus.jsonl", "tunedtensor.json", "validation.txt"]
 
 
 def test_tt_run_ignores_the_sweep_block_with_one_line(tt, tmp_path):
