@@ -100,7 +100,11 @@ def sweep(
                   reporter(json_mode, verbose, quiet), say)
     say(f"sweep {folder}: {block.trials} trials ({block.sampler}); {len(carved.selection)} selection prompts, "
         f"{len(carved.train)} trained on, {len(carved.held_out)} held out (scored once, for the winner)")
-    code, report = _run(state, carved, json_mode)
+    try:
+        code, report = _run(state, carved, json_mode)
+    except KeyboardInterrupt:  # while waiting for other workers (a trial's own stop is handled by its run)
+        fail("interrupted; run the same `tt sweep` again to continue (completed trials are kept)",
+             code=EXIT_INTERRUPTED, json_mode=json_mode)
     if json_mode:
         winner = report.get("winner")
         emit_json({"ok": code == EXIT_OK, "trials": [{k: t[k] for k in ("number", "params", "selection_score", "run_dir", "state")}
@@ -154,8 +158,6 @@ def _run(state, carved, json_mode: bool) -> tuple[int, dict[str, Any]]:
         except RunInUseError as exc:  # another worker is running the winner's run: its result is reused after
             state.say(f"waiting: {exc}")
             time.sleep(WAIT_S)
-        except KeyboardInterrupt:
-            fail("interrupted; run the same `tt sweep` again to continue", code=EXIT_INTERRUPTED, json_mode=json_mode)
     sweep_report = build_sweep_report(*facts, winner=winner, final=final)
     write_sweep_report(state.folder, sweep_report)
     if final.outcome.exit_code != EXIT_OK:
