@@ -18,7 +18,7 @@ def test_three_adapter_trials_on_a_tiny_base_choose_on_selection_rows_and_score_
     with shared_tiny_model(tmp_path_factory) as model:
         home = tmp_path_factory.mktemp("adapter-sweep")
         sweep = {"trials": 3, "seed": 0, "sampler": "grid", "selection_fraction": 0.3,
-                 "parameters": {"hyperparameters.learning_rate": {"choice": [0.0001, 0.01, 0.03]}}}
+                 "parameters": {"hyperparameters.learning_rate": {"choice": [0.0001, 0.006, 0.03]}}}
         spec = write_spec(home / "spec", str(model), sweep=sweep, examples=sentiment_examples()[:48],
                           hyperparameters={"n_epochs": 2, "max_eval_examples": 64})
         done = tt(home, "sweep", spec, "--json", timeout=1500)
@@ -26,7 +26,7 @@ def test_three_adapter_trials_on_a_tiny_base_choose_on_selection_rows_and_score_
         out = json.loads(done.stdout)
     trials = out["trials"]
     assert len(trials) == 3 and {t["state"] for t in trials} == {"complete"}
-    assert sorted(t["params"]["hyperparameters.learning_rate"] for t in trials) == [0.0001, 0.01, 0.03], done.stderr
+    assert sorted(t["params"]["hyperparameters.learning_rate"] for t in trials) == [0.0001, 0.006, 0.03], done.stderr
     scores = [t["selection_score"] for t in trials]
     assert len(set(scores)) == 3, scores  # the settings made a difference the selection rows saw
     final = Path(out["winner"]["run_dir"])

@@ -56,6 +56,9 @@ def test_trials_score_selection_rows_and_only_the_winner_sees_the_held_out_set(t
     code, out = tt.json("sweep", spec)
     assert code == 0, out
     trials = out["trials"]
+    assert set(out) == {"ok", "trials", "winner", "optimism"} and out["ok"] is True  # docs/json.md
+    assert all(set(t) == {"number", "params", "selection_score", "run_dir", "state"} for t in trials)
+    assert set(out["winner"]) == {"number", "params", "run_dir", "model_id", "held_out_score"}
     assert [t["number"] for t in trials] == [0, 1, 2] and {t["state"] for t in trials} == {"complete"}
     assert len({json.dumps(t["params"], sort_keys=True) for t in trials}) == 3  # distinct settings
     assert all(isinstance(t["selection_score"], float) for t in trials)
