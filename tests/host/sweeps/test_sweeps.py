@@ -132,6 +132,7 @@ def test_two_workers_on_one_study_run_n_trials_none_lost_or_duplicated(tt, tmp_p
     study = optuna.load_study(study_name=folder.name, storage=f"sqlite:///{folder / 'study.db'}")
     ran = [t for t in study.trials if not t.user_attrs.get("surplus")]
     assert len(ran) == 4 and all(t.state.name == "COMPLETE" for t in ran)
+    assert len({t.user_attrs["worker"] for t in ran}) == 2  # both workers ran trials of the one study
     assert sorted(p.name for p in (folder / "trials").iterdir()) == sorted(Path(d).name for d in run_dirs)
     for run in run_dirs:  # each trial's run ran its training once
         assert json.loads((Path(run) / "run.json").read_text())["status"] == "completed"
