@@ -140,8 +140,15 @@ def test_two_workers_on_one_study_run_n_trials_none_lost_or_duplicated(tt, tmp_p
 
 
 def test_a_grid_sweep_runs_each_grid_point_once(tt, tmp_path):
-    grid = {"trials": 5, "sampler": "grid", "parameters": {"echo.steps": {"choice": [1, 2, 3]}}}
-    code, out = tt.json("sweep", sweep_spec(tmp_path / "p", grid))
+    spec = sweep_spec(tmp_path / "p", None)
+    data = json.loads(spec.read_text())
+    del data["sweep"]
+    spec.write_text(json.dumps(data))
+    code, out = tt.json("sweep", spec)  # no block, no --sweep FILE
+    assert code == 2 and out["error"]["message"].startswith("sweep: "), out
+    grid = tmp_path / "grid.json"  # the block from a file (--sweep FILE)
+    grid.write_text(json.dumps({"trials": 5, "sampler": "grid", "parameters": {"echo.steps": {"choice": [1, 2, 3]}}}))
+    code, out = tt.json("sweep", spec, "--sweep", grid)
     assert code == 0, out
     assert sorted(t["params"]["echo.steps"] for t in out["trials"]) == [1, 2, 3]  # the grid's size, not 5
 
