@@ -29,6 +29,7 @@ WINGS = (
     ("tt_host.reports",),  # what tells what a run did: report.json's one writer (test_report_owner.py)
     ("tt_host.pipelines",),
     ("tt_host.runs",),
+    ("tt_host.sweeps",),  # tt sweep: trials are runs (tt_host.runs.drive)
     ("tt_host.checks",),
     ("tt_host.api",),  # the plugins' front door (tests/architecture/test_front_door.py)
     ("tt_host.cli",),

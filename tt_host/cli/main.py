@@ -21,6 +21,7 @@ from tt_host.cli import runs as runs_cli
 from tt_host.cli import chat as chat_cli
 from tt_host.cli import serve as serve_cli
 from tt_host.cli import status as status_cli
+from tt_host.cli import sweep as sweep_cli
 from tt_host.cli.common import JsonOption, TTGroup, console, emit_json, escape, fail, load_plugins, show_table
 from tt_host.cli.running import (ConfigOption, QuietOption, SetOption, SPEC_DEFAULT, SpecArgument, VerboseOption,
                                  print_errors, print_graders, print_warnings, run_spec)
@@ -162,6 +163,7 @@ app.command("serve")(serve_cli.serve)
 app.command("chat")(chat_cli.chat)
 app.command("info")(status_cli.info)
 app.command("status")(status_cli.status)
+app.command("sweep")(sweep_cli.sweep)
 
 
 def main() -> None:

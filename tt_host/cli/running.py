@@ -123,6 +123,8 @@ def run_spec(spec: Path, resume: Optional[Path], device: Optional[str], json_mod
     if device is not None and device not in DEVICES:
         fail(f"--device must be one of {', '.join(DEVICES)}, not {device!r}", json_mode=json_mode)
     plugins, loaded = prepared or load_valid(spec, json_mode, config, overrides)
+    if loaded.sweep is not None:
+        err.print("note: the spec's `sweep` block is ignored by `tt run` (`tt sweep` runs it)", markup=False)
     if dry or loaded.dry_run:  # --dry-run, or a local-runner.json's `dryRun: true`
         dry_run(loaded, resume, json_mode, only, device=device)
     extra: dict[str, Any] = {}

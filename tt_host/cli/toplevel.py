@@ -34,6 +34,8 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("info", "This tt: its version, where it keeps models, runs and environments, the Hugging Face cache, its engines."),
     ("status", "The project here: its spec, the local-runner.json applied, the active model, the latest run; creates "
                "nothing."),
+    ("sweep", "Search settings on a selection split carved from the training examples; score the winner's held-out\n"
+              "set once."),
     ("engines", "Installed engines and their environments."),
     ("runs", "Runs and their reports."),
     ("models", "Registered models: the verified artifacts runs produced."),

@@ -75,8 +75,10 @@ def _ticks(low: float, high: float) -> list[float]:
     return [low + (high - low) * i / (TICKS - 1) for i in range(TICKS)]
 
 
-def svg_chart(name: str, points: list, note: Optional[str] = None) -> str:
-    """One series as an SVG line chart with axes, tick values, units and (when given) a note in red."""
+def svg_chart(name: str, points: list, note: Optional[str] = None, x_label: str = "step",
+              markers: bool = False) -> str:
+    """One series as an SVG line chart with axes, tick values, units and (when given) a note in red;
+    `markers`: the points as dots, unjoined (a sweep's score against one setting)."""
     pts = finite_points(points) or [(0.0, 0.0)]
     xs, ys = [p[0] for p in pts], [p[1] for p in pts]
     x0, x1 = min(xs), (max(xs) if max(xs) > min(xs) else min(xs) + 1)
@@ -104,12 +106,16 @@ def svg_chart(name: str, points: list, note: Optional[str] = None) -> str:
     parts += [
         f'<line class="axis" x1="{LEFT}" y1="{TOP + plot_h}" x2="{LEFT + plot_w}" y2="{TOP + plot_h}" stroke="#333"/>',
         f'<line class="axis" x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{TOP + plot_h}" stroke="#333"/>',
-        f'<text x="{LEFT + plot_w / 2:.0f}" y="{HEIGHT - 18}" text-anchor="middle" {font} font-size="12">step</text>',
+        f'<text x="{LEFT + plot_w / 2:.0f}" y="{HEIGHT - 18}" text-anchor="middle" {font} '
+        f'font-size="12">{html.escape(x_label)}</text>',
         f'<text transform="translate(16,{TOP + plot_h / 2:.0f}) rotate(-90)" text-anchor="middle" {font} '
         f'font-size="12">{html.escape(unit_of(name))}</text>',
     ]
     path = " ".join(f"{'M' if i == 0 else 'L'}{sx(x):.1f},{sy(y):.1f}" for i, (x, y) in enumerate(pts))
-    parts.append(f'<path d="{path}" fill="none" stroke="#1f77b4" stroke-width="1.8"/>')
+    if markers:
+        parts += [f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="4" fill="#1f77b4"/>' for x, y in pts]
+    else:
+        parts.append(f'<path d="{path}" fill="none" stroke="#1f77b4" stroke-width="1.8"/>')
     if note:
         short = note.split(":", 1)[0]
         parts.append(f'<text class="wrong-way" x="{WIDTH / 2:.0f}" y="{HEIGHT - 4}" text-anchor="middle" {font} '

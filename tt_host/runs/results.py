@@ -49,7 +49,7 @@ def take_result(call: RunCall, state: RunState, stage: Stage, result: dict[str, 
     tally.metrics.update(scored)
     if scored:
         call.observers.event(str(run.path), stage.name, {"type": "scores", "stage": stage.name, "values": scored})
-    for artifact in taken.artifacts:
+    for artifact in taken.artifacts if call.loaded.register_models else ():  # a sweep's trials register none
         path = Path(artifact.path)
         path = path if path.is_absolute() else run.path / path
         tally.models.append(register(path, run_id=state.id, run_dir=run.path, spec_name=call.loaded.spec.name,

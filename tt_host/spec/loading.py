@@ -46,6 +46,8 @@ class LoadedSpec:
     eval_timeout: Optional[float] = None  # the config's evaluation.timeoutMs, in seconds, per evaluation stage
     overrides: list[str] = field(default_factory=list)  # the `--set KEY=VALUE` arguments applied (tt_host.spec.overrides)
     grader_check: Optional[Any] = None  # tt_host.spec.graders.GraderCheck: the spec's graders, checked on its outputs
+    sweep: Optional[Any] = None  # the spec's `sweep` block as read (tt sweep's; `tt run` ignores it: tt_host.sweeps)
+    register_models: bool = True  # False for a sweep's trials: only the winner's run registers (tt_host.sweeps)
 
     @property
     def graders(self):
@@ -136,6 +138,9 @@ def _load(path: Path, plugins: Plugins, require_examples: bool, config: Optional
     loaded.raw, loaded.errors = setting.apply(loaded.raw, parsed)
     if loaded.errors:
         return loaded
+    if "sweep" in loaded.raw:  # tt sweep's block, never part of the spec a run validates, freezes or fingerprints
+        loaded.raw = dict(loaded.raw)
+        loaded.sweep = loaded.raw.pop("sweep")
     engine_name = loaded.raw.get("engine", DEFAULT_ENGINE)
     if not isinstance(engine_name, str):
         loaded.errors.append(SpecError("engine", "must be a string naming an installed engine"))
