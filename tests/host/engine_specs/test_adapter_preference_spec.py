@@ -22,7 +22,8 @@ def _spec(folder: Path, **preference) -> Path:
     (model / "config.json").write_text(json.dumps(CONFIG))
     return write_spec(folder, {"name": "pref", "engine": "adapter", "base_model": "model", "device": "cpu",
                                "system_prompt": "Classify the review.", "examples": EXAMPLES,
-                               "hyperparameters": {"max_seq_length": 64}, "preference": preference})
+                               "hyperparameters": {"max_seq_length": 64, "max_new_tokens": 32},
+                               "preference": preference})
 
 
 def test_dry_run_lists_the_preference_stages_between_train_and_candidate(tt, tmp_path):
