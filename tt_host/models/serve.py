@@ -273,7 +273,11 @@ class _Replies:
 def _server_log() -> ServeLog:
     from tt_host.models.registry import tt_home
 
-    return ServeLog(tt_home() / "logs")
+    def warn(message: str) -> None:
+        sys.stderr.write(f"warning: {clean(message)}\n")
+        sys.stderr.flush()
+
+    return ServeLog(tt_home() / "logs", warn=warn)
 
 
 def _many_request(many: tuple[list[ResolvedModel], list[Any]], options: ServeOptions,

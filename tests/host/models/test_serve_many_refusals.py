@@ -8,6 +8,8 @@ refused naming it. The terminal never shows a control character from the file.
 
 from __future__ import annotations
 
+import os
+
 from conftest import echo_spec, write_spec
 
 
@@ -76,3 +78,14 @@ def test_models_trained_on_another_base_name_revision_or_fingerprint_are_each_na
                         ("other-name", "list.txt:5")]:
         assert f"{name} ({where}) is trained on" in message
     assert "bbbbbbbbbbbb" in message and "at c0ffee" in message and "\x1b" not in message
+
+
+def test_a_models_file_that_is_a_fifo_or_a_link_to_dev_zero_is_refused_at_once(tt, tmp_path):
+    """Read through the safe reader (tt_stagekit.userinput.read_regular): a FIFO never blocks tt, /dev/zero is never
+    read until MemoryError; exit 2 naming the file and what it is."""
+    fifo, zero = tmp_path / "models.fifo", tmp_path / "models.txt"
+    os.mkfifo(fifo)
+    zero.symlink_to("/dev/zero")
+    for path, kind in ((fifo, "named pipe"), (zero, "character device")):
+        proc = tt("serve", "--models-from", path, "--port", "0", timeout=60)
+        assert proc.returncode == 2 and str(path) in proc.stderr and kind in proc.stderr, proc.stderr
