@@ -59,12 +59,12 @@ class ResolvedModel:
     model_kind: Optional[ModelKind] = None  # as its engine declares it (None: a plain Hugging Face folder)
 
 
-MAX_INFO_BYTES = 16 << 20  # a model folder's small JSON files (tt-adapter.json, a run's spec.json)
+MAX_INFO_BYTES = 16 << 20  # a model folder's small JSON files (its kind's info_file, a run's spec.json)
 
 
 def _read_json(path: Path) -> Optional[dict[str, Any]]:
     """The JSON object in `path`; None when there is none or it is not one. A FIFO, device or oversized file (a
-    link to /dev/zero planted as an unlisted tt-adapter.json) is a ModelRefError naming it, never read."""
+    link to /dev/zero planted as an unlisted info file) is a ModelRefError naming it, never read."""
     try:
         data = json.loads(read_regular(path, MAX_INFO_BYTES).decode("utf-8"))
     except InputFileError as exc:
