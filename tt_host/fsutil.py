@@ -129,6 +129,8 @@ def open_regular(path: Path, flags: int, mode: int = PRIVATE_FILE) -> int:
             raise NotARegularFile(path, f"a symbolic link (to {os.readlink(path)})") from None
         if exc.errno == errno.EISDIR:
             raise NotARegularFile(path, "a folder") from None
+        if exc.errno == errno.ENXIO:  # a FIFO opened for writing with no reader (O_NONBLOCK), or a socket
+            raise NotARegularFile(path, "a FIFO or socket") from None
         raise
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):

@@ -1,7 +1,8 @@
 """`tt chat`: a conversation with a model over the OpenAI-compatible API `tt serve` gives it (host side).
 
-`LocalServer` starts `tt serve MODEL` itself, as a child process (the same command, so the same model
-resolution, engine environment, system message and limits): bound to 127.0.0.1 on a free port, with a random
+`LocalServer` starts `tt serve MODEL` itself, as a child process (`python -P`: a module in the current folder
+is never imported; the same command, so the same model resolution, engine environment, system message and
+limits): bound to 127.0.0.1 on a free port, with a random
 API key passed through the environment (never on a command line), in its own session so that a Ctrl-C at the
 chat prompt reaches only the chat, which then stops the server (SIGINT, its graceful stop; SIGKILL after
 the grace). Its `--json` events are read until `ready`; what it logs before that (an environment being
@@ -165,7 +166,7 @@ class LocalServer:
     def start(self) -> Endpoint:
         key = secrets.token_urlsafe(32)
         env = {**os.environ, "TT_API_KEY": key}
-        command = [sys.executable, "-c", ENTRY, "serve", self.reference, "--host", "127.0.0.1", "--port", "0",
+        command = [sys.executable, "-P", "-c", ENTRY, "serve", self.reference, "--host", "127.0.0.1", "--port", "0",
                    "--json", *self.serve_args]
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=self.stderr, stdin=subprocess.DEVNULL,
                                         env=env, start_new_session=True, text=True, errors="replace")

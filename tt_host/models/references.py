@@ -33,6 +33,7 @@ from tt_host.engine import SERVE_HF, SERVE_ON_BASE, Engine, ModelKind
 from tt_host.models import activation, registry, versions
 from tt_host.spec.compiler import compile_system_message, sha256_text
 from tt_stagekit.contract import StageResult
+from tt_stagekit.userinput import InputFileError, read_regular
 
 
 class ModelRefError(TTError):
@@ -58,10 +59,19 @@ class ResolvedModel:
     model_kind: Optional[ModelKind] = None  # as its engine declares it (None: a plain Hugging Face folder)
 
 
+MAX_INFO_BYTES = 16 << 20  # a model folder's small JSON files (its kind's info_file, a run's spec.json)
+
+
 def _read_json(path: Path) -> Optional[dict[str, Any]]:
+    """The JSON object in `path`; None when there is none or it is not one. A FIFO, device or oversized file (a
+    link to /dev/zero planted as an unlisted info file) is a ModelRefError naming it, never read."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+        data = json.loads(read_regular(path, MAX_INFO_BYTES).decode("utf-8"))
+    except InputFileError as exc:
+        if exc.missing:
+            return None
+        raise ModelRefError(f"{exc}; a model folder's JSON files are small regular files") from None
+    except (ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
 

@@ -49,6 +49,7 @@ from tt_host.engines.runner import OutputReader, SignalForwarder, parse_event
 from tt_host.terminal import clean
 from tt_stagekit.addresses import check_api_key
 from tt_stagekit.contract import EXIT_INTERRUPTED, InvalidInput, ServeRequest
+from tt_stagekit.userinput import InputFileError, read_regular
 
 KILL_AFTER_SECONDS = 30.0  # TT_SERVE_KILL_SECONDS overrides it (tests: a short grace instead of waiting 30 s)
 
@@ -97,13 +98,17 @@ def _host_name_ok(name: str) -> bool:
     return bool(name) and not any(c in name for c in "/@*?# \t")
 
 
+MAX_KEY_FILE_BYTES = 64 * 1024  # an API key file holds one key
+
+
 def read_api_key_file(path: Path) -> str:
     """The API key in PATH (surrounding whitespace removed); a missing, unreadable or empty file is exit 2."""
-    try:
-        key = path.read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = getattr(exc, "strerror", None) or str(exc)
-        raise ServeError(f"--api-key-file {path}: cannot read it ({reason})") from None
+    try:  # a regular file only, capped: a FIFO or a link to /dev/zero is refused, never waited on or filled
+        key = read_regular(path, MAX_KEY_FILE_BYTES).decode("utf-8").strip()
+    except InputFileError as exc:
+        raise ServeError(f"--api-key-file {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ServeError(f"--api-key-file {path}: cannot read it ({exc})") from None
     if not key or any(c.isspace() for c in key):
         raise ServeError(f"--api-key-file {path}: the file must hold the key alone on one line "
                          "(it is empty or has spaces inside)")
@@ -273,7 +278,11 @@ class _Replies:
 def _server_log() -> ServeLog:
     from tt_host.models.registry import tt_home
 
-    return ServeLog(tt_home() / "logs")
+    def warn(message: str) -> None:
+        sys.stderr.write(f"warning: {clean(message)}\n")
+        sys.stderr.flush()
+
+    return ServeLog(tt_home() / "logs", warn=warn)
 
 
 def _many_request(many: tuple[list[ResolvedModel], list[Any]], options: ServeOptions,

@@ -24,6 +24,7 @@ from tt_host.models import activation, prefixes, registry
 from tt_host.models.references import ModelRefError, ResolvedModel, registered_id, resolve_active, resolve_registered
 from tt_host.terminal import clean
 from tt_stagekit.contract import ServedModel
+from tt_stagekit.userinput import InputFileError, read_regular
 
 MAX_MODELS = 1024
 MAX_LINE = 1000
@@ -39,10 +40,10 @@ class ManyError(TTError):
 def read_models_file(path: Path) -> list[tuple[str, str]]:
     """(reference, "FILE:line") of each model listed in `path`: one id per line; blank lines and lines starting
     with `#` are skipped. Read as data: exit 2 naming FILE:line for a line that is not one plain name."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ManyError(f"--models-from {path}: cannot read it ({exc.strerror or exc})") from None
+    try:  # a regular file only, capped: a FIFO, /dev/zero or a link to it is refused, never waited on or filled
+        data = read_regular(path, MAX_MODELS * (MAX_LINE + 1))
+    except InputFileError as exc:
+        raise ManyError(f"--models-from {exc}") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

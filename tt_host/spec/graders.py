@@ -4,8 +4,9 @@
 derived from the outputs) and scores each example's output against itself. A grader that fails one is a
 SpecError at the grader's entry (`evaluation.graders.1`), naming it and the examples (`examples.3`, its
 input's start): a grader that contradicts the spec would train and measure the wrong thing. A spec with a
-`regex` grader is checked in a child process under a time limit (CHECK_SECONDS), so a pattern that is slow
-without being refused by the nesting rule cannot hang `tt validate` on a hostile spec's outputs.
+`regex` grader is checked in a child process (`python -P`: nothing from the current folder importable) under a
+time limit (CHECK_SECONDS), so a pattern that is slow without being refused by the nesting rule cannot hang
+`tt validate` on a hostile spec's outputs.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def check(spec: BehaviorSpec) -> GraderCheck:
 
 def _in_child(data: dict[str, Any]) -> tuple[list[ReferenceCheck], Optional[str]]:
     try:
-        done = subprocess.run([sys.executable, "-c", _CHILD], input=json.dumps(data), capture_output=True,
+        done = subprocess.run([sys.executable, "-P", "-c", _CHILD], input=json.dumps(data), capture_output=True,
                               text=True, timeout=CHECK_SECONDS, start_new_session=True)
     except subprocess.TimeoutExpired:
         return [], (f"the graders took over {CHECK_SECONDS:.0f} s to score the examples' outputs (a `regex` grader "

@@ -6,8 +6,9 @@ KEY is the field's dotted path as validation errors name it (`echo.steps`, `hype
 The overrides are applied, in the order given, to the spec as read, before anything else reads it (the engine,
 a local-runner.json, legacy keys, validation), so the spec that is validated, frozen in the run's `spec.json`
 and fingerprinted holds them: a resume with other `--set` values is a spec change like an edit. A malformed
-argument, a key that steps through a value that is not an object or list, or a list index out of range is an
-error naming the `--set` argument; a validation error at an overridden field names it too. Nothing here
+argument, a key over MAX_KEY characters or nesting (its parts and its value's nesting) deeper than a spec
+file may (MAX_DEPTH), a key that steps through a value that is not an object or list, or a list index out of
+range is an error naming the `--set` argument; a validation error at an overridden field names it too. Nothing here
 writes to disk.
 """
 
@@ -20,10 +21,11 @@ from typing import Any, Sequence, Union
 
 from tt_host.spec.errors import SpecError
 from tt_host.terminal import clean
-from tt_stagekit.userinput import JSONInputError, loads
+from tt_stagekit.userinput import MAX_DEPTH, JSONInputError, loads
 
 SEGMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,99}|0|[1-9][0-9]{0,8}")  # a field name, or a list index
 MAX_ARGUMENT = 100_000  # characters in one --set argument
+MAX_KEY = 1000  # characters in its KEY; and KEY's parts plus VALUE's nesting stay within a spec file's MAX_DEPTH
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,10 @@ def parse(arguments: Sequence[str]) -> tuple[list[Override], list[SpecError]]:
             errors.append(SpecError(_loc(argument), "give KEY=VALUE, KEY a dotted spec field "
                                                     "(--set hyperparameters.learning_rate=1e-4)"))
             continue
+        if len(key) > MAX_KEY:
+            errors.append(SpecError(_loc(argument), f"the key is {len(key)} characters long, over {MAX_KEY}; no spec "
+                                                    "field is named that long"))
+            continue
         parts = key.split(".")
         if not all(SEGMENT.fullmatch(part) for part in parts):
             errors.append(SpecError(_loc(argument), f"{clean(key)!r} is not a dotted spec field: each part is a "
@@ -67,8 +73,23 @@ def parse(arguments: Sequence[str]) -> tuple[list[Override], list[SpecError]]:
             value = loads(text)
         except JSONInputError:
             value = text  # not JSON: the string as given
+        if len(parts) + _depth(value) > MAX_DEPTH:
+            errors.append(SpecError(_loc(argument), f"nests {len(parts) + _depth(value)} levels deep ({len(parts)} "
+                                                    f"key parts and the value's own nesting); a spec nests at most "
+                                                    f"{MAX_DEPTH} deep, as in a spec file"))
+            continue
         overrides.append(Override(argument, tuple(int(p) if p.isdigit() else p for p in parts), value))
     return overrides, errors
+
+
+def _depth(value: Any) -> int:
+    """How many objects and lists nest in `value` (0 for a plain value; loads already refused deeper than
+    MAX_DEPTH, so the recursion is bounded)."""
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
 
 
 def _step_error(override: Override, depth: int, holder: Any) -> SpecError:

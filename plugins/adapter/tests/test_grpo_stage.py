@@ -120,3 +120,17 @@ def test_interrupted_reinforce_resumes_to_the_same_bytes(tmp_path, tiny_llama, s
     sft = sft_run.done["train"]["result"]["outputs"]["adapter"]
     assert open(f"{sft}/adapter_model.safetensors", "rb").read() != a  # GRPO moved the weights
     shutil.rmtree(broken.run_dir / "reinforce" / "checkpoints")
+
+
+def test_a_regex_grader_that_backtracks_ends_within_its_limit_in_the_probe(tmp_path, tiny_llama, sft_run):
+    """A pattern that slips the nesting rule and backtracks for hours on the answers: each match ends at the one
+    time limit (tt_stagekit.regexlimit), scores 0 and is reported; the probe then refuses (zero spread), exit 2."""
+    from tt_stagekit.graders.kinds import MAX_TIMEOUTS
+
+    run = _copy(sft_run, tmp_path / "slow", tiny_llama, probe_groups=2, group_size=4)
+    run.spec["evaluation"] = {"graders": [{"kind": "regex", "name": "slow", "pattern": "(?:.?.?.?.?.?.?.?.?){0,80}X"}]}
+    out = run.stage("reinforce", check=False)
+    assert out["code"] == 2
+    warned = [e["message"] for e in out["events"] if e.get("level") == "warning" and "match limit" in e.get("message", "")]
+    assert len(warned) == 1 and "'slow' on" in warned[0] and f"after {MAX_TIMEOUTS} such answers" in warned[0], out
+    assert "no sampled answer earns any reward" in " ".join(e.get("message", "") for e in out["events"])

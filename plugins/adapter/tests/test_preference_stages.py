@@ -107,3 +107,16 @@ def test_samples_that_never_disagree_are_refused_naming_why(trained, tmp_path):
     assert refused["code"] == 2
     message = " ".join(e.get("message", "") for e in refused["events"])
     assert "no pair could be derived" in message and "preference.samples_per_prompt" in message
+
+
+def test_a_regex_grader_that_backtracks_ends_within_its_limit_in_derived_pairs(trained, tmp_path):
+    """Derived pairs graded by a pattern that backtracks for hours on the samples: each match ends at the one time
+    limit and fails, reported in a warning; no pair can be derived, so the stage refuses (exit 2), never hangs."""
+    run = _run(tmp_path / "slow", trained.spec["base_model"], samples_per_prompt=2)
+    run.spec["evaluation"] = {"graders": [{"kind": "regex", "name": "slow", "pattern": "(?:.?.?.?.?.?.?.?.?){0,80}X"}]}
+    _copy(trained, run, ("prepare", "prefetch", "train"))
+    refused = run.stage("reference", check=False)
+    assert refused["code"] == 2
+    messages = [e.get("message", "") for e in refused["events"]]
+    assert any("match limit" in m and "'slow' on" in m for m in messages), messages
+    assert any("no pair could be derived" in m for m in messages), messages

@@ -68,3 +68,15 @@ def test_a_template_cannot_reach_python(tmp_path, model_and_tokenizer, monkeypat
     with pytest.raises(Exception, match="unsafe"):  # jinja2.exceptions.SecurityError
         run(model, tokenizer, Benchmarks((BenchmarkTask(str(task)),), limit=2), "", 1, None)
     assert not marker.exists()
+
+
+def test_a_merge_key_hiding_an_include_never_runs_its_code(tmp_path, model_and_tokenizer, monkeypatch):
+    """`<<: {include: inc.yaml}`: lm-eval's own loader applies the merge, loads inc.yaml and imports utils.py. The
+    stage refuses the merge key before lm-eval reads the file, even with TT_ALLOW_TASK_CODE=0."""
+    monkeypatch.setenv("TT_ALLOW_TASK_CODE", "0")
+    task = task_folder(tmp_path, "merged", extra="<<: {include: inc.yaml}\n")
+    (task.parent / "inc.yaml").write_text("process_docs: !function utils.process_docs\n")
+    model, tokenizer = model_and_tokenizer
+    with pytest.raises(StageError, match=f"{task}:13: a YAML merge key"):
+        run(model, tokenizer, Benchmarks((BenchmarkTask(str(task)),), limit=2), "", 1, None)
+    assert not (task.parent / MARKER).exists()

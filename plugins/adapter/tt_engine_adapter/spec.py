@@ -240,6 +240,25 @@ class AdapterSpec(settings_model(AdapterSpecFields, base=BehaviorSpec, models={
         return self
 
     @model_validator(mode="after")
+    def _answer_budget(self) -> "AdapterSpec":
+        """A sampled answer's budget leaves room for the prompt in max_seq_length (the stages fit the prompt into
+        max_seq_length - max_new_tokens: none left would fail after the SFT stage had trained)."""
+        limit = self.hyperparameters.max_seq_length
+        budgets = []
+        if self.reinforcement is not None:
+            budgets.append(("reinforcement.max_new_tokens", self.reinforcement.max_new_tokens))
+        if self.preference is not None and self.preference.pairs == DERIVED:
+            own = self.preference.max_new_tokens
+            budgets.append(("preference.max_new_tokens" if own else "hyperparameters.max_new_tokens (the derived "
+                            "pairs' sample length)", own or self.hyperparameters.max_new_tokens))
+        for field, tokens in budgets:
+            if tokens >= limit:
+                raise ValueError(f"{field}: {tokens} tokens leave no room for the prompt in "
+                                 f"hyperparameters.max_seq_length ({limit}); lower it below {limit} or raise "
+                                 "max_seq_length")
+        return self
+
+    @model_validator(mode="after")
     def _cuda_only(self) -> "AdapterSpec":
         """Options that exist only on CUDA are refused when the spec names another device."""
         if self.device in ("cpu", "mps"):

@@ -14,5 +14,6 @@ and in each engine environment for its stages). The host depends on it for
 - `scoring`: the answer metrics (the host scores with them too).
 - `sides`: the evaluating sides (`baseline`, `sft`, `candidate`) a held-out evaluation answers for.
 - `graders`: the spec's graders (derived or `evaluation.graders`): rewards and held-out grader scores.
+- `regexlimit`: the one time limit every user regular expression runs under (a child process per pattern).
 - `benchmarks`: lm-evaluation-harness on a stage's transformers model, for the gate (lm-eval imported lazily).
 """

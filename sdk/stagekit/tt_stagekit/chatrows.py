@@ -20,11 +20,12 @@ with the same functions instead of copies.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Iterable, Iterator, Mapping, Optional
 
 from tt_stagekit import rowformats
 from tt_stagekit.sameness import normalize_prompt
-from tt_stagekit.userinput import InputFileError, JSONInputError, loads, read_regular
+from tt_stagekit.userinput import InputFileError, JSONInputError, loads, open_regular, read_regular
 
 ROLES = ("system", "user", "assistant")
 ROW_KEYS = ("id", "messages", "prompt", "completion") + rowformats.FORMAT_KEYS
@@ -73,6 +74,26 @@ def read_lines(path: Any, error: type[Exception]) -> tuple[bytes, list[bytes]]:
     except InputFileError as exc:
         raise error(str(exc)) from None
     return data, data.splitlines()
+
+
+def stream_lines(path: Any, error: type[Exception], limit: int) -> Iterator[bytes]:
+    """Each line of a regular file (its line ending removed), read once and in order, never the whole file at
+    once and never past `limit` bytes: a file over it is refused naming its size before a line is read (and one
+    that grows past it while read, there); a missing file, a folder, a FIFO or a device raises `error` naming it."""
+    try:
+        handle = open_regular(path)
+    except InputFileError as exc:
+        raise error(str(exc)) from None
+    with handle:
+        size, read = os.fstat(handle.fileno()).st_size, 0
+        for line in ([] if size > limit else handle):
+            read += len(line)
+            if read > limit:
+                break
+            yield (line[:-1] if line.endswith(b"\n") else line).removesuffix(b"\r")
+        if size > limit or read > limit:
+            raise error(f"{path} is {max(size, read):,} bytes, over the {limit:,}-byte limit for this file on this "
+                        "machine; split it, or keep the rows that matter")
 
 
 def parsed_lines(lines: Iterable[str | bytes], path: Any, error: type[Exception]) -> Iterator[tuple[int, str, Any]]:

@@ -8,10 +8,13 @@ wrote must not run code on the user's machine, so before lm-eval sees it, tt rea
 - any tag that is not plain YAML data (`!function`, `!!python/name:...`, any other `!tag`);
 - an `include:` that is not a relative or absolute path to a file inside the task's own folder (no `..`
   out of it, no link leading out), and, recursively, any of the above in an included file;
-- `dataset_kwargs.trust_remote_code` (a dataset loading script is code).
+- `dataset_kwargs.trust_remote_code` (a dataset loading script is code);
+- a YAML merge key (`<<: {include: x.yaml}`): lm-eval's loader applies the merge, so a key it brings in
+  (an `include:`, `trust_remote_code`) would escape the checks above; write the keys out instead.
 
 `TT_ALLOW_TASK_CODE=1`, set by the user outside the spec, lets `!function` through (lm-eval then imports
-the task folder's Python files); the run announces it. Everything else is refused either way.
+the task folder's Python files); the run announces it. Only the exact value `1` opts in (`0`, `true`, ` 1`
+do not). Everything else is refused either way.
 
 The host checks at `tt validate` / `tt run` (exit 2); the gate stages check again before lm-eval loads the
 file (tt_stagekit.benchmarks), where templates are also rendered in a sandboxed Jinja environment.
@@ -24,13 +27,16 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+from tt_stagekit.userinput import InputFileError, read_regular
+
 ALLOW_CODE_VAR = "TT_ALLOW_TASK_CODE"
 MAX_TASK_FILE_BYTES = 1024 * 1024
 MAX_INCLUDE_DEPTH = 8
 DATA_TAGS = {f"tag:yaml.org,2002:{name}" for name in
-             ("str", "int", "float", "bool", "null", "map", "seq", "timestamp", "merge", "binary", "omap",
+             ("str", "int", "float", "bool", "null", "map", "seq", "timestamp", "binary", "omap",
               "pairs", "set")}
 CODE_TAG = "!function"
+MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 class TaskFileError(ValueError):
@@ -38,8 +44,8 @@ class TaskFileError(ValueError):
 
 
 def code_allowed(environ: Mapping[str, str] = os.environ) -> bool:
-    """Whether the user opted in to running code from task folders (TT_ALLOW_TASK_CODE=1)."""
-    return environ.get(ALLOW_CODE_VAR, "").strip() == "1"
+    """Whether the user opted in to running code from task folders: TT_ALLOW_TASK_CODE is exactly `1`."""
+    return environ.get(ALLOW_CODE_VAR) == "1"
 
 
 def check_task_file(path: Path, allow_code: bool = False) -> None:
@@ -64,11 +70,10 @@ def _check(path: Path, folder: Path, allow_code: bool, seen: list[Path]) -> None
     real = path.resolve()
     if real in seen:
         raise TaskFileError(f"{path}: includes itself (through {', '.join(p.name for p in seen)})")
-    if not path.is_file():
-        raise TaskFileError(f"{path}: no such task file")
-    if path.stat().st_size > MAX_TASK_FILE_BYTES:
-        raise TaskFileError(f"{path}: larger than {MAX_TASK_FILE_BYTES} bytes; a task file is a short YAML file")
-    text = path.read_bytes()
+    try:  # a regular file only, capped: a FIFO or /dev/zero planted as a task file never blocks or fills memory
+        text = read_regular(path, MAX_TASK_FILE_BYTES)
+    except InputFileError as exc:
+        raise TaskFileError(f"{exc} (a task file is a short YAML file)") from None
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
@@ -100,6 +105,10 @@ def _tags(node: Any, path: Path, allow_code: bool, visited: set[int]) -> None:
     visited.add(id(node))
     if node.tag not in DATA_TAGS and not (allow_code and node.tag == CODE_TAG):
         line = node.start_mark.line + 1
+        if node.tag == MERGE_TAG:
+            raise TaskFileError(f"{path}:{line}: a YAML merge key (`<<`) brings in keys tt cannot check before "
+                                "lm-eval applies it (an `include:` or `!function` hidden in the merged mapping); "
+                                "write the merged keys out in the task file itself")
         if node.tag == CODE_TAG:
             raise TaskFileError(f"{path}:{line}: `!function {node.value!r}` would import and run Python from the task "
                                 f"folder; task files are data. If you trust this folder's code, set "

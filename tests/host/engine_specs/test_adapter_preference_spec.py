@@ -22,7 +22,8 @@ def _spec(folder: Path, **preference) -> Path:
     (model / "config.json").write_text(json.dumps(CONFIG))
     return write_spec(folder, {"name": "pref", "engine": "adapter", "base_model": "model", "device": "cpu",
                                "system_prompt": "Classify the review.", "examples": EXAMPLES,
-                               "hyperparameters": {"max_seq_length": 64}, "preference": preference})
+                               "hyperparameters": {"max_seq_length": 64, "max_new_tokens": 32},
+                               "preference": preference})
 
 
 def test_dry_run_lists_the_preference_stages_between_train_and_candidate(tt, tmp_path):
@@ -120,3 +121,31 @@ def test_a_pipeline_document_runs_the_preference_stages_as_steps_of_the_train(tt
     steps = {s["id"]: s["stages"] for s in plan["steps"]}
     assert steps["train"][-4:] == ["train", "reference", "preference", "reinforce"], steps  # GRPO's too (skipped here)
     assert steps["candidate"][-6:] == ["train", "sft", "reference", "preference", "reinforce", "candidate"], steps
+
+
+def test_a_pairs_file_is_read_once_at_validate_and_one_over_the_cap_is_refused_naming_its_size(tmp_path, monkeypatch):
+    """A 374 MB pairs file took minutes and gigabytes to validate: read whole, and read and checked twice. It is
+    streamed line by line, once, under MAX_PAIRS_BYTES (a share of this machine's memory)."""
+
+    from tt_engine_adapter.formats import pairs as pair_files
+    from tt_host.plugins import load_plugins
+    from tt_host.spec.loading import load_spec
+    from tt_stagekit import chatrows
+
+    folder = tmp_path / "s"
+    folder.mkdir()
+    lines = [json.dumps({"prompt": f"a review number {i}", "chosen": "positive", "rejected": "negative"})
+             for i in range(40)]
+    (folder / "pairs.jsonl").write_text("\n".join(lines) + "\n")
+    spec = _spec(folder, pairs="pairs.jsonl")
+    opened: list[str] = []
+    real = chatrows.open_regular
+    monkeypatch.setattr(chatrows, "open_regular", lambda path: opened.append(Path(path).name) or real(path))
+    loaded = load_spec(spec, load_plugins())
+    assert loaded.valid, loaded.errors
+    assert opened.count("pairs.jsonl") == 1, opened
+    monkeypatch.setattr(pair_files, "MAX_PAIRS_BYTES", 1000)
+    loaded = load_spec(spec, load_plugins())
+    text = json.dumps([e.msg for e in loaded.errors])
+    assert not loaded.valid and "pairs.jsonl is " in text and "over the 1,000-byte limit" in text, text
+    assert 1 << 20 <= pair_files._pairs_cap() <= 1 << 30

@@ -4,6 +4,8 @@ between `train` and `candidate`, and the reinforce stage's fingerprint holds its
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from pydantic import ValidationError
 
@@ -60,7 +62,7 @@ def _run_spec(folder, **extra):
     examples = [{"input": f"What is {i} plus {i}?", "output": str(2 * i)} for i in range(10)]
     return write_spec(folder, {"name": "sums", "engine": "adapter", "base_model": "model", "device": "cpu",
                                "system_prompt": "Answer with the number.", "examples": examples,
-                               "hyperparameters": {"max_seq_length": 64}, **extra})
+                               "hyperparameters": {"max_seq_length": 128}, **extra})
 
 
 def test_dry_run_lists_sft_and_reinforce_between_train_and_candidate(tt, tmp_path):
@@ -93,3 +95,22 @@ def test_the_reinforce_fingerprint_holds_its_settings_and_the_declared_graders(t
     assert first["train"] == other["train"] == graded["train"]
     assert first["reinforce"] != other["reinforce"] and first["candidate"] != other["candidate"]
     assert first["reinforce"] != graded["reinforce"]  # rewarded by other graders: trained again
+
+
+def test_an_answer_budget_that_leaves_no_room_for_the_prompt_is_refused_at_validate(tt, tmp_path):
+    """max_seq_length 128: reinforcement.max_new_tokens 128 (or the derived pairs' sample length) would leave the
+    prompt nothing and fail after the SFT stage had trained; `tt validate` and `tt run` exit 2 naming the field."""
+    cases = {"grpo": ({"reinforcement": {"steps": 2, "max_new_tokens": 128}}, "reinforcement.max_new_tokens"),
+             "derived": ({"preference": {"pairs": "derived", "max_new_tokens": 200}}, "preference.max_new_tokens"),
+             "derived default": ({"preference": {"pairs": "derived"}, "hyperparameters": {"max_seq_length": 64,
+                                                                                         "max_new_tokens": 64}},
+                                 "hyperparameters.max_new_tokens")}
+    for what, (extra, field) in cases.items():
+        path = _run_spec(tmp_path / what.replace(" ", "-"), **extra)
+        code, out = tt.json("validate", path)
+        assert code == 2 and f"{field}" in json.dumps(out) and "no room for the prompt" in json.dumps(out), (what, out)
+        run = tt("run", path)
+        assert run.returncode == 2 and field in run.stderr, (what, run.stderr)
+        assert not (path.parent / ".tuned-tensor").exists()
+    ok = _run_spec(tmp_path / "ok", reinforcement={"steps": 2, "max_new_tokens": 127})
+    assert tt.json("validate", ok)[0] == 0

@@ -76,6 +76,7 @@ def test_other_tags_includes_outside_the_folder_and_remote_code_are_refused(tt, 
         "include outside": ("task: t\ninclude: ../../../elsewhere.yaml\n", 2, "outside the task folder"),
         "absolute include": (f"task: t\ninclude:\n  - {tmp_path / 'elsewhere.yaml'}\n", 3, "outside the task folder"),
         "remote code": ("task: t\ndataset_kwargs:\n  trust_remote_code: true\n", 3, "trust_remote_code"),
+        "merge key hiding a tag": ("task: t\n<<: {process_docs: !function utils.process_docs}\n", 2, "merge key"),
     }
     for what, (text, line, words) in cases.items():
         folder = tmp_path / what.replace(" ", "_")
@@ -113,3 +114,33 @@ def test_the_users_opt_in_is_announced_at_run_start(tmp_path, monkeypatch):
     assert note is not None and str(task.parent) in note and note.startswith("TT_ALLOW_TASK_CODE=1: Python code")
     monkeypatch.delenv("TT_ALLOW_TASK_CODE")
     assert task_code_note(spec) is None
+
+
+MERGED = TASK.replace("process_docs: !function utils.process_docs\n", "<<: {include: inc.yaml}\n")
+
+
+def test_a_merge_key_hiding_an_include_is_refused_and_its_code_never_runs(tt, tmp_path):
+    """`<<: {include: inc.yaml}`: lm-eval's loader applies the merge and loads inc.yaml, whose `!function` imports
+    utils.py. The real `tt validate` and `tt run` refuse the merge key (file:line), and utils.py never runs."""
+    task = planted(tmp_path / "s", MERGED)
+    (task.parent / "inc.yaml").write_text("process_docs: !function utils.process_docs\n")
+    path = spec_with(tmp_path / "s", "benchmarks/planted/task.yaml")
+    code, out = tt.json("validate", path)
+    assert code == 2, out
+    (error,) = [e for e in out["errors"] if e["loc"] == "evaluation.benchmarks.tasks.0.task"]
+    assert f"{task}:7:" in error["msg"] and "merge key" in error["msg"], error
+    run = tt("run", path)
+    assert run.returncode == 2 and "merge key" in run.stderr, run.stderr
+    assert not (tmp_path / "s" / ".tuned-tensor").exists() and not list(tmp_path.rglob(MARKER))
+
+
+def test_only_the_exact_opt_in_value_lets_code_through(tt, tmp_path):
+    planted(tmp_path / "s")
+    path = spec_with(tmp_path / "s", "benchmarks/planted/task.yaml")
+    for value in ("0", "true", " 1", "1 ", "yes"):
+        tt.env["TT_ALLOW_TASK_CODE"] = value
+        code, out = tt.json("validate", path)
+        assert code == 2 and "!function" in json.dumps(out), (value, out)
+    tt.env["TT_ALLOW_TASK_CODE"] = "1"
+    assert tt.json("validate", path)[0] == 0
+    assert not list(tmp_path.rglob(MARKER))

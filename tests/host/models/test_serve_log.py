@@ -76,3 +76,39 @@ def test_a_log_removed_or_moved_away_by_the_operator_is_created_again_at_the_nex
         log.write("second\n")
     assert (tmp_path / "archived.log").read_text() == "first\n"
     assert (folder / "serve.log").read_text() == "second\n"
+
+
+def test_a_planted_link_is_refused_with_a_message_and_logs_is_private(tmp_path):
+    from tt_host.models.serve_log import ServeLog
+
+    folder = tmp_path / "logs"
+    folder.mkdir(mode=0o755)
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("mine\n")
+    (folder / "serve.log").symlink_to(target)
+    said: list[str] = []
+    with ServeLog(folder, warn=said.append) as log:
+        log.write("a line\n")
+        log.write("another\n")
+    assert target.read_text() == "mine\n"
+    assert len(said) == 1 and "the server log is off" in said[0] and "symbolic link" in said[0], said
+    assert str(folder / "serve.log") in said[0] and "remove it" in said[0]
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+
+
+def test_a_fifo_at_the_lock_never_blocks_the_writer(tmp_path):
+    """A FIFO at serve.log.lock: the writer that rotates would wait for a reader forever. It is refused without
+    blocking (a real process that must finish), said once, and the log keeps every line, unrotated."""
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    os.mkfifo(folder / "serve.log.lock")
+    script = ("import sys\nfrom pathlib import Path\nfrom tt_host.models.serve_log import ServeLog\n"
+              "with ServeLog(Path(sys.argv[1]), max_bytes=100, warn=lambda m: print('WARN', m)) as log:\n"
+              "    for i in range(50):\n        log.write(f'line {i:03d} ' + 'x' * 20 + '\\n')\n")
+    done = subprocess.run([sys.executable, "-P", "-c", script, str(folder)], capture_output=True, text=True,
+                          timeout=60, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    warned = [line for line in done.stdout.splitlines() if line.startswith("WARN")]
+    assert len(warned) == 1 and "not rotated" in warned[0] and "FIFO" in warned[0], done.stdout
+    assert (folder / "serve.log").read_text().count("\n") == 50
+    assert not (folder / "serve.log.1").exists()

@@ -8,6 +8,8 @@ refused naming it. The terminal never shows a control character from the file.
 
 from __future__ import annotations
 
+import os
+
 from conftest import echo_spec, write_spec
 
 
@@ -122,3 +124,13 @@ def test_the_admin_endpoint_takes_a_name_never_a_path_and_names_only_what_it_was
     assert "alpha-on-a" not in reply["error"], reply
     status, error = said("zeta-on-b")  # the client named it: it is found (and then refused on its own merits)
     assert "zeta-on-b" in error and "no registered model" not in error, error
+
+def test_a_models_file_that_is_a_fifo_or_a_link_to_dev_zero_is_refused_at_once(tt, tmp_path):
+    """Read through the safe reader (tt_stagekit.userinput.read_regular): a FIFO never blocks tt, /dev/zero is never
+    read until MemoryError; exit 2 naming the file and what it is."""
+    fifo, zero = tmp_path / "models.fifo", tmp_path / "models.txt"
+    os.mkfifo(fifo)
+    zero.symlink_to("/dev/zero")
+    for path, kind in ((fifo, "named pipe"), (zero, "character device")):
+        proc = tt("serve", "--models-from", path, "--port", "0", timeout=60)
+        assert proc.returncode == 2 and str(path) in proc.stderr and kind in proc.stderr, proc.stderr

@@ -144,3 +144,17 @@ def test_commands_refuse_names_too_long_or_files_for_folders(tt_in, tmp_path, ar
     human = tt_in(*args)
     assert human.code == 2 and "error:" in human.stderr
     assert snapshot(tmp_path) == before and afile.read_text() == "x"
+
+
+@pytest.mark.parametrize("key", ["echo." + ".".join(["steps"] * 500), "hyperparameters." + "x" * 2000,
+                                 "examples.0." + ".".join(["0"] * 300)])
+def test_a_set_key_deeper_or_longer_than_a_spec_may_nest_is_refused_naming_it(tt_in, tmp_path, key):
+    """Hundreds of dotted parts were a RecursionError (exit 1, a traceback); validate, run and run --dry-run exit 2
+    naming the `--set` argument, and create nothing."""
+    spec = write_spec(tmp_path / "s", echo_spec())
+    before = snapshot(tmp_path)
+    for command in (("validate",), ("run",), ("run", "--dry-run")):
+        code, out = tt_in.json(*command, spec, "--set", f"{key}=1")
+        assert code == 2, (command, out)
+        assert f"--set {key[:20]}" in json.dumps(out), (command, out)
+    assert snapshot(tmp_path) == before

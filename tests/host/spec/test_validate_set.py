@@ -40,3 +40,23 @@ def test_validate_names_a_bad_set_argument_and_exits_2(tt, tmp_path):
         assert human.returncode == 2 and f"--set {argument.replace(chr(27), '')}" in human.stderr, human.stderr
         assert "\x1b" not in human.stderr + human.stdout
     assert not (tmp_path / "s" / ".tuned-tensor").exists()
+
+
+def test_a_set_key_too_deep_or_too_long_exits_2_naming_it(tt, tmp_path):
+    """Hundreds of dotted parts were a RecursionError (exit 1); a key plus its value may nest no deeper than a spec
+    file (userinput.MAX_DEPTH), and a key is at most overrides.MAX_KEY characters."""
+    from tt_host.spec.overrides import MAX_KEY
+    from tt_stagekit.userinput import MAX_DEPTH
+
+    spec = write_spec(tmp_path / "s", echo_spec(steps=2))
+    cases = {"echo." + ".".join(["a"] * 400) + "=1": "levels deep",
+             "echo." + ".".join(["a"] * (MAX_DEPTH - 3)) + "=" + "[" * 3 + "]" * 3: "levels deep",
+             "echo.s" + "t" * MAX_KEY + "=1": f"over {MAX_KEY}"}
+    for argument, words in cases.items():
+        code, out = tt.json("validate", spec, "--set", argument)
+        assert code == 2 and out["valid"] is False, (argument[:40], out)
+        (error,) = out["errors"]
+        assert error["loc"].startswith(f"--set {argument[:20]}") and words in error["msg"], error
+    code, out = tt.json("validate", spec, "--set", "echo." + ".".join(["a"] * 10) + "=1")
+    assert code == 2 and "unknown field" in json.dumps(out), out  # a shallow key passes the bound to validation
+    assert not (tmp_path / "s" / ".tuned-tensor").exists()

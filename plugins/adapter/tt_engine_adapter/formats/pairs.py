@@ -15,10 +15,11 @@ pair could carry a held-out prompt into training.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from tt_stagekit.chatrows import example_keys, overlapping_example, parsed_lines, read_lines
+from tt_stagekit.chatrows import example_keys, overlapping_example, parsed_lines, stream_lines
 from tt_stagekit.sameness import normalize_prompt
 
 from tt_engine_adapter.formats.rows import RowError, _check_row
@@ -43,6 +44,19 @@ def _prompt(value: Any, where: str) -> list[dict]:
     raise RowError(f"{where}: 'prompt' must be a string or a list of messages ending with a user turn")
 
 
+def _pairs_cap() -> int:
+    """The largest pairs file read: the pairs are held in memory (several times the file's size), so a sixteenth
+    of this machine's memory, at most 1 GiB."""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        memory = 8 << 30
+    return min(1 << 30, max(memory // 16, 16 << 20))
+
+
+MAX_PAIRS_BYTES = _pairs_cap()
+
+
 def read_pairs(path: str | Path, system_message: Optional[str] = None,
                example_inputs: Iterable[str] = ()) -> list[dict]:
     """The pairs as `{"id", "messages": [user, ...], "chosen", "rejected", "where"}`; RowError names file:line."""
@@ -52,7 +66,7 @@ def read_pairs(path: str | Path, system_message: Optional[str] = None,
     examples = example_keys(example_inputs)
     pairs: list[dict] = []
     ids: set[str] = set()
-    _, lines = read_lines(path, RowError)
+    lines = stream_lines(path, RowError, MAX_PAIRS_BYTES)  # read once, line by line, under the cap
     for line_no, where, value in parsed_lines(lines, path, RowError):
         if not isinstance(value, dict):
             raise RowError(f"{where}: expected an object with prompt, chosen and rejected")

@@ -28,18 +28,23 @@ model_source.go_offline()
 
 def _derived(request: AdapterRequest, model, tokenizer, device: str) -> tuple[list[dict], dict]:
     from tt_engine_adapter.runtime.data import read_jsonl
-    from tt_engine_adapter.runtime.preference.pairs import grader_passes, pairs_from_samples, sample
+    from tt_engine_adapter.runtime.preference.pairs import pairs_from_samples, sample, spec_graders
 
     hp, pref = request.hp, request.spec.preference
     rows = read_jsonl(request.prepared["train"])  # the training rows only: the held-out prompts never come here
-    passes, names = grader_passes(read_request(None)["spec"])
+    graders = spec_graders(read_request(None)["spec"])
+    names = [g.name for g in graders.graders]
     started = time.perf_counter()
     samples = sample(model, tokenizer, [{"id": r["id"], "messages": r["messages"][:-1]} for r in rows],
                      n=pref.samples_per_prompt, temperature=pref.temperature,
                      max_new_tokens=pref.max_new_tokens or hp.max_new_tokens, max_seq_length=hp.max_seq_length,
                      device=device, seed=hp.seed, batch_size=hp.eval_batch_size)
     seconds = time.perf_counter() - started
-    pairs, counts = pairs_from_samples(rows, samples, passes, hp.seed)
+    pairs, counts = pairs_from_samples(rows, samples, graders.passes, hp.seed)
+    counts["grader_timeouts"] = sum(graders.timeouts().values())
+    if note := graders.timeout_note():
+        log(note, "warning")
+    graders.close()
     log(f"sampled {counts['samples']} answers on {counts['prompts']} training prompts in {seconds:.1f}s, graded by "
         f"{', '.join(names)}: {counts['pairs']} pairs; {counts['all_pass']} prompts all passed and "
         f"{counts['all_fail']} all failed (dropped)")

@@ -105,7 +105,11 @@ def main(request: AdapterRequest) -> StageResult:
     rollouts = reinforcement.Rollouts(generator, tokenizer, rs, hp.seed, graders.reward, record)
 
     def run_probe() -> dict:
-        probed = reinforcement.probe(rollouts, prompts, rs, names)
+        try:
+            probed = reinforcement.probe(rollouts, prompts, rs, names)
+        finally:  # a regex grader past its time limit scored 0: said before the probe's verdict
+            if note := graders.timeout_note():
+                log(note, "warning")
         log(f"probe: {probed['groups']} group(s) of {rs.group_size}: mean reward {probed['reward']}, "
             f"{probed['zero_std_groups']} with zero spread; training starts")
         return probed
@@ -135,7 +139,11 @@ def main(request: AdapterRequest) -> StageResult:
         "reinforce.rollout_seconds": round(state.rollout_seconds, 3),
         "reinforce.rollout_tokens_per_second": round(state.rollout_tokens / max(state.rollout_seconds, 1e-9), 2),
         **({"reinforce.probe_reward": state.probe["reward"]} if state.probe else {}),
+        "reinforce.grader_timeouts": sum(graders.timeouts().values()),
     }
+    if note := graders.timeout_note():
+        log(note, "warning")
+    graders.close()
     metrics = {k: v for k, v in metrics.items() if v is not None}
 
     adapter_dir = stage_dir / "adapter"

@@ -82,7 +82,7 @@ class Run:
     def start(self, stage: str, resume: bool = False, device: str = "cpu", env: Optional[dict] = None,
               **popen: Any) -> subprocess.Popen:
         env = env or {**os.environ, "PYTHONUNBUFFERED": "1"}
-        return subprocess.Popen([sys.executable, "-m", MODULES[stage], str(self.request(stage, resume, device))],
+        return subprocess.Popen([sys.executable, "-P", "-m", MODULES[stage], str(self.request(stage, resume, device))],
                                 cwd=self.run_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, start_new_session=True, **popen)
 

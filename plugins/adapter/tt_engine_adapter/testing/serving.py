@@ -98,10 +98,10 @@ def start(tmp: Path, model_path: str | Path, *, adapter_path: Optional[str | Pat
         env["TT_SERVE_API_KEY"] = api_key
     log = tmp / "server.log"
     held = Gate(tmp / "gate") if gate else None
-    command = [sys.executable, "-m", "tt_engine_adapter.serve"]
+    command = [sys.executable, "-P", "-m", "tt_engine_adapter.serve"]
     if held is not None:
         held.path.unlink(missing_ok=True)
-        command = [sys.executable, "-m", "tt_engine_adapter.testing.gated_serve", str(held.path)]
+        command = [sys.executable, "-P", "-m", "tt_engine_adapter.testing.gated_serve", str(held.path)]
     with open(log, "wb") as out:
         process = subprocess.Popen(command + [str(tmp / "serve-request.json")], stdout=out, stderr=subprocess.STDOUT,
                                    env=env)

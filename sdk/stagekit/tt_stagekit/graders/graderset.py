@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from tt_stagekit.graders.base import Grader, GraderError
 from tt_stagekit.graders.derive import derive
 from tt_stagekit.graders.jsonkinds import JsonFields, JsonSchema, JsonShape, JsonValues, ValidJson
-from tt_stagekit.graders.kinds import Exact, Label, MaxChars, Number, Regex, TokenF1
+from tt_stagekit.graders.kinds import MAX_TIMEOUTS, Exact, Label, MaxChars, Number, Regex, TokenF1
 
 KINDS: dict[str, Callable[[Mapping[str, Any], str, str], Grader]] = {
     cls.kind: cls.build for cls in (Exact, TokenF1, Label, Regex, Number, MaxChars, ValidJson, JsonFields,
@@ -59,6 +59,30 @@ class GraderSet:
 
     def passes(self, answer: str, reference: str) -> bool:
         return all(grader.passes(answer, reference) for grader in self.graders)
+
+    def timeouts(self) -> dict[str, int]:
+        """Per grader, the answers it scored 0 for want of time: matches past the time limit and the answers after
+        the grader stopped matching (graders.kinds.MAX_TIMEOUTS); only graders with any."""
+        return {g.name: g.timeouts + g.skipped for g in self.graders if getattr(g, "timeouts", 0)}
+
+    def timeout_note(self) -> Optional[str]:
+        """The line a stage logs when a grader hit its time limit (None when none did)."""
+        counted = self.timeouts()
+        if not counted:
+            return None
+        from tt_stagekit.regexlimit import MATCH_SECONDS
+
+        named = ", ".join(f"{name!r} on {count} answer(s)" for name, count in counted.items())
+        return (f"graders: a regex grader ran past its {MATCH_SECONDS:.0f} s match limit and scored 0 ({named}; "
+                f"after {MAX_TIMEOUTS} such answers it matches no more): its pattern backtracks on these answers; "
+                "simplify it (evaluation.graders)")
+
+    def close(self) -> None:
+        """End the graders' match children (a regex grader's; a new one starts if the set is used again)."""
+        for grader in self.graders:
+            limited = getattr(grader, "limited", None)
+            if limited is not None:
+                limited.close()
 
     def describe(self) -> list[dict[str, Any]]:
         return [grader.describe() for grader in self.graders]

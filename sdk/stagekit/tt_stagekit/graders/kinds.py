@@ -14,6 +14,9 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from tt_stagekit import scoring
 from tt_stagekit.graders.base import Grader, GraderError, pass_threshold, take, unknown_keys
 from tt_stagekit.graders.regexsafe import pathological
+from tt_stagekit.regexlimit import LimitedRegex
+
+MAX_TIMEOUTS = 3  # a regex grader's matches past the time limit before it scores every later answer 0
 
 # A number as people write it: optional sign (not after a letter or digit, so the `-` of `5-3` is no sign),
 # digits with optional thousands commas, an optional fraction and exponent.
@@ -89,21 +92,36 @@ class Label(Grader):
 class Regex(Grader):
     """1 when the whole answer, surrounding whitespace stripped, matches `pattern` (re.fullmatch, DOTALL);
     else 0. The reference is not read. A pattern that could backtrack catastrophically is refused
-    (tt_stagekit.graders.regexsafe), and answers longer than `max_chars` (default 20000) fail unmatched."""
+    (tt_stagekit.graders.regexsafe), answers longer than `max_chars` (default 20000) fail unmatched, and every
+    match runs under the one time limit (tt_stagekit.regexlimit, MATCH_SECONDS in a child process): an answer
+    it cannot match in time scores 0 and is counted in `timeouts` (the stages report it); after MAX_TIMEOUTS
+    such answers the grader matches no more and scores every later answer 0 (`skipped`), so a pattern that
+    backtracks on the model's answers costs a stage at most MAX_TIMEOUTS limits, never hours."""
 
     kind = "regex"
 
     def __init__(self, name: str, pattern: str, max_chars: int = 20_000):
         super().__init__(name)
         self.pattern, self.max_chars = pattern, max_chars
-        compiled = re.compile(pattern, re.DOTALL)
-        # fullmatch(text) -> True, False, or None when it ran out of time; a caller may put it under a time
-        # limit (the host runs it in a child process: tt_host.evaluation.scoring)
-        self.matcher: Callable[[str], Optional[bool]] = lambda text: compiled.fullmatch(text) is not None
+        re.compile(pattern, re.DOTALL)
+        self.limited = LimitedRegex(pattern)
+        # fullmatch(text) -> True, False, or None when it ran out of time (a caller may swap in its own guard
+        # tied to its stop event: tt_host.evaluation.scoring)
+        self.matcher: Callable[[str], Optional[bool]] = self.limited.fullmatch
+        self.timeouts = 0  # answers whose match ran past the limit
+        self.skipped = 0  # answers scored 0 unmatched after MAX_TIMEOUTS: the pattern backtracks on them
 
     def score(self, answer: str, reference: str) -> float:
         text = answer.strip()
-        return float(len(text) <= self.max_chars and bool(self.matcher(text)))
+        if len(text) > self.max_chars:
+            return 0.0
+        if self.timeouts >= MAX_TIMEOUTS:  # 5 s per answer over thousands of answers would still hang the stage
+            self.skipped += 1
+            return 0.0
+        hit = self.matcher(text)
+        if hit is None:
+            self.timeouts += 1
+        return float(bool(hit))
 
     def settings(self) -> dict[str, Any]:
         return {"pattern": self.pattern, "max_chars": self.max_chars}

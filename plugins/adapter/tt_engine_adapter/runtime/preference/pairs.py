@@ -118,12 +118,12 @@ def pairs_from_samples(rows: Sequence[dict], samples: Sequence[Sequence[str]],
     return pairs, counts
 
 
-def grader_passes(spec_json: dict) -> tuple[Callable[[str, str], bool], list[str]]:
-    """The spec's graders (tt_stagekit.graders.from_spec): `passes(answer, reference)` and their names."""
+def spec_graders(spec_json: dict) -> Any:
+    """The spec's graders (tt_stagekit.graders.from_spec, a GraderSet): `passes(answer, reference)`, their names,
+    and `timeout_note()` when a regex grader ran past its time limit (that answer failed)."""
     from tt_stagekit.graders import from_spec
 
-    graders = from_spec(spec_json)
-    return graders.passes, [g.name for g in graders.graders]
+    return from_spec(spec_json)
 
 
 def reference_logps(model: Any, rows: Sequence[Encoded], pad_id: int, device: str, batch_size: int,
