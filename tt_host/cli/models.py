@@ -6,6 +6,7 @@ Logic lives in tt_host.models.registry (registry), tt_host.models.export and tt_
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Optional
 
@@ -92,10 +93,16 @@ def export(
     from tt_host.models.export import export_model
     from tt_host.models.references import resolve
 
+    from tt_host.waiting import waiting
+
     log = (lambda line: None) if json_mode else (lambda line: err.print(line, markup=False))
     with os_errors_refused(json_mode):
-        summary = export_model(resolve(model), out, fmt=fmt, merged=merged, offline=offline or None, log=log,
-                               quant=quant)
+        resolved = resolve(model)
+        # a terminal on stderr sees the seconds count up (--json too: stdout keeps the one JSON object)
+        with waiting(err, f"exporting {resolved.model_id} as {fmt}") if err.is_terminal or not json_mode \
+                else contextlib.nullcontext():
+            summary = export_model(resolved, out, fmt=fmt, merged=merged, offline=offline or None, log=log,
+                                   quant=quant)
     if json_mode:
         emit_json(summary)
     else:

@@ -20,6 +20,8 @@ err_console = TerminalConsole(stderr=True, highlight=False, soft_wrap=True)
 
 
 class QuietReporter:
+    builds_shown = False  # an environment build's progress on stderr (build_display) all the same
+
     def message(self, text: str, style: str = "") -> None:
         pass
 
@@ -90,17 +92,20 @@ class RichReporter(QuietReporter):
 def reporter(json_mode: bool, verbose: bool = False, quiet: bool = False) -> QuietReporter:
     """Progress on stderr: none under --json or --quiet; with --verbose every line the stages print, too."""
     if quiet or (json_mode and not verbose):
-        return QuietReporter()
+        quiet_one = QuietReporter()
+        quiet_one.builds_shown = not quiet and err_console.is_terminal  # --json: stdout is the JSON's alone
+        return quiet_one
     return RichReporter(verbose=verbose)
 
 
 def build_display(reporter: QuietReporter, title: str) -> ContextManager[Callable[[str], None]]:
     """An engine environment build's progress on the reporter's console (tt_host.engines.build_progress): a
-    status line with packages and bytes on a terminal; nothing under --json or --quiet."""
-    if isinstance(reporter, RichReporter):
+    status line with packages and bytes on a terminal; under --json that line on stderr when it is a terminal
+    (a first build takes minutes); nothing under --quiet."""
+    if isinstance(reporter, RichReporter) or reporter.builds_shown:
         from tt_host.engines.build_progress import BuildDisplay
 
-        return BuildDisplay(reporter.console, title)
+        return BuildDisplay(getattr(reporter, "console", err_console), title)
     return contextlib.nullcontext(lambda line: None)
 
 
