@@ -28,10 +28,28 @@ def list_models(json_mode: bool = JsonOption) -> None:
     if json_mode:
         emit_json({"models": models, **({"problems": problems} if problems else {})})
         return
-    show_table(("id", "kind", "engine", "path"),
-               [(model.get("id"), model.get("kind"), model.get("engine"), model.get("path")) for model in models])
+    show_table(("id", "kind", "engine", "registered (UTC)", "held-out (exact · graders)", "path"),
+               [(model.get("id"), model.get("kind"), model.get("engine"), *_date_and_score(model), model.get("path"))
+                for model in models])
     for problem in problems:
         err.print(f"tt: not listed: {problem}", markup=False, highlight=False)
+
+
+def _date_and_score(model: dict) -> tuple[str, str]:
+    """When the model's latest version was registered, and its run's held-out figures (report.json; "—" when
+    the run folder or its report is gone)."""
+    import json
+
+    from tt_host.models.versions import versions_of
+    from tt_host.reports.verdict import tuned_score
+
+    versions = versions_of(model)
+    at = str((versions[-1] if versions else {}).get("registered_at") or "—").replace("T", " ").rstrip("Z")[:16]
+    try:
+        report = json.loads((Path(str(model.get("run_dir"))) / "report.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return at, "—"
+    return at, tuned_score(report) if isinstance(report, dict) else "—"
 
 
 def _model_id(reference: str) -> str:

@@ -140,11 +140,15 @@ def render_markdown(report: dict[str, Any], charts: list[tuple[str, str | None]]
         lines += [f"| {name} | {_fmt(value)} |" for name, value in metrics.items()]
         lines.append("")
     lines += ["## Stages", "", "| stage | state | this run | seconds |", "|---|---|---|---|"]
+    off = [name for name, stage in report["stages"].items() if stage.get("state") == "skipped"]
     for name, stage in report["stages"].items():
         seconds = stage.get("seconds")
-        lines.append(f"| {name} | {stage.get('state')} | {stage.get('this_run', '')} | "
-                     f"{'' if seconds is None else f'{seconds:.1f}'} |")
+        if name not in off:
+            lines.append(f"| {name} | {stage.get('state')} | {stage.get('this_run', '')} | "
+                         f"{'' if seconds is None else f'{seconds:.1f}'} |")
     lines.append("")
+    if off:  # a plain LoRA run's four tuning stages: one line, not four "skipped" rows
+        lines += [f"Not in this run (the spec turns them off): {', '.join(off)}.", ""]
     if report.get("notes"):
         lines += ["## Notes", ""] + [f"- {html.escape(n)}" for n in report["notes"]] + [""]
     if report.get("models"):

@@ -91,6 +91,13 @@ def _graders_said(report: dict[str, Any]) -> str:
     return ""
 
 
+def tuned_score(report: dict[str, Any]) -> str:
+    """The tuned model's held-out figures for a list: "8/11 · 0.78" (exact match, grader score), "—" when none."""
+    count, grader = _count(report, CANDIDATE_SIDE), _grader_score(report, CANDIDATE_SIDE)
+    said = [part for part in (count, None if grader is None else f"{grader:.2f}") if part]
+    return " · ".join(said) or "—"
+
+
 def gate_verdict(report: dict[str, Any]) -> str:
     """The gates' verdict in words: general-regression and benchmark gates, or that none is configured."""
     found = []

@@ -160,3 +160,18 @@ def test_a_report_a_person_reads_first_the_rewards_and_scores_then_the_rest(tmp_
     steps = re.findall(r'text-anchor="middle" font-family="sans-serif" font-size="11">([^<]+)<', loss)
     assert steps == ["0", "5", "10", "15"], steps  # whole steps, round
     assert tick_labels(nice_ticks(0.4775, 0.7267)) == ["0.4", "0.5", "0.6", "0.7", "0.8"]
+
+
+def test_stages_the_spec_turns_off_are_one_line_not_rows_of_skipped(tt, tmp_path):
+    """The echo spec without `echo.baseline` (as a plain LoRA run has no tuning stages): report.md and the dry run
+    list the stage on one "not in this run" line instead of a "skipped" row."""
+    path = write_spec(tmp_path / "s", echo_spec(steps=2))
+    code, out = tt.json("run", path)
+    assert code == 0, out
+    markdown = (Path(out["run_dir"]) / "report.md").read_text()
+    assert "Not in this run (the spec turns them off): baseline." in markdown, markdown
+    assert "| baseline | skipped" not in markdown and "| train | completed |" in markdown, markdown
+    planned = tt("run", path, "--dry-run", "--resume", out["run_dir"])
+    assert planned.returncode == 0, planned.stderr
+    assert "not in this run (the spec turns them off): baseline" in planned.stdout, planned.stdout
+    assert not any(line.split()[:1] == ["baseline"] for line in planned.stdout.splitlines() if "│" not in line)
