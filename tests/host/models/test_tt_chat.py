@@ -100,6 +100,7 @@ def test_url_talks_to_a_running_server_and_refusals_exit_2(tt, tmp_path):
         server.send_signal(signal.SIGINT)
         server.wait(timeout=60)
     for args, expected in ((("chat",), "give MODEL"), (("chat", "zz-no-such"), "no registered model"),
+                           (("chat", model[:-1] + "x"), f"did you mean {model!r}?"),  # a typo: the closest id
                            (("chat", "--url", "ftp://x"), "give the server's address"),
                            (("chat", model, "--api-key-file", "k"), "goes with --url")):
         done = tt(*args, input="hi\n", timeout=120)
