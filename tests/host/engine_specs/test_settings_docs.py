@@ -173,9 +173,11 @@ def set_problems(text: str, name: str) -> list[str]:
     (`hyperparameters.lora_rank=16`) as the adapter's declaration accepts it (the value read as JSON when it
     parses, as `tt run --set` reads it)."""
     problems = []
-    for match in re.finditer(r"--set (?:'([^']*)'|(\S+))", text):
-        argument = match.group(1) or match.group(2)
-        where = f"{name}:{text[:match.start()].count(chr(10)) + 1}: --set {argument}"
+    found = [(block.start(1) + m.start(), m.group(1) or m.group(2))
+             for block in re.finditer(r"^```[a-z]*\n(.*?)^```", text, re.S | re.M)
+             for m in re.finditer(r"--set (?:'([^']*)'|(\S+))", block.group(1))]
+    for offset, argument in found:
+        where = f"{name}:{text[:offset].count(chr(10)) + 1}: --set {argument}"
         key, _, raw = argument.partition("=")
         try:
             value = json.loads(raw)
