@@ -3,12 +3,13 @@
 The CLI maps a `TTError` onto the process in one place (`tt_host.cli.common.refused`): the message on
 stderr (or in the `--json` object) and `exit_code` as the status. Exit codes follow the command line's
 rule (docs/host.md): 1 a run or check failed, 2 invalid input or usage, 130 interrupted. A subclass sets
-its default code; a raise site may pass another.
+its default code; a raise site may pass another. `did_you_mean` picks the closest of the names a mistyped one
+could have meant (a spec field, a model id).
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Iterable, Optional
 
 
 class TTError(Exception):
@@ -33,3 +34,11 @@ class CorruptRecord(TTError, ValueError):
     def __init__(self, file: object, problem: str, remedy: str) -> None:
         self.file, self.problem, self.remedy = str(file), problem, remedy
         super().__init__(f"{file}: {problem}; {remedy}")
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> Optional[str]:
+    """The one choice closest to a mistyped `word` (difflib, similarity 0.6 or more), else None."""
+    import difflib
+
+    close = difflib.get_close_matches(word, sorted(set(choices)), n=1, cutoff=0.6)
+    return close[0] if close else None

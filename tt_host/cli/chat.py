@@ -80,8 +80,8 @@ def chat(
                                                 "in this file."),
     no_spec_prompt: bool = NoSpecPromptOption,
     spec: Optional[Path] = SpecPromptOption,
-    temperature: Optional[float] = typer.Option(None, "--temperature", help="Sampling temperature (default: the "
-                                                "server's, 1.0; 0 is greedy)."),
+    temperature: Optional[float] = typer.Option(None, "--temperature", min=0, max=2, help="Sampling temperature "
+                                                "(default 0: greedy, the decoding tt's evaluation used)."),
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1, help="Answer budget per turn (default: "
                                              "the server's)."),
     device: str = DeviceOption,
@@ -90,7 +90,7 @@ def chat(
     """Chat with MODEL line by line (the spec's system message applied, as `tt serve` applies it)."""
     import os
 
-    from tt_host.models.chat import ChatError, LocalServer, connect
+    from tt_host.models.chat import ChatError, LocalServer, connect, decoding
 
     interactive = sys.stdin.isatty()
 
@@ -109,16 +109,21 @@ def chat(
         from tt_host.models.serve import read_api_key_file
 
         key = read_api_key_file(api_key_file) if api_key_file is not None else os.environ.get("TT_API_KEY")
-        code = _chat(connect(url, key or None, model), temperature, max_tokens, interactive)
+        endpoint = connect(url, key or None, model)
+        err.print(f"tt chat: {endpoint.model} at {endpoint.url}/v1 ({decoding(temperature)}; {COMMANDS})",
+                  markup=False)
+        code = _chat(endpoint, temperature, max_tokens, interactive)
     else:
         with LocalServer(model, _serve_args(device, offline, no_spec_prompt, spec, temperature), log) as server:
             endpoint = server.start()
-            err.print(f"tt chat: {endpoint.model} at {endpoint.url}/v1 ({COMMANDS})", markup=False)
+            err.print(f"tt chat: {endpoint.model} at {endpoint.url}/v1 ({decoding(temperature)}; {COMMANDS})",
+                      markup=False)
             code = _chat(endpoint, temperature, max_tokens, interactive)
     raise typer.Exit(code)
 
 
 def _chat(endpoint, temperature: Optional[float], max_tokens: Optional[int], interactive: bool) -> int:
-    from tt_host.models.chat import Conversation
+    from tt_host.models.chat import EVALUATION_TEMPERATURE, Conversation
 
-    return talk(Conversation(endpoint, temperature=temperature, max_tokens=max_tokens), interactive)
+    chosen = EVALUATION_TEMPERATURE if temperature is None else temperature
+    return talk(Conversation(endpoint, temperature=chosen, max_tokens=max_tokens), interactive)

@@ -69,9 +69,9 @@ def prepare(
     from tt_host.engines.torch_build import summary
 
     engine = load_plugins().engine(name)
-    if json_mode:  # quiet: one JSON object at the end
+    if json_mode and not err.is_terminal:  # quiet: one JSON object at the end
         info = envs.ensure_env(engine, offline=offline or None)
-    else:  # packages and bytes as uv fetches them (tt_host.engines.build_progress)
+    else:  # packages and bytes as uv fetches them (tt_host.engines.build_progress); --json: stdout's JSON alone
         from tt_host.engines.build_progress import BuildDisplay
 
         with BuildDisplay(err, f"preparing the {name} environment") as show:

@@ -6,6 +6,7 @@ Logic lives in tt_host.models.registry (registry), tt_host.models.export and tt_
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Optional
 
@@ -27,10 +28,28 @@ def list_models(json_mode: bool = JsonOption) -> None:
     if json_mode:
         emit_json({"models": models, **({"problems": problems} if problems else {})})
         return
-    show_table(("id", "kind", "engine", "path"),
-               [(model.get("id"), model.get("kind"), model.get("engine"), model.get("path")) for model in models])
+    show_table(("id", "kind", "engine", "registered (UTC)", "held-out (exact · graders)", "path"),
+               [(model.get("id"), model.get("kind"), model.get("engine"), *_date_and_score(model), model.get("path"))
+                for model in models])
     for problem in problems:
         err.print(f"tt: not listed: {problem}", markup=False, highlight=False)
+
+
+def _date_and_score(model: dict) -> tuple[str, str]:
+    """When the model's latest version was registered, and its run's held-out figures (report.json; "—" when
+    the run folder or its report is gone)."""
+    import json
+
+    from tt_host.models.versions import versions_of
+    from tt_host.reports.verdict import tuned_score
+
+    versions = versions_of(model)
+    at = str((versions[-1] if versions else {}).get("registered_at") or "—").replace("T", " ").rstrip("Z")[:16]
+    try:
+        report = json.loads((Path(str(model.get("run_dir"))) / "report.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return at, "—"
+    return at, tuned_score(report) if isinstance(report, dict) else "—"
 
 
 def _model_id(reference: str) -> str:
@@ -92,10 +111,16 @@ def export(
     from tt_host.models.export import export_model
     from tt_host.models.references import resolve
 
+    from tt_host.waiting import waiting
+
     log = (lambda line: None) if json_mode else (lambda line: err.print(line, markup=False))
     with os_errors_refused(json_mode):
-        summary = export_model(resolve(model), out, fmt=fmt, merged=merged, offline=offline or None, log=log,
-                               quant=quant)
+        resolved = resolve(model)
+        # a terminal on stderr sees the seconds count up (--json too: stdout keeps the one JSON object)
+        with waiting(err, f"exporting {resolved.model_id} as {fmt}") if err.is_terminal or not json_mode \
+                else contextlib.nullcontext():
+            summary = export_model(resolved, out, fmt=fmt, merged=merged, offline=offline or None, log=log,
+                                   quant=quant)
     if json_mode:
         emit_json(summary)
     else:

@@ -37,17 +37,29 @@ def print_warnings(loaded) -> None:
         err.print(f"[yellow]warning:[/] {escape(warning.msg)}")
 
 
+def _unreadable(loaded) -> Optional[str]:
+    """The message when the spec file itself could not be read (missing, a folder): no field to fix."""
+    errors = loaded.errors
+    if len(errors) == 1 and errors[0].loc == "(file)" and ": cannot read: " in errors[0].msg:
+        return errors[0].msg
+    return None
+
+
 def print_errors(loaded, json_mode: bool) -> None:
+    unreadable = _unreadable(loaded)
     if json_mode:
         from tt_host.cli.jsonshapes import failure
 
         first = loaded.errors[0] if loaded.errors else None
-        message = f"{loaded.path}: invalid spec" + (f": {first.loc}: {first.msg}" if first else "")
+        message = unreadable or f"{loaded.path}: invalid spec" + (f": {first.loc}: {first.msg}" if first else "")
         graders = loaded.grader_check.described() if loaded.grader_check is not None else None
         emit_json(failure(message, 2, valid=False, engine=loaded.engine_name, spec_path=str(loaded.path),
                           errors=[e.as_dict() for e in loaded.errors],
                           warnings=[w.as_dict() for w in loaded.warnings],
                           **({"graders": graders} if graders else {})))
+        return
+    if unreadable:  # a missing file is not "invalid spec ... fix the fields above"
+        err.print(f"[red]{escape(unreadable)}[/]")
         return
     err.print(f"[red]{escape(str(loaded.path))}: invalid spec[/]")
     for error in loaded.errors:
@@ -102,8 +114,12 @@ def dry_run(loaded, resume: Optional[Path], json_mode: bool, only: Optional[froz
     else:
         console.print(f"{'resume' if exists else 'new run'}: {run_dir} (dry run: nothing was created)", markup=False)
         styles = {"refuse": "red", "reuse": "green", "skip": "dim", "leave": "dim", "rerun": "yellow"}
+        off = [d.stage for d in decisions if d.action == "skip"]
         show_table(("stage", "would", "why"),
-                   [(d.stage, Text(d.action, style=styles.get(d.action, "cyan")), d.reason) for d in decisions])
+                   [(d.stage, Text(d.action, style=styles.get(d.action, "cyan")), d.reason) for d in decisions
+                    if d.stage not in off])
+        if off:  # the stages of a block the spec leaves out (a plain LoRA run's tuning stages): one line
+            console.print(f"not in this run (the spec turns them off): {', '.join(off)}", markup=False)
         if loaded.grader_check is not None:
             print_graders(loaded.grader_check)
         if refused:

@@ -75,12 +75,14 @@ def report(run: str = typer.Argument(..., help="Run directory or run id (or its 
         fail(f"{path} not found; the run has not written its report yet (`tt runs get {run}`)", json_mode=json_mode)
     if json_mode:
         emit_json(json.loads(path.read_text(encoding="utf-8")))
-    elif not console.is_terminal:
-        typer.echo(clean(path.read_text(encoding="utf-8")), nl=False)  # the Markdown itself to a pipe: nothing folded
-    else:
+    elif not console.is_terminal:  # the Markdown itself to a pipe, as plain text: nothing folded, no HTML entity
+        import html
+
+        typer.echo(clean(html.unescape(path.read_text(encoding="utf-8"))), nl=False)
+    else:  # drawn on the terminal, long lines wrapped to its width (tt's console does not wrap by default)
         from rich.markdown import Markdown
 
-        console.print(Markdown(path.read_text(encoding="utf-8")))
+        console.print(Markdown(path.read_text(encoding="utf-8")), soft_wrap=False)
 
 
 def _run_path(reference: str, json_mode: bool) -> Path:

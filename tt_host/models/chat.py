@@ -13,6 +13,9 @@ file whose last lines are shown when it fails. `--url` talks to a server already
 `/v1/chat/completions` (the server puts the spec's system message first, as it does for every request);
 an HTTP error leaves the conversation as it was. Requests go straight to the server (proxy variables not used),
 and a redirect is never followed (exit 2 naming where it pointed): the API key goes to the address given only.
+Every request carries a temperature: the chat's `--temperature`, else EVALUATION_TEMPERATURE, the greedy decoding
+tt's evaluation answers the held-out prompts with (no spec setting changes it), so that chatting shows the model
+the report judged; `decoding` words it for the banner.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from tt_host.terminal import clean
 
 STOP_SECONDS = 40.0  # tt serve's own grace (30 s) and a margin, then the chat kills it
 REQUEST_SECONDS = 600.0  # one answer on a slow CPU
+EVALUATION_TEMPERATURE = 0.0  # tt's evaluation stages decode greedily; the report's answers are those
 ENTRY = "import sys; from tt_host.cli.entry import main; sys.argv[0] = 'tt'; sys.exit(main())"
 
 
@@ -121,10 +125,10 @@ def connect(url: str, api_key: Optional[str], model: Optional[str]) -> Endpoint:
 
 @dataclass
 class Conversation:
-    """The turns so far, and the sampling settings every request carries (None: the server's defaults)."""
+    """The turns so far, and the sampling settings every request carries (max_tokens None: the server's)."""
 
     endpoint: Endpoint
-    temperature: Optional[float] = None
+    temperature: float = EVALUATION_TEMPERATURE
     max_tokens: Optional[int] = None
     messages: list[dict[str, str]] = field(default_factory=list)
 
@@ -132,8 +136,7 @@ class Conversation:
         """The model's answer to `text` after the turns so far (both kept); ChatError leaves them unchanged."""
         turn = {"role": "user", "content": text}
         body: dict[str, Any] = {"model": self.endpoint.model, "messages": [*self.messages, turn]}
-        if self.temperature is not None:
-            body["temperature"] = self.temperature
+        body["temperature"] = self.temperature
         if self.max_tokens is not None:
             body["max_tokens"] = self.max_tokens
         reply = _call(self.endpoint, "/v1/chat/completions", body)
@@ -146,6 +149,15 @@ class Conversation:
 
     def reset(self) -> None:
         self.messages.clear()
+
+
+def decoding(temperature: Optional[float]) -> str:
+    """The banner's words for the chat's decoding (`--temperature`, None when not given)."""
+    if temperature is None:
+        return "greedy, as the evaluation decoded (--temperature T samples)"
+    if temperature <= 0:
+        return "greedy (--temperature 0)"
+    return f"sampling at temperature {temperature:g} (the evaluation decoded greedily: --temperature 0)"
 
 
 class LocalServer:

@@ -28,7 +28,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Optional
 
-from tt_host.errors import TTError
+from tt_host.errors import TTError, did_you_mean
 from tt_host.engine import SERVE_HF, SERVE_ON_BASE, Engine, ModelKind
 from tt_host.models import activation, registry, versions
 from tt_host.spec.compiler import compile_system_message, sha256_text
@@ -252,7 +252,9 @@ def resolve_registered(model_id: str) -> ResolvedModel:
     except versions.VersionError as exc:
         raise ModelRefError(str(exc)) from None
     if entry is None:
-        raise ModelRefError(f"no registered model {model_id!r} and no such folder; see `tt models list`")
+        meant = did_you_mean(model_id, (e["id"] for e in registry.list_models()))
+        raise ModelRefError(f"no registered model {model_id!r} and no such folder; "
+                            + (f"did you mean {meant!r}?" if meant else "see `tt models list`"))
     _, problems = registry.verify_model(model_id)
     if problems:
         raise ModelRefError(f"model {model_id} failed verification: " + "; ".join(map(str, problems)), exit_code=1)

@@ -17,8 +17,10 @@ report.json, and nothing else writes a key of it (tests/architecture/test_report
                         predictions are)
 
 report.md is made from that report alone: it opens with the verdict (and, when the final model is worse than
-SFT, says so next), shows the metrics in a table (base, SFT and final side by side when evaluated), the held-out
-predictions, and every series a stage returned as an SVG chart written next to it; report.html
+SFT, says so next), the scores side by side (base, SFT and final when evaluated), the gates, then every series a
+stage returned as an SVG chart written next to it (rewards, held-out scores, losses, the rest: charts.chart_order;
+a series that never moved is a line, not a chart), the held-out predictions, and only then the table of every
+other metric, the stages, notes and models; report.html
 (tt_host.reports.report_html) is the same document in one self-contained file, the charts inline.
 """
 
@@ -33,7 +35,7 @@ from typing import Any
 from tt_host.evaluation import benchmark_gate, general_gate
 from tt_host.evaluation.tuning_gate import tuning_section
 from tt_host.fsutil import write_json_atomic, write_text_atomic
-from tt_host.reports.charts import svg_chart, wrong_way
+from tt_host.reports.charts import chart_order, constant, svg_chart, wrong_way
 from tt_host.reports.ending import RESUMABLE, Ending, resume_command
 from tt_host.reports.verdict import cell, clean, markdown_table, prediction_rows, verdict_line
 from tt_host.runlayout import REPORT_JSON, REPORT_MD
@@ -116,7 +118,9 @@ def _paired(report: dict[str, Any]) -> dict[str, Any]:
     return metrics
 
 
-def render_markdown(report: dict[str, Any], charts: list[tuple[str, str]]) -> str:
+def render_markdown(report: dict[str, Any], charts: list[tuple[str, str | None]]) -> str:
+    """report.md: `charts` are (series name, its SVG file), in the order shown; (a sentence, None) for a series
+    that never moved."""
     lines = [f"# tt run {_text(report['run_id'])}", "", f"**{_text(report.get('verdict') or verdict_line(report))}**", ""]
     if (report.get("tuning") or {}).get("message"):
         lines += [f"**{_text(report['tuning']['message'])}**", ""]
@@ -132,27 +136,35 @@ def render_markdown(report: dict[str, Any], charts: list[tuple[str, str]]) -> st
         for name in names:
             lines.append(f"| {cell(name)} | " + " | ".join(_fmt(metrics.pop(f"{side}.{name}", "—")) for side in sides) + " |")
         lines.append("")
+    if report.get("general_regression"):
+        lines += general_gate.markdown(report["general_regression"])
+    if report.get("benchmarks"):
+        lines += benchmark_gate.markdown(report["benchmarks"])
+    if charts:
+        lines += ["## Curves", ""]
+        for title, file in charts:
+            if file is None:  # a series that never moved (GRPO's kl with kl_beta 0): said, not drawn
+                lines += [f"- {_text(title)}", ""]
+                continue
+            lines += [f"![{cell(title)}]({file})", ""]
+            lines += [f"- **check this curve:** {_text(w)}" for w in report.get("curve_warnings", [])
+                      if w.startswith(title + " ")]
+        lines.append("")
+    lines += markdown_table(report.get("predictions") or [])
     if metrics:
         lines += ["## Metrics", "", "| metric | value |", "|---|---|"]
         lines += [f"| {cell(name)} | {_fmt(value)} |" for name, value in metrics.items()]
         lines.append("")
     lines += ["## Stages", "", "| stage | state | this run | seconds |", "|---|---|---|---|"]
+    off = [name for name, stage in report["stages"].items() if stage.get("state") == "skipped"]
     for name, stage in report["stages"].items():
         seconds = stage.get("seconds")
-        lines.append(f"| {cell(name)} | {cell(stage.get('state'))} | {cell(stage.get('this_run', ''))} | "
-                     f"{'' if seconds is None else f'{seconds:.1f}'} |")
+        if name not in off:
+            lines.append(f"| {cell(name)} | {cell(stage.get('state'))} | {cell(stage.get('this_run', ''))} | "
+                         f"{'' if seconds is None else f'{seconds:.1f}'} |")
     lines.append("")
-    if report.get("general_regression"):
-        lines += general_gate.markdown(report["general_regression"])
-    if report.get("benchmarks"):
-        lines += benchmark_gate.markdown(report["benchmarks"])
-    lines += markdown_table(report.get("predictions") or [])
-    if charts:
-        lines += ["## Curves", ""]
-        for title, file in charts:
-            lines += [f"![{cell(title)}]({file})", ""]
-            lines += [f"- **wrong way:** {_text(w)}" for w in report.get("curve_warnings", []) if w.startswith(title + " ")]
-        lines.append("")
+    if off:  # a plain LoRA run's four tuning stages: one line, not four "skipped" rows
+        lines += [f"Not in this run (the spec turns them off): {_text(', '.join(off))}.", ""]
     if report.get("notes"):
         lines += ["## Notes", ""] + [f"- {_text(n)}" for n in report["notes"]] + [""]
     if report.get("models"):
@@ -173,11 +185,17 @@ def _chart_file(name: str, taken: dict[str, str]) -> str:
 
 def write_report(run_path: Path, report: dict[str, Any], series: dict[str, list]) -> None:
     """Write `report` (build_report's, unchanged) as report.json, report.md and report.html, and one SVG per
-    series (the run's `Tally.series`)."""
+    series (the run's `Tally.series`) that moved."""
     from tt_host.reports.report_html import render_html
 
-    charts, svgs = [], {}
-    for name, warning in _wrong_ways(series).items():
+    charts: list[tuple[str, str | None]] = []
+    svgs: dict[str, str] = {}
+    warnings = _wrong_ways(series)
+    for name in sorted(series, key=chart_order):
+        warning, value = warnings[name], constant(series[name])
+        if value is not None:
+            charts.append((f"{name}: {value:.4g} at every one of its {len(series[name])} steps (not charted)", None))
+            continue
         file = _chart_file(name, svgs)
         svgs[file] = svg_chart(name, series[name], warning)
         write_text_atomic(run_path / file, svgs[file])

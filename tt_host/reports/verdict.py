@@ -61,14 +61,14 @@ def prediction_rows(eval_rows: list[dict], answers: dict[str, dict[str, str]],
         with guarded(graders):
             for out in rows:
                 out["grader_score"] = {side: None if out[side] is None else graders.reward(out[side], out["reference"])
-                                       for side in SIDES}
+                                       for side in EVALUATING_SIDES if side in out}
     return rows
 
 
-def _scores(row: dict[str, Any]) -> str:
-    """A row's grader scores, "0.50 → 1.00" (— for a side that did not answer)."""
+def _scores(row: dict[str, Any], sides: tuple[str, ...] = SIDES) -> str:
+    """A row's grader scores, "0.50 → 1.00" (— for a side that did not answer), one per side of `sides`."""
     scores = row.get("grader_score") or {}
-    return " → ".join("—" if scores.get(side) is None else f"{scores[side]:.2f}" for side in SIDES)
+    return " → ".join("—" if scores.get(side) is None else f"{scores[side]:.2f}" for side in sides)
 
 
 def _count(report: dict[str, Any], side: str) -> str | None:
@@ -91,11 +91,19 @@ def _grader_score(report: dict[str, Any], side: str) -> float | None:
 def _graders_said(report: dict[str, Any]) -> str:
     """" · grader score B → T" (or the one side scored), or "" when no side was scored with graders."""
     base, tuned = _grader_score(report, BASELINE_SIDE), _grader_score(report, CANDIDATE_SIDE)
-    if base is not None and tuned is not None:
-        return f" · grader score {base:.2f} → {tuned:.2f}"
+    sft = _grader_score(report, SFT_SIDE) if SFT_SIDE in (report.get("held_out_sides") or {}) else None
+    if base is not None and tuned is not None:  # SFT between them when a tuning stage followed it
+        return f" · grader score {base:.2f} → " + ("" if sft is None else f"{sft:.2f} (SFT) → ") + f"{tuned:.2f}"
     if base is not None or tuned is not None:
         return f" · grader score {base if tuned is None else tuned:.2f}"
     return ""
+
+
+def tuned_score(report: dict[str, Any]) -> str:
+    """The tuned model's held-out figures for a list: "8/11 · 0.78" (exact match, grader score), "—" when none."""
+    count, grader = _count(report, CANDIDATE_SIDE), _grader_score(report, CANDIDATE_SIDE)
+    said = [part for part in (count, None if grader is None else f"{grader:.2f}") if part]
+    return " · ".join(said) or "—"
 
 
 def gate_verdict(report: dict[str, Any]) -> str:
@@ -135,13 +143,14 @@ def markdown_table(rows: list[dict[str, Any]], limit: int = 100) -> list[str]:
     graded = any("grader_score" in row for row in rows)
     sides = EVALUATING_SIDES if SFT_SIDE in rows[0] else SIDES
     heads = {BASELINE_SIDE: "base", SFT_SIDE: "SFT", CANDIDATE_SIDE: "tuned"}
+    said = " → ".join(heads[s] for s in sides)
     lines = ["## Held-out predictions", "", "| # | prompt | reference | " + " | ".join(heads[s] for s in sides) + " | pass |"
-             + (" graders (base → tuned) |" if graded else ""), "|---" * (len(sides) + 4) + "|" + ("---|" if graded else "")]
+             + (f" graders ({said}) |" if graded else ""), "|---" * (len(sides) + 4) + "|" + ("---|" if graded else "")]
     for number, row in enumerate(rows[:limit], 1):
         cells = [cell(row.get(k)) if row.get(k) is not None else "—"
                  for k in ("prompt", "reference", *sides)]
         verdict = {True: "pass", False: "FAIL", None: "—"}[row.get("pass")]
-        lines.append(f"| {number} | " + " | ".join(cells) + f" | {verdict} |" + (f" {_scores(row)} |" if graded else ""))
+        lines.append(f"| {number} | " + " | ".join(cells) + f" | {verdict} |" + (f" {_scores(row, sides)} |" if graded else ""))
     if len(rows) > limit:
         lines.append(f"\n{len(rows) - limit} more rows in report.json (`predictions`).")
     return lines + [""]

@@ -300,9 +300,9 @@ def _cached_or_run(stage_call: StageCall, runner, inputs: dict[str, Any], record
         if cached is not None:
             record.extra["reused_from"] = cached.from_run
             tally.actions[stage.name] = f"reused from run {cached.from_run}"
-            tally.notes.append(f"baseline reused from run {cached.from_run} ({stage.name}: same base model, prompts, "
-                               "generation settings and engine environment)")
-            stage_call.run_call.reporter.message(f"{stage.name}: baseline reused from run {cached.from_run}", "dim")
+            tally.notes.append(f"baseline reused from run {cached.from_run} (stage {stage.name}; the same base "
+                               "model, prompts, generation settings and engine environment)")
+            stage_call.run_call.reporter.message(f"{stage.name}: reused from run {cached.from_run}", "dim")
             return StageOutcome(cached.result, EXIT_OK, None, 0.0)
     outcome = runner(stage_call)
     if key and outcome.exit_code == EXIT_OK:

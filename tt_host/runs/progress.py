@@ -2,17 +2,23 @@
 
 The pipeline talks to a `Reporter`; `RichReporter` draws progress bars on
 stderr, `QuietReporter` prints nothing (the command prints one JSON object at
-the end instead).
+the end instead). A stage's bar counts its steps ("5/14") and its time left is
+`StepPace`'s: the mean time per step since the stage's first step (the model's
+loading before it is not a step), times the steps left.
 """
 
 from __future__ import annotations
 
 import contextlib
 import sys
+import time
 from typing import Any, Callable, ContextManager, Optional
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, SpinnerColumn, TextColumn, \
+    TimeElapsedColumn
+from rich.text import Text
 
 from tt_host.terminal import TerminalConsole, clean
 
@@ -20,6 +26,8 @@ err_console = TerminalConsole(stderr=True, highlight=False, soft_wrap=True)
 
 
 class QuietReporter:
+    builds_shown = False  # an environment build's progress on stderr (build_display) all the same
+
     def message(self, text: str, style: str = "") -> None:
         pass
 
@@ -43,6 +51,26 @@ def _metric_text(metrics: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
+class StepPace(ProgressColumn):
+    """Time left: (steps left) x (mean seconds per step since the first step this column saw), "-:--:--" before
+    two steps are known."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.clock = clock
+        self.first: dict[int, tuple[float, float]] = {}  # task id -> (time, step) of its first step
+
+    def render(self, task) -> Text:
+        now, done = self.clock(), float(task.completed or 0)
+        if done > 0 and task.id not in self.first:
+            self.first[task.id] = (now, done)
+        seen_at, seen = self.first.get(task.id, (now, done))
+        if task.total is None or done <= seen or now <= seen_at:
+            return Text("-:--:--", style="progress.remaining")
+        left = max(0.0, (task.total - done) * (now - seen_at) / (done - seen))
+        return Text(time.strftime("%H:%M:%S", time.gmtime(left)) + " left", style="progress.remaining")
+
+
 class RichReporter(QuietReporter):
     def __init__(self, console: Console = err_console, verbose: bool = False):
         self.console, self.verbose = console, verbose
@@ -54,9 +82,9 @@ class RichReporter(QuietReporter):
 
     def stage_started(self, stage: str, description: str) -> None:
         self.progress = Progress(
-            SpinnerColumn(), TextColumn("[bold]{task.fields[stage]}[/]"), BarColumn(),
+            SpinnerColumn(), TextColumn("[bold]{task.fields[stage]}[/]"), BarColumn(), MofNCompleteColumn(),
             TextColumn("{task.fields[info]}"),
-            TimeElapsedColumn(), TimeRemainingColumn(), console=self.console, transient=False,
+            TimeElapsedColumn(), StepPace(), console=self.console, transient=False,
             disable=not self.console.is_terminal,
         )
         self.progress.start()
@@ -90,17 +118,20 @@ class RichReporter(QuietReporter):
 def reporter(json_mode: bool, verbose: bool = False, quiet: bool = False) -> QuietReporter:
     """Progress on stderr: none under --json or --quiet; with --verbose every line the stages print, too."""
     if quiet or (json_mode and not verbose):
-        return QuietReporter()
+        quiet_one = QuietReporter()
+        quiet_one.builds_shown = not quiet and err_console.is_terminal  # --json: stdout is the JSON's alone
+        return quiet_one
     return RichReporter(verbose=verbose)
 
 
 def build_display(reporter: QuietReporter, title: str) -> ContextManager[Callable[[str], None]]:
     """An engine environment build's progress on the reporter's console (tt_host.engines.build_progress): a
-    status line with packages and bytes on a terminal; nothing under --json or --quiet."""
-    if isinstance(reporter, RichReporter):
+    status line with packages and bytes on a terminal; under --json that line on stderr when it is a terminal
+    (a first build takes minutes); nothing under --quiet."""
+    if isinstance(reporter, RichReporter) or reporter.builds_shown:
         from tt_host.engines.build_progress import BuildDisplay
 
-        return BuildDisplay(reporter.console, title)
+        return BuildDisplay(getattr(reporter, "console", err_console), title)
     return contextlib.nullcontext(lambda line: None)
 
 

@@ -26,6 +26,8 @@ from tt_host.spec.general import example_overlap
 from tt_host.spec.compiler import CompiledSpec, DuplicatePromptError, compile_spec
 from tt_host.spec.placeholders import find_placeholders, node_locs, node_placeholders
 from tt_host.spec.schema import DEFAULT_ENGINE, BehaviorSpec
+from tt_host.spec.suggest import fields_at
+from tt_host.errors import did_you_mean
 from tt_stagekit.graders import GraderError
 from tt_stagekit.userinput import MAX_SPEC_BYTES, InputFileError, JSONInputError, loads, os_reason, read_regular
 
@@ -180,7 +182,9 @@ def _load(path: Path, plugins: Plugins, require_examples: bool, config: Optional
                 continue  # the placeholder error already names this field
             message = cause.message if isinstance(cause, GraderError) else error["msg"]
             if error["type"] == "extra_forbidden":
-                message = "unknown field (misspelled?); remove it or check the spelling"
+                meant = did_you_mean(str(error["loc"][-1]), fields_at(loaded.engine.spec_model, error["loc"]))
+                message = "unknown field (misspelled?); " + (f"did you mean {meant!r}?" if meant else
+                                                             "remove it or check the spelling")
             loaded.errors.append(SpecError(loc, message))
         return loaded
     except OSError as exc:  # a check touched the disk and the OS refused; the net under the fields' own checks

@@ -62,7 +62,7 @@ def test_merged_adapter_exports_to_gguf_and_ollama(arch, tiny_llama, tiny_qwen3,
         assert shapes["blk.0.attn_q_norm.weight"] == state["model.layers.0.self_attn.q_norm.weight"].shape
     text = (out / "Modelfile").read_text()
     assert f'PARAMETER stop "{eot}"' in text and f'SYSTEM """{SYSTEM}"""' in text
-    assert "PARAMETER num_ctx 512" in text
+    assert "PARAMETER num_ctx 512" in text and text.endswith("PARAMETER temperature 0\n")  # the evaluation's greedy decoding
 
 
 def test_a_bad_quant_is_refused_and_writes_nothing(tiny_qwen3, tmp_path):

@@ -24,6 +24,7 @@ from tt_engine_adapter.runtime.data import encode_rows, read_jsonl
 from tt_stagekit.gguf import llama_cpp_env, probe
 
 REPO = Path(__file__).resolve().parents[3]
+TT_ENTRY = "import sys; from tt_host.cli.entry import main; sys.argv[0] = 'tt'; sys.exit(main())"
 WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
 
 
@@ -121,6 +122,8 @@ def test_the_gguf_export_of_the_tuned_real_model_matches_llama_cpp(real_base, re
 
 
 def test_serving_the_real_adapter_answers_what_the_candidate_stage_answered(real_base, real_run, tmp_path):
+    """The server at temperature 0 answers as the candidate stage; so does `tt chat --url` (the host's real CLI)
+    at its defaults, every held-out prompt after a /reset: the report's greedy decoding, not the server's 1.0."""
     from openai import OpenAI
 
     from tt_engine_adapter.testing import serving
@@ -133,6 +136,15 @@ def test_serving_the_real_adapter_answers_what_the_candidate_stage_answered(real
             answer = client.chat.completions.create(model="real", temperature=0, max_tokens=16,
                                                     messages=[m for m in prompt["messages"] if m["role"] == "user"])
             assert answer.choices[0].message.content.strip() == real_run.predictions("candidate")[prompt["id"]]
+        asked = [next(m["content"] for m in p["messages"] if m["role"] == "user") for p in real_run.eval_prompts]
+        assert all("\n" not in text for text in asked)
+        env = {k: v for k, v in os.environ.items() if k not in ("TT_API_KEY", "VIRTUAL_ENV")}
+        chat = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-P", "-c", TT_ENTRY, "chat", "--url",
+                               server.url, "--max-tokens", "16"], input="\n/reset\n".join(asked) + "\n",
+                              capture_output=True, text=True, env=env, timeout=300)
+    assert chat.returncode == 0 and "(greedy, as the evaluation decoded" in chat.stderr, chat.stderr
+    report = real_run.predictions("candidate")
+    assert [line.strip() for line in chat.stdout.splitlines()] == [report[p["id"]] for p in real_run.eval_prompts], chat.stdout
 
 
 def test_the_hub_id_resolves_through_huggingface_hub_from_a_local_cache(real_base, tmp_path):

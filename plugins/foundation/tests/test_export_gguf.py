@@ -142,7 +142,7 @@ def test_ollama_folder_has_a_modelfile_for_the_same_chat(exported):
     text = (out / "Modelfile").read_text()
     assert text.startswith("FROM ./model.gguf\n")
     assert f'SYSTEM """{SYSTEM}"""' in text and f'PARAMETER stop "{T.ASSISTANT_END}"' in text
-    assert "PARAMETER num_ctx 64" in text
+    assert "PARAMETER num_ctx 64" in text and text.endswith("PARAMETER temperature 0\n")  # the evaluation's greedy decoding
     assert f"{T.USER_START}{{{{ .Content }}}}{T.USER_END}{{{{ if $last }}}}{T.ASSISTANT_START}" in text
     info = json.loads((out / "tt-export.json").read_text())
     assert info["kind"] == "foundation-ollama" and info["gguf"]["ollama_name"] == "adder-sft"

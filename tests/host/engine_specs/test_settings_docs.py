@@ -1,7 +1,9 @@
 """The docs say what the code declares: every settings table of docs/ lists each setting of its block with the
 default of its declaration (formats/settings.py, tt_stagekit.launcher), and every JSON snippet of a block uses only
 keys and values its declaration accepts. A snippet in the same section as its block's defaults table uses the
-defaults, unless the line before it says its values are "not the defaults".
+defaults, unless the line before it says its values are "not the defaults". The same holds for README.md and the
+examples' READMEs, for every `--set KEY=VALUE` a document shows (the block or setting it names, the value), and
+for every shipped example spec (examples/**/tunedtensor.json: its keys and blocks as the schema accepts them).
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ from tt_stagekit.launcher import DistributedSettings
 from tt_stagekit.settings import declared, default_of
 from tt_stagekit.stageconfig import InvalidInput, parse
 
-DOCS = Path(__file__).resolve().parents[3] / "docs"
+REPO = Path(__file__).resolve().parents[3]
+DOCS = REPO / "docs"
+READMES = [REPO / "README.md", *sorted((REPO / "examples").glob("*/README.md"))]
+EXAMPLE_SPECS = sorted((REPO / "examples").rglob("tunedtensor.json"))
 
 # (doc, the table's header line starts with, the block's settings, whether every setting must have a row).
 TABLES = [
@@ -135,11 +140,65 @@ def _bounds_problems(settings: type, block: dict, where: str) -> list[str]:
     return problems
 
 
-def snippet_problems(doc: str) -> list[str]:
-    text = (DOCS / doc).read_text(encoding="utf-8")
+def spec_problems(snippet: dict, where: str, tabled: set, before: str) -> list[str]:
+    """A spec, or a fragment of one, checked against the schema: a whole spec's keys, each block's keys, values
+    and bounds; a block beside its defaults table (`tabled`) must show the defaults unless `before` says not."""
+    whole = "name" in snippet and bool({"engine", "examples", "base_model", "system_prompt"} & set(snippet))
+    engine = snippet.get("engine", "foundation" if "foundation" in snippet else "adapter")
+    if engine not in BLOCKS:
+        return []
     problems = []
+    if whole:
+        known = set(BehaviorSpec.model_fields) | {f.name for f in dataclasses.fields(TOP[engine])}
+        problems += [f"{where}: unknown key {key!r}" for key in snippet if key not in known]
+    for key, settings in BLOCKS[engine].items():
+        if not isinstance(snippet.get(key), dict):
+            continue
+        try:
+            parse(settings, snippet[key], key)
+        except InvalidInput as exc:
+            problems.append(f"{where}: {exc}")
+            continue
+        problems += _bounds_problems(settings, snippet[key], f"{where}: {key}")
+        if not whole and settings in tabled and LABEL not in before:
+            defaults = {f.name: default_of(f) for f, _ in declared(settings)}
+            problems += [f"{where}: {key}.{name}: {value!r} is not the default {defaults[name]!r} of the table "
+                         f"beside it (label the snippet \"{LABEL}\" or show the defaults)"
+                         for name, value in snippet[key].items() if _json(defaults[name]) != value]
+    return problems
+
+
+def set_problems(text: str, name: str) -> list[str]:
+    """Each `--set KEY=VALUE` in the text's code blocks: a block (`reinforcement={...}`) or one of its settings
+    (`hyperparameters.lora_rank=16`) as the adapter's declaration accepts it (the value read as JSON when it
+    parses, as `tt run --set` reads it)."""
+    problems = []
+    found = [(block.start(1) + m.start(), m.group(1) or m.group(2))
+             for block in re.finditer(r"^```[a-z]*\n(.*?)^```", text, re.S | re.M)
+             for m in re.finditer(r"--set (?:'([^']*)'|(\S+))", block.group(1))]
+    for offset, argument in found:
+        where = f"{name}:{text[:offset].count(chr(10)) + 1}: --set {argument}"
+        key, _, raw = argument.partition("=")
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw
+        block, _, setting = key.partition(".")
+        if block not in BLOCKS["adapter"]:
+            continue  # a top-level field (base_model, name): the spec's own validation
+        fragment = {block: {setting: value} if setting else value}
+        problems += spec_problems(fragment, where, set(), LABEL) if isinstance(fragment[block], dict) else \
+            [f"{where}: the block {block} takes a JSON object"]
+    return problems
+
+
+def snippet_problems(doc: str | Path) -> list[str]:
+    path = doc if isinstance(doc, Path) else DOCS / doc
+    name = path.relative_to(REPO).as_posix() if path.is_relative_to(REPO) else path.name
+    text = path.read_text(encoding="utf-8")
+    problems = set_problems(text, name)
     for first_line, section in _sections(text):
-        tabled = {settings for d, header, settings, _ in TABLES if d == doc and _table_rows(section, header)}
+        tabled = {settings for d, header, settings, _ in TABLES if d == path.name and _table_rows(section, header)}
         for match in re.finditer(r"```json\n(.*?)```", section, re.S):
             line = first_line + section[:match.start()].count("\n")
             body, snippet = match.group(1), None
@@ -151,35 +210,25 @@ def snippet_problems(doc: str) -> list[str]:
                     continue
             if not isinstance(snippet, dict):
                 continue
-            whole = "name" in snippet and bool({"engine", "examples", "base_model", "system_prompt"} & set(snippet))
-            engine = snippet.get("engine", "foundation" if "foundation" in snippet else "adapter")
-            if engine not in BLOCKS:
-                continue
-            if whole:
-                known = set(BehaviorSpec.model_fields) | {f.name for f in dataclasses.fields(TOP[engine])}
-                problems += [f"{doc}:{line}: unknown key {key!r}" for key in snippet if key not in known]
-            before = section[:match.start()].rstrip().splitlines()[-1:] or [""]
-            for key, settings in BLOCKS[engine].items():
-                if not isinstance(snippet.get(key), dict):
-                    continue
-                where = f"{doc}:{line}: {key}"
-                try:
-                    parse(settings, snippet[key], key)
-                except InvalidInput as exc:
-                    problems.append(f"{doc}:{line}: {exc}")
-                    continue
-                problems += _bounds_problems(settings, snippet[key], where)
-                if not whole and settings in tabled and LABEL not in before[0]:
-                    defaults = {f.name: default_of(f) for f, _ in declared(settings)}
-                    problems += [f"{where}.{name}: {value!r} is not the default {defaults[name]!r} of the table "
-                                 f"beside it (label the snippet \"{LABEL}\" or show the defaults)"
-                                 for name, value in snippet[key].items() if _json(defaults[name]) != value]
+            before = (section[:match.start()].rstrip().splitlines()[-1:] or [""])[0]
+            problems += spec_problems(snippet, f"{name}:{line}", tabled, before)
     return problems
 
 
 @pytest.mark.parametrize("doc", sorted(p.name for p in DOCS.glob("*.md")))
 def test_each_block_snippet_is_accepted_and_agrees_with_its_table(doc):
     assert snippet_problems(doc) == []
+
+
+@pytest.mark.parametrize("readme", READMES, ids=[p.relative_to(REPO).as_posix() for p in READMES])
+def test_each_readme_snippet_and_set_argument_is_accepted(readme):
+    assert snippet_problems(readme) == []
+
+
+@pytest.mark.parametrize("spec", EXAMPLE_SPECS, ids=[p.relative_to(REPO).as_posix() for p in EXAMPLE_SPECS])
+def test_each_example_spec_uses_only_keys_and_values_the_schema_accepts(spec):
+    assert spec_problems(json.loads(spec.read_text(encoding="utf-8")), spec.relative_to(REPO).as_posix(), set(),
+                         LABEL) == []
 
 
 def test_a_wrong_default_or_key_in_the_docs_is_found(tmp_path, monkeypatch):
@@ -199,3 +248,11 @@ def test_a_wrong_default_or_key_in_the_docs_is_found(tmp_path, monkeypatch):
     assert any("hyperparameters.lora_rnak: unknown to this engine's runtime" in p for p in found), found
     doc.write_text(doc.read_text().replace('"lora_rnak": 8', '"lora_rank": 8'), encoding="utf-8")
     assert any("hyperparameters.n_epochs: 0 breaks ge 1" in p for p in snippet_problems("settings.md"))
+    doc.write_text("```bash\ntt run s.json --set 'reinforcement={\"stepz\": 5}' --set preference.beta=0\n```\n",
+                   encoding="utf-8")
+    found = snippet_problems("settings.md")
+    assert any("--set reinforcement={\"stepz\": 5}" in p and "reinforcement.stepz" in p for p in found), found
+    assert any("--set preference.beta=0" in p and "preference.beta: 0 breaks gt 0" in p for p in found), found
+    spec = {"name": "s", "engine": "adapter", "examples": [], "hyperparamters": {}, "reinforcement": {"steps": 0}}
+    found = spec_problems(spec, "examples/x/tunedtensor.json", set(), LABEL)
+    assert any("unknown key 'hyperparamters'" in p for p in found) and any("steps: 0 breaks" in p for p in found)

@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-import pty
-import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -95,23 +92,10 @@ def test_the_torch_build_and_its_wheel_size_are_read_from_the_environment_and_it
 def read_pty(tt, *args: str) -> tuple[int, str]:
     """`tt ARGS` with stdout and stderr on a real pseudo-terminal (160 columns); its exit status and what it
     drew, escape sequences removed."""
-    master, slave = pty.openpty()
-    env = dict(tt.env, COLUMNS="160", TERM="xterm")
-    proc = subprocess.Popen([TT_BIN, *args], env=env, cwd=tt.cwd, stdin=subprocess.DEVNULL, stdout=slave,
-                            stderr=slave)
-    os.close(slave)
-    chunks = []
-    while True:
-        try:
-            data = os.read(master, 65536)
-        except OSError:  # EIO: the terminal's other side closed
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(master)
-    text = b"".join(chunks).decode("utf-8", "replace")
-    return proc.wait(timeout=300), re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\r", "\n", text)
+    from pty_gaps import on_terminal
+
+    drawn = on_terminal([TT_BIN, *args], tt.env, tt.cwd, timeout=300)
+    return drawn.code, drawn.text
 
 
 def test_on_a_terminal_the_build_is_one_status_line_with_packages_and_bytes(tt, tmp_path):
@@ -122,3 +106,17 @@ def test_on_a_terminal_the_build_is_one_status_line_with_packages_and_bytes(tt, 
     assert any(" large packages, " in line and " MB downloaded" in line for line in status), drawn
     assert not any(line.startswith("downloading pydantic-core") for line in drawn.splitlines()), drawn  # no log lines
     assert "echo: environment built at " in drawn and "; no torch" in drawn, drawn
+
+
+def test_under_json_a_terminal_on_stderr_still_sees_the_build_and_no_silence_over_5_s(tt, tmp_path):
+    """`tt engines prepare echo --json` from an empty uv cache, stderr on a pseudo-terminal, stdout piped: the
+    status line on stderr (redrawn every second, the seconds counting) while uv resolves, downloads and installs;
+    stdout holds the JSON object alone. The longest stretch with nothing drawn is measured, not a speed."""
+    from pty_gaps import on_terminal
+
+    echo_copy(tmp_path, tt)
+    drawn = on_terminal([TT_BIN, "engines", "prepare", "echo", "--json"], tt.env, tt.cwd, stdout_pipe=True)
+    assert drawn.code == 0, drawn.text
+    assert json.loads(drawn.stdout)["built"] is True, drawn.stdout
+    assert "preparing the echo environment" in drawn.text, drawn.text
+    assert drawn.longest_gap <= 5.0, (drawn.longest_gap, drawn.times, drawn.text)

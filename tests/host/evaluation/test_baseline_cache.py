@@ -30,6 +30,9 @@ def test_a_second_unchanged_run_reuses_the_baseline_without_starting_it(tt, tmp_
         {k: v for k, v in first["metrics"].items() if k.startswith("baseline.")}
     assert first["metrics"]["baseline.count"] > 0
     assert second["stages"]["train"]["this_run"] == "ran"  # only the baseline comes from the cache
+    shown = tt("run", path)  # a person's terminal: the stage named once, not "baseline: baseline reused"
+    assert shown.returncode == 0 and f"baseline: reused from run {runs[0].name}" in shown.stderr, shown.stderr
+    assert "baseline: baseline" not in shown.stderr, shown.stderr
 
     spec = echo_spec(baseline=True)
     spec["system_prompt"] = "Answer with the capital city only."  # other prompts: evaluated again

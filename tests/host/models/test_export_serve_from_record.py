@@ -7,6 +7,7 @@ tests/architecture/test_engine_neutral_host.py).
 from __future__ import annotations
 
 import json
+import re
 import signal
 import urllib.request
 from pathlib import Path
@@ -58,3 +59,24 @@ def test_echo_engine_is_exported_and_served_from_its_record_alone(tt, tmp_path):
         process.send_signal(signal.SIGINT)
         code = process.wait(timeout=60)
     assert code == 130
+
+
+def test_a_long_export_on_a_terminal_counts_its_seconds_and_is_never_silent_over_5_s(tt, tmp_path):
+    """`tt models export` of an echo run whose export works 7 s (TT_ECHO_EXPORT_SECONDS), stderr on a
+    pseudo-terminal: the status line `exporting ID as hf · N s` is redrawn while the engine works, so the longest
+    stretch with nothing drawn stays under 5 s (measured, not a speed); under --json stdout keeps the JSON."""
+    from conftest import TT_BIN
+    from pty_gaps import on_terminal
+
+    spec = write_spec(tmp_path / "project", echo_spec(steps=2))
+    code, out = tt.json("run", str(spec))
+    assert code == 0, out
+    env = {**tt.env, "TT_ECHO_EXPORT_SECONDS": "7"}
+    drawn = on_terminal([TT_BIN, "models", "export", out["run_dir"], str(tmp_path / "out")], env, tt.cwd)
+    assert drawn.code == 0 and "exported " in drawn.text, drawn.text
+    assert drawn.longest_gap <= 5.0, (drawn.longest_gap, drawn.times, drawn.text)
+    assert re.search(r"exporting \S+ as hf · [4-9] s", drawn.text), drawn.text
+    drawn = on_terminal([TT_BIN, "models", "export", out["run_dir"], str(tmp_path / "out2"), "--json"], env, tt.cwd,
+                        stdout_pipe=True)
+    assert drawn.code == 0 and json.loads(drawn.stdout)["kind"] == "echo-export", drawn.stdout
+    assert drawn.longest_gap <= 5.0, (drawn.longest_gap, drawn.times, drawn.text)

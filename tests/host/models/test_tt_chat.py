@@ -33,12 +33,13 @@ def _port_closed(url: str) -> bool:
     return False
 
 
-def _started(process: subprocess.Popen) -> str:
-    """The URL `tt chat` announces on stderr once its server is ready."""
+def _started(process: subprocess.Popen, banner: str = "") -> str:
+    """The URL `tt chat` announces on stderr once its server is ready (that line holding `banner`)."""
     seen = []
     for line in process.stderr:
         seen.append(line)
         if found := re.search(r" at (http://127\.0\.0\.1:\d+)/v1 ", line):
+            assert banner in line, line
             return found.group(1)
     raise AssertionError(f"tt chat never announced its server (exit {process.wait()}): {''.join(seen)}")
 
@@ -46,7 +47,7 @@ def _started(process: subprocess.Popen) -> str:
 def test_a_piped_conversation_keeps_its_turns_and_every_ending_stops_the_server(tt, tmp_path):
     model = _model(tt, tmp_path)
     chat = tt.popen("chat", model[:-8], "--max-tokens", "7", stdin=subprocess.PIPE)
-    url = _started(chat)
+    url = _started(chat, "(greedy, as the evaluation decoded (--temperature T samples); /reset")
     lines = ["Capital of country 3?", "/echo-request", "/reset", "/echo-request", "\x1b[31mred\x1b]0;title\x07", "",
              "/exit", "never sent"]
     out, err = chat.communicate("\n".join(lines) + "\n", timeout=120)
@@ -55,6 +56,8 @@ def test_a_piped_conversation_keeps_its_turns_and_every_ending_stops_the_server(
     assert len(answers) == 4 and answers[0] in ("City 3", "Capital of country 3?"), out
     first, after_reset = json.loads(answers[1]), json.loads(answers[2])
     assert first["system_message"] == SYSTEM and first["max_tokens"] == 7, first
+    # no --temperature: the evaluation's greedy decoding, said in the banner (the server's own default is 1.0)
+    assert first["temperature"] == 0 and after_reset["temperature"] == 0, first
     assert first["messages"] == [{"role": "user", "content": "Capital of country 3?"},
                                  {"role": "assistant", "content": answers[0]},
                                  {"role": "user", "content": "/echo-request"}], first
@@ -83,11 +86,12 @@ def test_url_talks_to_a_running_server_and_refusals_exit_2(tt, tmp_path):
     try:
         ready = next(json.loads(line) for line in server.stdout if '"ready"' in line)
         asked = {**tt.env, "TT_API_KEY": key}
-        chat = TT(asked, tt.cwd)("chat", "--url", ready["url"] + "/v1", "--temperature", "0", input="/echo-request\n",
-                                 timeout=120)
+        chat = TT(asked, tt.cwd)("chat", "--url", ready["url"] + "/v1", "--temperature", "0.7",
+                                 input="/echo-request\n", timeout=120)
         assert chat.returncode == 0, chat.stderr
         request = json.loads(chat.stdout)
-        assert request["system_message"] == SYSTEM and request["temperature"] == 0, request
+        assert request["system_message"] == SYSTEM and request["temperature"] == 0.7, request
+        assert "sampling at temperature 0.7 (the evaluation decoded greedily" in chat.stderr, chat.stderr
         wrong = TT({**tt.env, "TT_API_KEY": "not-the-key-at-all"}, tt.cwd)("chat", "--url", ready["url"], input="hi\n")
         assert wrong.returncode == 1 and "401" in wrong.stderr, wrong.stderr
         other = TT(asked, tt.cwd)("chat", "no-such-name", "--url", ready["url"], input="hi\n")
@@ -96,6 +100,7 @@ def test_url_talks_to_a_running_server_and_refusals_exit_2(tt, tmp_path):
         server.send_signal(signal.SIGINT)
         server.wait(timeout=60)
     for args, expected in ((("chat",), "give MODEL"), (("chat", "zz-no-such"), "no registered model"),
+                           (("chat", model[:-1] + "x"), f"did you mean {model!r}?"),  # a typo: the closest id
                            (("chat", "--url", "ftp://x"), "give the server's address"),
                            (("chat", model, "--api-key-file", "k"), "goes with --url")):
         done = tt(*args, input="hi\n", timeout=120)

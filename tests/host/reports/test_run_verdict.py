@@ -2,11 +2,12 @@
 `tt runs report`, and report.html (self-contained, well-formed, with readable charts and wrong-way notes)."""
 
 import json
+import re
 from html.parser import HTMLParser
 from pathlib import Path
 
 from conftest import echo_spec, write_spec
-from tt_host.reports.charts import wrong_way
+from tt_host.reports.charts import nice_ticks, tick_labels, wrong_way
 from tt_host.reports.ending import COMPLETED, Ending, Tally
 from tt_host.reports.report import build_report, write_report
 from tt_host.reports.verdict import verdict_line
@@ -70,8 +71,11 @@ def test_run_prints_verdict_last_and_report_lists_predictions(tt, tmp_path):
     assert report["verdict"] == last and run.name in last
     assert (run / "report.md").read_text().splitlines()[2] == f"**{last}**"
     assert [row["pass"] for row in report["predictions"]] == [True, False, False]
+    with (run / "report.md").open("a") as markdown:  # text as report.md escapes it (a note, a spec name)
+        markdown.write("- Q&amp;A &#x27;capitals&#x27;\n")
     shown = tt("runs", "report", run.name, check=True).stdout
     assert "## Held-out predictions" in shown and "| # | prompt | reference | base | tuned | pass |" in shown
+    assert "- Q&A 'capitals'" in shown and "&amp;" not in shown, shown  # to a pipe: plain text
     rows = [line for line in shown.splitlines() if line.startswith("| 1 |") or line.startswith("| 2 |")
             or line.startswith("| 3 |")]
     assert len(rows) == 3 and rows[0].endswith("| pass | 1.00 → 1.00 |"), rows
@@ -108,13 +112,14 @@ def test_falling_reward_gets_its_note_and_a_falling_loss_none(tmp_path):
                                  Path("spec.json"), tmp_path, Tally(series=series)))
     write_report(tmp_path, report, series)
     (warning,) = report["curve_warnings"]
-    assert warning.startswith("rl.reward fell from 0.945 to 0.705 (first to last fifth of its 30 points)")
+    assert warning.startswith("rl.reward fell over the run: 0.945 on average over its first fifth, 0.705 over its "
+                              "last (30 points); it should rise"), warning
     markdown = (tmp_path / "report.md").read_text()
-    assert f"- **wrong way:** {warning}" in markdown
+    assert f"- **check this curve:** {warning}" in markdown
     assert 'class="wrong-way"' in (tmp_path / "report-rl-reward.svg").read_text()
     assert 'class="wrong-way"' not in (tmp_path / "report-sft-loss.svg").read_text()
     parsed = parse((tmp_path / "report.html").read_text())
-    assert parsed.tags.count("svg") == 2 and "wrong way:" in " ".join(parsed.text)
+    assert parsed.tags.count("svg") == 2 and "check this curve:" in " ".join(parsed.text)
 
 
 def test_the_verdict_reads_a_side_scored_under_its_stage_name_and_names_the_gates():
@@ -156,3 +161,46 @@ def test_the_verdict_and_the_table_keep_base_and_tuned_grader_scores_apart(tmp_p
     write_report(tmp_path, report, {})
     table = [line for line in (tmp_path / "report.md").read_text().splitlines() if line.startswith("| 2 |")]
     assert table and table[0].endswith("| FAIL | 0.00 → 0.50 |"), table
+
+
+def test_a_report_a_person_reads_first_the_rewards_and_scores_then_the_rest(tmp_path):
+    """Rewards, then held-out scores, then losses, then the rest; a series that never moved (GRPO's kl at
+    kl_beta 0) is a line, not a flat chart; no trend judged on 4 points; GRPO's loss named as its objective;
+    round ticks and whole steps; a noisy series raw beside its running mean; the metrics table after the charts."""
+    noisy = [[step, 0.5 + 0.3 * (step % 2) + 0.01 * step] for step in range(1, 15)]
+    series = {"reinforce.kl": [[s, 0.0] for s in range(1, 15)], "reinforce.loss": noisy, "reinforce.reward": noisy,
+              "sft.loss": [[s, 2.0 / s] for s in range(1, 15)], "reinforce.answer_tokens": noisy,
+              "rl.reward": [[1, 0.9688], [2, 0.8], [3, 0.7], [4, 0.5938]]}
+    metrics = {f"m.{n}": 0.1 * n for n in range(40)}
+    report = build_report(Ending(COMPLETED, {"id": "r1", "engine": "adapter", "status": "completed", "stages": {}},
+                                 Path("spec.json"), tmp_path, Tally(series=series, metrics=metrics)))
+    write_report(tmp_path, report, series)
+    assert report["curve_warnings"] == []  # 4 falling points of rl.reward: too few to call a trend
+    markdown = (tmp_path / "report.md").read_text()
+    charts = [line[2:].split("]")[0] for line in markdown.splitlines() if line.startswith("![")]
+    assert charts == ["reinforce.reward", "rl.reward", "reinforce.loss", "sft.loss", "reinforce.answer_tokens"], charts
+    assert "- reinforce.kl: 0 at every one of its 14 steps (not charted)" in markdown
+    assert not (tmp_path / "report-reinforce-kl.svg").exists()
+    assert markdown.index("## Curves") < markdown.index("## Metrics")
+    loss = (tmp_path / "report-reinforce-loss.svg").read_text()
+    assert "GRPO&#x27;s surrogate objective" in loss and "nats/token" not in loss
+    assert 'class="raw"' in loss and 'class="smoothed"' in loss  # 14 noisy points: raw and running mean
+    assert 'class="raw"' not in (tmp_path / "report-rl-reward.svg").read_text()
+    steps = re.findall(r'text-anchor="middle" font-family="sans-serif" font-size="11">([^<]+)<', loss)
+    assert steps == ["0", "5", "10", "15"], steps  # whole steps, round
+    assert tick_labels(nice_ticks(0.4775, 0.7267)) == ["0.4", "0.5", "0.6", "0.7", "0.8"]
+
+
+def test_stages_the_spec_turns_off_are_one_line_not_rows_of_skipped(tt, tmp_path):
+    """The echo spec without `echo.baseline` (as a plain LoRA run has no tuning stages): report.md and the dry run
+    list the stage on one "not in this run" line instead of a "skipped" row."""
+    path = write_spec(tmp_path / "s", echo_spec(steps=2))
+    code, out = tt.json("run", path)
+    assert code == 0, out
+    markdown = (Path(out["run_dir"]) / "report.md").read_text()
+    assert "Not in this run (the spec turns them off): baseline." in markdown, markdown
+    assert "| baseline | skipped" not in markdown and "| train | completed |" in markdown, markdown
+    planned = tt("run", path, "--dry-run", "--resume", out["run_dir"])
+    assert planned.returncode == 0, planned.stderr
+    assert "not in this run (the spec turns them off): baseline" in planned.stdout, planned.stdout
+    assert not any(line.split()[:1] == ["baseline"] for line in planned.stdout.splitlines() if "│" not in line)

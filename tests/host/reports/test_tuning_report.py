@@ -56,8 +56,9 @@ def test_a_final_model_as_good_as_sft_passes_that_check_and_graders_decide_when_
     assert gate_of({"run_dir": str(tmp_path)})["status"] == "not run"  # no gate configured: the usual answer
     graded = _report(0.8, 0.9, grader=(0.7, 0.6))  # exact match rose, the graders' score fell: graders decide
     _write(tmp_path, graded)
-    tuning = json.loads((tmp_path / "report.json").read_text())["tuning"]
-    assert tuning["metric"] == "grader_score" and tuning["worse_than_sft"] is True
+    saved = json.loads((tmp_path / "report.json").read_text())
+    assert saved["tuning"]["metric"] == "grader_score" and saved["tuning"]["worse_than_sft"] is True
+    assert "grader score 0.20 → 0.70 (SFT) → 0.60" in saved["verdict"], saved["verdict"]  # SFT on both figures
 
 
 def test_a_run_without_sft_side_has_no_tuning_section_and_the_old_table(tmp_path):

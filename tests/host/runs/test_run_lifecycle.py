@@ -1,6 +1,7 @@
 """Runs: locking, SIGTERM forwarding and resume, fingerprints that refuse stale work, failures, the host never imports torch."""
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -29,6 +30,10 @@ def test_layout_permissions_and_report(tt, tmp_path):
     code, models = tt.json("models", "list")
     assert len(models["models"]) == 1
     model_id = models["models"][0]["id"]
+    listed = tt("models", "list").stdout  # when it was registered and its run's held-out figures
+    registered = models["models"][0]["versions"][-1]["registered_at"][:10]
+    row = next(line for line in listed.splitlines() if model_id[:12] in line)
+    assert registered in row and re.search(r"\d/3 · \d\.\d\d", listed), listed
     assert tt("models", "verify", model_id).returncode == 0
     table = Path(models["models"][0]["path"]) / "table.json"
     table.write_bytes(table.read_bytes().replace(b"City", b"Town", 1))

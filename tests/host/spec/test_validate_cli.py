@@ -111,3 +111,28 @@ def test_init_writes_placeholders_that_doctor_flags(tt, tmp_path):
     assert "spec system_prompt" in flagged and "spec examples.0.input" in flagged
     again = tt("init", tmp_path / "new", "--engine", "echo")
     assert again.returncode == 2 and "already exists" in again.stderr
+
+
+def test_a_missing_spec_file_is_said_as_such_not_as_fields_to_fix(tt, tmp_path):
+    missing = tmp_path / "nope.json"
+    for command in (("validate", missing), ("run", missing, "--resume", tmp_path / "run")):
+        proc = tt(*command)
+        assert proc.returncode == 2 and f"{missing}: cannot read: no such file" in proc.stderr, proc.stderr
+        assert "invalid spec" not in proc.stderr and "Fix the fields" not in proc.stderr, proc.stderr
+    code, out = tt.json("validate", missing)
+    assert code == 2 and out["error"]["message"].startswith(f"{missing}: cannot read: no such file"), out
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_unknown_key_in_the_file_or_in_set_gets_the_closest_field(tt, tmp_path):
+    spec = echo_spec()
+    spec["systm_prompt"] = "x"
+    path = write_spec(tmp_path / "a", spec)
+    code, out = tt.json("validate", path, "--set", "echo.stepz=3")
+    found = {e["loc"]: e["msg"] for e in out["errors"]}
+    assert code == 2 and "did you mean 'system_prompt'?" in found["systm_prompt"], found
+    assert "did you mean 'steps'?" in found["echo.stepz"] and "--set echo.stepz=3" in found["echo.stepz"], found
+    spec = echo_spec()
+    spec["zzzzzz"] = 1  # nothing close: the plain advice
+    code, out = tt.json("validate", write_spec(tmp_path / "b", spec))
+    assert code == 2 and out["errors"][0]["msg"].endswith("remove it or check the spelling"), out

@@ -233,12 +233,14 @@ def _quoted(value: str, what: str) -> str:
 
 def modelfile(gguf_name: str, chat: ChatFormat, system_message: Optional[str], stop_tokens: Sequence[str],
               context: int) -> str:
-    """The Modelfile text: FROM the GGUF beside it, TEMPLATE, SYSTEM, a stop per end-of-turn token, num_ctx."""
+    """The Modelfile text: FROM the GGUF beside it, TEMPLATE, SYSTEM, a stop per end-of-turn token, num_ctx, and
+    temperature 0: the greedy decoding tt's evaluation answered with (Ollama's own default samples at 0.8)."""
     lines = [f"FROM ./{gguf_name}", f'TEMPLATE """{go_template(chat)}"""']
     if system_message:
         lines.append(f'SYSTEM """{_literal(system_message, "system message")}"""')
     lines += [f"PARAMETER stop {_quoted(token, 'stop token')}" for token in stop_tokens]
     lines.append(f"PARAMETER num_ctx {int(context)}")
+    lines.append("PARAMETER temperature 0")
     return "\n".join(lines) + "\n"
 
 

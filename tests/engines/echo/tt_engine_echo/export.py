@@ -9,8 +9,12 @@ import hashlib
 import json
 import os
 import sys
+import time
 
 from tt_engine_echo.protocol import emit, read_request, write_json
+
+# tests of what a person sees during a long export: TT_ECHO_EXPORT_SECONDS=N works N seconds before writing
+WORK_SECONDS = float(os.environ.get("TT_ECHO_EXPORT_SECONDS") or 0)
 
 
 def _sha256(path: str) -> str:
@@ -26,6 +30,7 @@ if not isinstance(source, str) or not os.path.isfile(os.path.join(source, "table
 if not isinstance(out, str) or os.path.exists(out):
     emit("log", level="error", message=f"export request: out {out!r} must be a new folder")
     sys.exit(2)
+time.sleep(WORK_SECONDS)
 os.makedirs(out)
 with open(os.path.join(source, "table.json"), "rb") as handle:
     table = handle.read()
