@@ -1,0 +1,171 @@
+"""Sharded (FSDP2) SFT with 2 real processes (torchrun, gloo on CPU) on the tiny Llama, against one process.
+
+Every run here is the real train stage started as the host starts it (`tt_stagekit.launcher.stage_arguments`:
+torchrun for 2 processes), on the same prepared rows; the request's fingerprint is held fixed, as the host's is
+(plugin.py leaves the world size and the sharding out of the train stage's fingerprint).
+
+- the 2-rank sharded loss trajectory equals one process's within 1e-5, the published adapter is whole (every
+  rank's rows, not rank 0's slice) and equal to one process's, and the parameter + optimizer bytes each rank
+  holds (train.sharded_bytes_per_rank) are at most 0.55 of one process's;
+- a checkpoint written by the 2 sharded ranks (stopped by SIGTERM) resumes on 1 unsharded process to the same
+  final adapter and losses as the uninterrupted one-process run;
+- one rank SIGKILLed while the checkpoint is being gathered and written: the run fails, the checkpoint of that
+  step is not there, and a resume (2 ranks, sharded) ends at the one-process adapter.
+
+Cost: 5 train stages of 8 steps (3 with 2 processes), about 60-90 s on 2 cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tt_engine_adapter.testing.harness import MODULES, sentiment_run
+from tt_stagekit.launcher import stage_arguments
+
+HP = {"n_epochs": 2, "batch_size": 8, "lora_rank": 4, "lora_dropout": 0.0, "learning_rate": 3e-3,
+      "max_seq_length": 96, "max_new_tokens": 4, "checkpoint_interval_steps": 2, "keep_checkpoints": 5,
+      "precision": "fp32"}  # 32 rows: 4 steps an epoch, 8 in all
+SHARDED = {"nproc_per_node": 2, "sharding": "fsdp"}
+FINGERPRINT = "f" * 64  # the host's fingerprint does not depend on the world size or the sharding
+STOP_AT = 4
+
+
+def _request(run, resume: bool) -> Path:
+    path = run.request("train", resume)
+    request = json.loads(path.read_text())
+    request["fingerprint"] = FINGERPRINT
+    path.write_text(json.dumps(request))
+    return path
+
+
+def start(run, resume: bool = False, env: dict | None = None) -> subprocess.Popen:
+    command = [sys.executable, *stage_arguments(run.spec["hyperparameters"], MODULES["train"]), str(_request(run, resume))]
+    return subprocess.Popen(command, cwd=run.run_dir, env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def train(run, resume: bool = False, check: bool = True) -> dict:
+    proc = start(run, resume)
+    out, err = proc.communicate(timeout=600)
+    return run.finish("train", proc.returncode, out, err, check)
+
+
+def hold(run, step: int) -> subprocess.Popen:
+    """The stage started with TT_HOLD_AT_STEP: rank 0 waits after reporting `step` (the other rank goes on to the
+    checkpoint of that step and waits there, in its gather), until a stop is requested."""
+    proc = start(run, env={"TT_HOLD_AT_STEP": str(step)})
+    for line in proc.stdout:
+        event = json.loads(line) if line.startswith("{") else {}
+        if event.get("type") == "progress" and event.get("step", 0) >= step:
+            return proc
+    raise AssertionError(f"the stage ended before step {step}: {proc.communicate()[1][-3000:]}")
+
+
+def adapter(run) -> dict:
+    return load_file(str(run.run_dir / "train" / "adapter" / "adapter_model.safetensors"))
+
+
+def assert_same_adapter(a: dict, b: dict, tolerance: float) -> None:
+    assert a.keys() == b.keys() and a
+    for key in a:
+        assert a[key].shape == b[key].shape, (key, a[key].shape, b[key].shape)
+        torch.testing.assert_close(a[key], b[key], rtol=0, atol=tolerance)
+
+
+def assert_same_losses(a: dict, b: dict, tolerance: float = 1e-5) -> None:
+    one, two = a["series"]["train.loss"], b["series"]["train.loss"]
+    assert [s for s, _ in one] == [s for s, _ in two] and len(one) == 8, (one, two)
+    for (step, x), (_, y) in zip(one, two):
+        assert abs(x - y) <= tolerance, (step, x, y)
+
+
+def new_run(tmp_path: Path, name: str, tiny_llama, prepared: dict, **hp):
+    run = sentiment_run(tmp_path / name, str(tiny_llama), {**HP, **hp}, n_train=32, n_eval=4)
+    run.done = dict(prepared)
+    return run
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, tiny_llama) -> dict:
+    """The one-process run and the uninterrupted 2-rank sharded run, on the same prepared rows."""
+    tmp = tmp_path_factory.mktemp("sharded")
+    one = sentiment_run(tmp / "one", str(tiny_llama), HP, n_train=32, n_eval=4)
+    one.stage("prepare")
+    one.stage("prefetch")
+    prepared = dict(one.done)
+    out = {"tmp": tmp, "prepared": prepared, "one": one, "one_result": train(one)["result"]}
+    two = new_run(tmp, "two", tiny_llama, prepared, **SHARDED)
+    out["two"], out["two_result"] = two, train(two)["result"]
+    return out
+
+
+def test_two_sharded_ranks_train_as_one_process_with_half_the_memory_each(runs):
+    one, two = runs["one_result"], runs["two_result"]
+    assert_same_losses(one, two)
+    assert two["metrics"]["train.world_size"] == 2 and one["metrics"]["train.world_size"] == 1
+    held_one, held_two = one["metrics"]["train.sharded_bytes_per_rank"], two["metrics"]["train.sharded_bytes_per_rank"]
+    assert held_two <= 0.55 * held_one, (held_two, held_one)
+    # the published adapter holds every rank's rows: whole tensors, equal to one process's
+    assert_same_adapter(adapter(runs["one"]), adapter(runs["two"]), 1e-5)
+    log = (runs["two"].run_dir / "train" / "result.json").read_text()
+    assert json.loads(log)["metrics"]["train.steps"] == 8
+
+
+def test_a_two_rank_sharded_checkpoint_resumes_on_one_unsharded_process(runs, tiny_llama):
+    run = new_run(runs["tmp"], "two-then-one", tiny_llama, runs["prepared"], **SHARDED)
+    proc = hold(run, STOP_AT)
+    os.killpg(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err[-3000:]
+    saved = sorted(p.name for p in (run.run_dir / "train" / "checkpoints").glob("step-*"))
+    assert STOP_AT <= int(saved[-1].split("-")[1]) < 8, saved  # the stop's checkpoint (agreed a step later)
+    run.spec["hyperparameters"].update(nproc_per_node=1, sharding="none")
+    resumed = train(run, resume=True)
+    assert any(f"resumed from {saved[-1]}" in e.get("message", "") for e in resumed["events"])
+    assert_same_losses(runs["one_result"], resumed["result"])
+    assert_same_adapter(adapter(runs["one"]), adapter(run), 1e-5)
+
+
+def _rank_pid(launcher: int, rank: int) -> int:
+    """The pid of the torchrun worker with RANK=`rank` among the launcher's descendants (workers run in sessions
+    of their own)."""
+    for _ in range(200):
+        parent, environ = {}, {}
+        for entry in Path("/proc").iterdir():
+            try:
+                parent[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                environ[int(entry.name)] = (entry / "environ").read_bytes().split(b"\0")
+            except (OSError, ValueError):
+                continue
+        for pid, env in environ.items():
+            ancestor = parent.get(pid)
+            while ancestor not in (None, 0, 1, launcher):
+                ancestor = parent.get(ancestor)
+            if ancestor == launcher and f"RANK={rank}".encode() in env and b"LOCAL_RANK=%d" % rank in env:
+                return pid
+        time.sleep(0.05)
+    raise AssertionError(f"no rank {rank} under {launcher}")
+
+
+def test_a_rank_killed_while_a_checkpoint_is_written_resumes(runs, tiny_llama):
+    run = new_run(runs["tmp"], "killed", tiny_llama, runs["prepared"], **SHARDED)
+    proc = hold(run, STOP_AT)  # rank 1 is in the gather of step 4's checkpoint, rank 0 held before it
+    os.kill(_rank_pid(proc.pid, 1), signal.SIGKILL)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode not in (0, 130), err[-3000:]
+    saved = sorted(p.name for p in (run.run_dir / "train" / "checkpoints").glob("step-*"))
+    assert saved == ["step-000000002"], saved  # step 4's never published
+    resumed = train(run, resume=True)
+    assert any("resumed from step-000000002" in e.get("message", "") for e in resumed["events"])
+    assert_same_losses(runs["one_result"], resumed["result"])
+    assert_same_adapter(adapter(runs["one"]), adapter(run), 1e-5)
