@@ -175,3 +175,14 @@ def test_a_rank_killed_at_a_checkpoint_write_resumes_on_one_unsharded_process(ru
     assert any("resumed from step-000000002" in e.get("message", "") for e in resumed["events"])
     assert_same_losses(runs["one_result"], resumed["result"])
     assert_same_adapter(adapter(runs["one"]), adapter(run), 1e-5)
+
+
+def test_another_world_size_needs_dropout_free_training_and_a_sharded_side():
+    from tt_engine_adapter.runtime.distributed_checkpoint import world_size_refusal
+
+    where = Path("step-000000002")
+    assert world_size_refusal(where, 2, 2, False, False) is None  # the same world size: always
+    assert world_size_refusal(where, 2, 1, True, True) is None  # lora_dropout 0, sharded run or checkpoint
+    for any_world_size, sharded in ((False, True), (True, False), (False, False)):
+        refusal = world_size_refusal(where, 2, 1, any_world_size, sharded)
+        assert refusal and "written by 2 training process(es)" in refusal and "nproc_per_node" in refusal

@@ -46,9 +46,10 @@ def rng_state() -> dict[str, Any]:
 
 def save(root: Path, step: int, model: Any, optimizer: Any, meta: dict[str, Any], keep: int,
          rank_rng: Optional[list] = None, scaler: Any = None, weights: Optional[dict] = None,
-         optimizer_state: Optional[dict] = None) -> Path:
+         optimizer_state: Optional[dict] = None, sharded: bool = False) -> Path:
     """`weights` / `optimizer_state` (whole tensors, gathered from a sharded model: distributed_checkpoint.py)
-    stand for `model`'s trainable parameters / `optimizer.state_dict()`; the files are the same either way."""
+    stand for `model`'s trainable parameters / `optimizer.state_dict()`; the files are the same either way, but
+    for `sharded` in rng.pt (such a checkpoint resumes at another world size)."""
     import torch
     from safetensors.torch import save_file
 
@@ -62,7 +63,8 @@ def save(root: Path, step: int, model: Any, optimizer: Any, meta: dict[str, Any]
     save_file(weights, str(tmp / "adapter.safetensors"))
     torch.save(optimizer.state_dict() if optimizer_state is None else optimizer_state, tmp / "optimizer.pt")
     rank_rng = rank_rng or [rng_state()]
-    torch.save({**rank_rng[0], "ranks": rank_rng, "world_size": len(rank_rng)}, tmp / "rng.pt")
+    torch.save({**rank_rng[0], "ranks": rank_rng, "world_size": len(rank_rng), **({"sharded": True} if sharded else {})},
+               tmp / "rng.pt")
     names = ["adapter.safetensors", "optimizer.pt", "rng.pt"]
     if scaler is not None:  # floats and ints: loads with weights_only=True
         torch.save(scaler.state_dict(), tmp / "scaler.pt")

@@ -12,9 +12,12 @@ hands the whole tensors to `set_model_state_dict` / `set_optimizer_state_dict`, 
   collectives); global rank 0 writes.
 - `restore(path, model, optimizer, scaler, any_world_size)`: every rank calls it; rank 0 reads and hands the
   whole state to the others.
-- `world_size_refusal(path, saved, world, any_world_size)`: the one rule for resuming at another world size,
-  shared with the unsharded loops (runtime/loop.py): allowed when the loop's randomness does not depend on the
-  world size (`any_world_size`: SFT with lora_dropout 0), refused otherwise, naming the setting.
+- `world_size_refusal(path, saved, world, any_world_size, sharded)`: the one rule for resuming at another world
+  size, shared with the unsharded loops (runtime/loop.py): allowed when the loop's randomness does not depend
+  on the world size (`any_world_size`: SFT with lora_dropout 0) and the run or the checkpoint is sharded
+  (`sharded`; rng.pt's `sharded` marks a checkpoint written by sharded ranks), refused otherwise, naming the
+  world size that wrote it. A DistributedDataParallel run with its own checkpoint keeps its world size, as
+  before sharding existed.
 - `rank_rng(ranks, rank)`: this rank's saved RNG, or rank 0's when the checkpoint had fewer ranks.
 """
 
@@ -28,13 +31,16 @@ from tt_stagekit import distributed
 from tt_stagekit.protocol import InvalidInput, log
 
 
-def world_size_refusal(path: Path, saved: int, world: int, any_world_size: bool) -> Optional[str]:
-    if saved == world or any_world_size:
+def world_size_refusal(path: Path, saved: int, world: int, any_world_size: bool, sharded: bool) -> Optional[str]:
+    if saved == world or (any_world_size and sharded):
         return None
     return (f"{path}: this checkpoint was written by {saved} training process(es) and this run has {world}; "
             f"LoRA dropout draws per-rank random numbers, so resume with hyperparameters.nproc_per_node × nnodes = "
-            f"{saved}, or start a new run directory (a run with hyperparameters.lora_dropout 0 resumes at any "
-            f"world size)")
+            f"{saved}, or start a new run directory")
+
+
+def written_sharded(path: Path) -> bool:
+    return bool(checkpoint.load_plain(path / "rng.pt").get("sharded", False))
 
 
 def rank_rng(ranks: list, rank: int) -> Any:
@@ -72,7 +78,7 @@ def save(checkpoints: Any, step: int, model: Any, optimizer: Any, meta: dict, sc
     ranks = distributed.gather_objects(checkpoint.rng_state(), "RNG gather for the checkpoint")
     if distributed.context().is_main:
         checkpoint.save(checkpoints.folder, step, model, optimizer, meta, checkpoints.keep, ranks, scaler,
-                        weights=weights, optimizer_state=index_keyed(full, _names(model, optimizer)))
+                        weights=weights, optimizer_state=index_keyed(full, _names(model, optimizer)), sharded=True)
 
 
 def restore(path: Path, model: Any, optimizer: Any, scaler: Any = None, any_world_size: bool = False) -> None:
@@ -84,7 +90,7 @@ def restore(path: Path, model: Any, optimizer: Any, scaler: Any = None, any_worl
     payload: Any = None
     if ctx.is_main:
         saved = checkpoint.saved_world_size(path)
-        refusal = world_size_refusal(path, saved, ctx.world_size, any_world_size)
+        refusal = world_size_refusal(path, saved, ctx.world_size, any_world_size, sharded=True)
         if refusal:
             payload = ("refused", refusal)
         else:

@@ -141,12 +141,13 @@ class StepLoop:
 def _restore_everywhere(path: Path, model: Any, optimizer: Any, scaler: Any = None,
                         any_world_size: bool = False) -> None:
     """Rank 0 reads the checkpoint; optimizer and scaler state and each rank's RNG reach the others by broadcast
-    (the LoRA weights through DDP's start-up broadcast). A changed world size is refused unless `any_world_size`."""
+    (the LoRA weights through DDP's start-up broadcast). A changed world size is refused unless `any_world_size`
+    and the checkpoint was written by sharded ranks (distributed_checkpoint.world_size_refusal)."""
     ctx = distributed.context()
     payload = None
     if ctx.is_main:
-        refusal = distributed_checkpoint.world_size_refusal(path, checkpoint.saved_world_size(path),
-                                                            ctx.world_size, any_world_size)
+        refusal = distributed_checkpoint.world_size_refusal(path, checkpoint.saved_world_size(path), ctx.world_size,
+                                                            any_world_size, distributed_checkpoint.written_sharded(path))
         if refusal:
             payload = ("refused", refusal)
         else:
