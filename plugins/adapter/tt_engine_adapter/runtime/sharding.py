@@ -13,7 +13,11 @@ Contract:
 - `held_bytes(model, optimizer)`: parameter + optimizer-state bytes this rank holds, the largest over the ranks
   (the train result's `train.sharded_bytes_per_rank`; a process holding everything reports the whole);
 - `full_trainable_state(model)`: the LoRA tensors gathered whole from every rank's shard (a collective: every
-  rank calls it), plain CPU tensors keyed as `model.state_dict()`; None for a model that is not sharded.
+  rank calls it), plain CPU tensors keyed as `model.state_dict()`; None for a model that is not sharded;
+- `peak_host_bytes_per_node()`: the sum of the peak resident sets of one node's ranks (getrusage; an upper
+  bound of the node's peak, as the ranks' peaks need not coincide), the largest over the nodes (a collective
+  under torchrun; the process's own peak on one process): the train result's `train.peak_host_bytes_per_node`;
+- `peak_device_bytes_per_rank(device)`: CUDA's peak allocation, the largest over the ranks (None off CUDA).
 """
 
 from __future__ import annotations
@@ -122,3 +126,25 @@ def full_trainable_state(model: Any) -> Optional[dict]:
     with distributed.collective("LoRA weights gather"):
         state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, ignore_frozen_params=True))
     return {name: tensor.detach().to("cpu").contiguous() for name, tensor in state.items()}
+
+
+def peak_host_bytes_per_node() -> int:
+    import os
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+    ctx = distributed.context()
+    per_node = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    nodes: dict[int, int] = {}
+    for rank, value in enumerate(distributed.gather_objects(peak, "host memory figure gather")):
+        nodes[rank // per_node] = nodes.get(rank // per_node, 0) + value
+    return max(nodes.values()) if ctx.enabled else peak
+
+
+def peak_device_bytes_per_rank(device: str) -> Optional[int]:
+    if not str(device).startswith("cuda"):
+        return None
+    import torch
+
+    return max(distributed.gather_objects(int(torch.cuda.max_memory_allocated()), "device memory figure gather"))

@@ -94,6 +94,8 @@ def main(request: AdapterRequest) -> StageResult:
         "train.trainable_parameters": trainable,
         "train.world_size": distributed.context().world_size,
         "train.sharded_bytes_per_rank": state.held_bytes,
+        "train.peak_host_bytes_per_node": sharding.peak_host_bytes_per_node(),
+        "train.peak_device_bytes_per_rank": sharding.peak_device_bytes_per_rank(device),
         "train.pad_tokens": padding["pad_tokens"],
         "train.pad_tokens_unpacked": padding["pad_tokens_unpacked"] if hp.packing else None,
     }
