@@ -4,9 +4,10 @@ Every run here is the real train stage started as the host starts it (`tt_stagek
 torchrun for 2 processes), on the same prepared rows; the request's fingerprint is held fixed, as the host's is
 (plugin.py leaves the world size and the sharding out of the train stage's fingerprint).
 
-- the 2-rank sharded loss trajectory equals one process's within 1e-5, the published adapter is whole (every
-  rank's rows, not rank 0's slice) and equal to one process's, and the parameter + optimizer bytes each rank
-  holds (train.sharded_bytes_per_rank) are at most 0.55 of one process's;
+- the 2-rank sharded loss trajectory and validation losses (every 4 steps) equal one process's within 1e-5, the
+  published adapter (the best step's) is whole (every rank's rows, not rank 0's slice) and equal to one process's, and the parameter + optimizer bytes each rank
+  holds (train.sharded_bytes_per_rank) are at most 0.55 of one process's; the node's peak host memory
+  (train.peak_host_bytes_per_node) is both ranks' together;
 - a one-process checkpoint resumes on 2 sharded ranks, and one written by 2 sharded ranks on 1 unsharded
   process, each to the same losses and final adapter as the uninterrupted one-process run;
 - that last checkpoint is what is left after one rank is SIGKILLed while the next one is gathered (rank 1 is in
@@ -36,7 +37,7 @@ from tt_stagekit.launcher import stage_arguments
 
 HP = {"n_epochs": 2, "batch_size": 8, "lora_rank": 4, "lora_dropout": 0.0, "learning_rate": 3e-3,
       "max_seq_length": 96, "max_new_tokens": 4, "checkpoint_interval_steps": 2, "keep_checkpoints": 5,
-      "precision": "fp32"}  # 32 rows: 4 steps an epoch, 8 in all
+      "precision": "fp32", "eval_interval_steps": 4}  # 32 rows: 4 steps an epoch, 8 in all; validation at 4 and 8
 SHARDED = {"nproc_per_node": 2, "sharding": "fsdp"}
 FINGERPRINT = "f" * 64  # the host's fingerprint does not depend on the world size or the sharding
 STOP_AT = 4
@@ -102,6 +103,13 @@ def runs(tmp_path_factory, tiny_llama) -> dict:
     """The one-process run and the uninterrupted 2-rank sharded run, on the same prepared rows."""
     tmp = tmp_path_factory.mktemp("sharded")
     one = sentiment_run(tmp / "one", str(tiny_llama), HP, n_train=32, n_eval=4)
+    from tt_engine_adapter.testing.tiny_model import sentiment_examples
+
+    validation = tmp / "validation.jsonl"
+    validation.write_text("".join(json.dumps({"id": f"val-{i}", "messages": [
+        {"role": "system", "content": one.system}, {"role": "user", "content": e["input"]},
+        {"role": "assistant", "content": e["output"]}]}) + "\n" for i, e in enumerate(sentiment_examples(48, 99)[-8:])))
+    one.spec["datasets"] = {"train": None, "validation": str(validation), "test": None}
     one.stage("prepare")
     one.stage("prefetch")
     prepared = dict(one.done)
@@ -114,9 +122,17 @@ def runs(tmp_path_factory, tiny_llama) -> dict:
 def test_two_sharded_ranks_train_as_one_process_with_half_the_memory_each(runs):
     one, two = runs["one_result"], runs["two_result"]
     assert_same_losses(one, two)
+    # validation during training (every rank joins the forward) and the best step's adapter, gathered whole
+    assert [s for s, _ in two["series"]["train.validation_loss"]] == [4, 8]
+    for (_, x), (_, y) in zip(one["series"]["train.validation_loss"], two["series"]["train.validation_loss"]):
+        assert abs(x - y) <= 1e-5, (x, y)
+    assert one["metrics"]["train.best_step"] == two["metrics"]["train.best_step"]
     assert two["metrics"]["train.world_size"] == 2 and one["metrics"]["train.world_size"] == 1
     held_one, held_two = one["metrics"]["train.sharded_bytes_per_rank"], two["metrics"]["train.sharded_bytes_per_rank"]
     assert held_two <= 0.55 * held_one, (held_two, held_one)
+    # the node's figure sums its ranks' peak resident sets: two processes of about one process's size each
+    peak_one, peak_two = one["metrics"]["train.peak_host_bytes_per_node"], two["metrics"]["train.peak_host_bytes_per_node"]
+    assert peak_two > 1.5 * peak_one > 0, (peak_two, peak_one)
     # the published adapter holds every rank's rows: whole tensors, equal to one process's
     assert_same_adapter(adapter(runs["one"]), adapter(runs["two"]), 1e-5)
     print(f"\n2 sharded ranks vs 1 process: largest loss difference "

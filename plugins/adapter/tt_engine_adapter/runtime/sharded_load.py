@@ -6,7 +6,7 @@ process gets from `from_pretrained` + `get_peft_model` with the same seed:
 
 1. the model is built from its config with its parameters on the meta device (no memory) and its buffers real
    (accelerate's `init_empty_weights(include_buffers=False)`): buffers such as the rotary tables are computed
-   there, not read from the weights files (non-persistent);
+   there, not read from the weights files (non-persistent); a tied output head is tied to the embeddings;
 2. LoRA is put on with stand-in base weights that hold no memory (a 0-stride CPU view, so PEFT creates and
    initialises the LoRA tensors on the CPU, drawing the same random numbers as one process), which are put
    back on the meta device after; the LoRA tensors' values are kept;
@@ -91,6 +91,7 @@ def load(path: str, device: str, dtype: Any, hp: Any) -> Any:
         config = AutoConfig.from_pretrained(path, local_files_only=True)
         with init_empty_weights(include_buffers=False):
             model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+        model.tie_weights()  # from_config leaves a tied head its own parameter; one weight, as from_pretrained
     except Exception as exc:
         raise StageError(f"base_model: cannot build the model from {path}: {type(exc).__name__}: {exc}") from None
     model = memory.prepare_base(model, hp)
