@@ -6,7 +6,7 @@ Contract. A loop builds its optimizer with `adamw` and hands it, the model and w
 
 - `restore(resume, fresh)` puts the newest intact checkpoint of this stage fingerprint back (LoRA weights,
   optimizer, gradient scaler, every rank's RNG; a changed fingerprint is refused, exit 2, and so is a changed world
-  size unless the loop resumes at any (`any_world_size`; a sharded model's: distributed_checkpoint.py)) and
+  size unless `any_world_size` and the run or the checkpoint is sharded: distributed_checkpoint.py) and
   returns (folder, meta) (None without one, after logging `no usable checkpoint; <fresh> from the start` when
   `fresh` is given);
 - `run(state, step, meta)` calls `step()` until `state.step` reaches `total`: `step()` makes one optimizer step
