@@ -14,7 +14,10 @@ torchrun for 2 processes), on the same prepared rows; the request's fingerprint 
   the gather of step 4's checkpoint, rank 0 held before it by TT_HOLD_AT_STEP): the run fails, step 4's
   checkpoint is not there, and the resume ends at the one-process adapter.
 
-Cost: 5 train stages of 8 steps or fewer (3 with 2 processes) and a prepare, about 2 minutes on 2 busy cores.
+- the meta-device base before sharding (in this process): a tied head stays tied, the LoRA tensors are one
+  process's, the rotary tables real.
+
+Cost: 5 train stages of 8 steps or fewer (3 with 2 processes) and a prepare, about 2.5 minutes on 2 busy cores.
 """
 
 from __future__ import annotations
@@ -202,3 +205,31 @@ def test_another_world_size_needs_dropout_free_training_and_a_sharded_side():
     for any_world_size, sharded in ((False, True), (True, False), (False, False)):
         refusal = world_size_refusal(where, 2, 1, any_world_size, sharded)
         assert refusal and "written by 2 training process(es)" in refusal and "nproc_per_node" in refusal
+
+
+def test_the_meta_base_has_one_parameter_per_weight_and_real_lora_and_buffers(tmp_path, tiny_llama):
+    """Before sharding (no process group): a tied head is one parameter with the embeddings (as from_pretrained
+    has it), every base parameter is on the meta device and named in the weights files, the LoRA tensors and the
+    rotary tables are real, and the LoRA ones are those one process draws with the same seed."""
+    from tt_engine_adapter.runtime import model_source, sharded_load
+    from tt_engine_adapter.runtime.config import AdapterSettings
+    from tt_engine_adapter.runtime.train import wrap_lora
+
+    tied = tmp_path / "tied"
+    shutil.copytree(tiny_llama, tied)
+    config = json.loads((tied / "config.json").read_text())
+    (tied / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": True}))
+    hp = AdapterSettings(lora_rank=4, lora_dropout=0.0)
+    torch.manual_seed(hp.seed)
+    model, lora, buffers = sharded_load.build(str(tied), torch.float32, hp)
+    inner = model.base_model.model
+    assert inner.lm_head.weight is inner.model.embed_tokens.weight
+    files = sharded_load.weight_files(tied)
+    base = [(name, p) for name, p in model.named_parameters() if not p.requires_grad]
+    assert base and all(p.is_meta and sharded_load.checkpoint_name(name) in files for name, p in base)
+    assert lora and all(not t.is_meta for t in lora.values())
+    assert any("rotary" in name for name in buffers) and all(torch.isfinite(b).all() for b in buffers.values())
+    torch.manual_seed(hp.seed)
+    alone = wrap_lora(model_source.load_model(str(tied), "cpu", torch.float32), hp)
+    expected = {n: p for n, p in alone.named_parameters() if p.requires_grad}
+    assert expected.keys() == lora.keys() and all(torch.equal(expected[n], lora[n]) for n in lora)

@@ -76,17 +76,16 @@ def fill_shard(parameter: Any, read_rows: Callable[[int, int], Any], name: str) 
             local.copy_(read_rows(start, end))
 
 
-def load(path: str, device: str, dtype: Any, hp: Any) -> Any:
+def build(path: str, dtype: Any, hp: Any) -> tuple[Any, dict, dict]:
+    """Steps 1 and 2 (no process group): the PEFT model with its base on the meta device, the LoRA tensors' and
+    the buffers' values."""
     import torch
     from accelerate import init_empty_weights
-    from safetensors import safe_open
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from tt_engine_adapter.runtime import memory, sharding
+    from tt_engine_adapter.runtime import memory
     from tt_engine_adapter.runtime.train import wrap_lora
 
-    folder = Path(path)
-    files = weight_files(folder)
     try:
         config = AutoConfig.from_pretrained(path, local_files_only=True)
         with init_empty_weights(include_buffers=False):
@@ -101,6 +100,18 @@ def load(path: str, device: str, dtype: Any, hp: Any) -> Any:
         only=lambda p: not p.requires_grad)
     lora = {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
     buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
+    return model, lora, buffers
+
+
+def load(path: str, device: str, dtype: Any, hp: Any) -> Any:
+    import torch
+    from safetensors import safe_open
+
+    from tt_engine_adapter.runtime import sharding
+
+    folder = Path(path)
+    files = weight_files(folder)
+    model, lora, buffers = build(path, dtype, hp)
     model = sharding.shard(model, device, dtype, hp)
     model.to_empty(device=device)
     handles: dict[Path, Any] = {}
