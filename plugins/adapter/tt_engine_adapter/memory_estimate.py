@@ -9,6 +9,11 @@ for fp16), the LoRA weights with their gradients and AdamW moments, the
 activations autograd keeps for one micro-batch (every layer's, or with
 `gradient_checkpointing` each layer's input plus one layer's worth), the
 fp32 logits and their gradient, and a fixed allowance for the CUDA context.
+
+Per rank with several training processes (`world_size`): each computes 1/world_size of the micro-batch's rows;
+with sharding "fsdp" each holds 1/world_size of the weights and of the LoRA state plus two decoder layers
+gathered whole (the one computing and the next, prefetched), and with `cpu_offload` only those two layers
+on the device (the shards and the optimizer live in host memory).
 """
 
 from __future__ import annotations
@@ -51,8 +56,9 @@ def read_config(folder: Path) -> Optional[dict[str, Any]]:
 
 
 def estimate(config: dict[str, Any], *, batch_size: int, max_seq_length: int, lora_rank: int, compute_bytes: int,
-             load_in_4bit: bool, gradient_checkpointing: bool, fp16_master: bool = False) -> Estimate:
-    """Bytes at the training peak for one micro-batch of `batch_size` × `max_seq_length` tokens."""
+             load_in_4bit: bool, gradient_checkpointing: bool, fp16_master: bool = False, world_size: int = 1,
+             sharding: str = "none", cpu_offload: bool = False) -> Estimate:
+    """Bytes at one rank's training peak for a micro-batch of `batch_size` × `max_seq_length` tokens."""
     h, layers, vocab = config["hidden_size"], config["num_hidden_layers"], config["vocab_size"]
     inter, heads = config["intermediate_size"], config["num_attention_heads"]
     kv = config.get("num_key_value_heads") or heads
@@ -68,7 +74,11 @@ def estimate(config: dict[str, Any], *, batch_size: int, max_seq_length: int, lo
     # "all-linear": r × (in + out) for q, k, v, o (h + h each) and gate, up, down (h + inter each)
     lora_params = layers * lora_rank * (8 * h + 3 * (h + inter))
     lora = lora_params * 16  # fp32 weight, gradient, AdamW's two moments
-    tokens = batch_size * max_seq_length
+    if sharding == "fsdp" and world_size > 1:
+        gathered = 2 * (linear // layers) * weight_bytes  # the layer computing and the next, gathered whole
+        weights = gathered if cpu_offload else weights // world_size + gathered
+        lora = 0 if cpu_offload else lora // world_size
+    tokens = -(-batch_size // world_size) * max_seq_length
     per_layer_token = (16 * h + 6 * inter) * compute_bytes  # linear inputs, norms, attention output, SwiGLU
     if gradient_checkpointing:
         activations = tokens * (layers * h * compute_bytes + per_layer_token)
@@ -104,13 +114,18 @@ def memory_check(hp: Any, folder: Optional[Path], where: str, available: Optiona
         return None
     peak = estimate(config, batch_size=hp.batch_size, max_seq_length=hp.max_seq_length, lora_rank=hp.lora_rank,
                     compute_bytes=compute_bytes, load_in_4bit=hp.load_in_4bit,
-                    gradient_checkpointing=hp.gradient_checkpointing, fp16_master=fp16)
-    detail = f"estimated training peak {peak.describe()} of {available / GIB:.1f} GiB on {where}"
+                    gradient_checkpointing=hp.gradient_checkpointing, fp16_master=fp16, world_size=hp.world_size,
+                    sharding=hp.sharding, cpu_offload=hp.fsdp_cpu_offload)
+    per_rank = f" per rank ({hp.world_size} processes, sharding {hp.sharding!r})" if hp.world_size > 1 else ""
+    detail = f"estimated training peak{per_rank} {peak.describe()} of {available / GIB:.1f} GiB on {where}"
     data = {"estimated_peak_bytes": peak.total, "available_bytes": available}
     if peak.total <= 0.9 * available:
         return Check("training memory", "ok", detail, data=data)
     savers = [name for name, on in (("hyperparameters.gradient_checkpointing: true", hp.gradient_checkpointing),
-                                    ("hyperparameters.load_in_4bit: true (CUDA)", hp.load_in_4bit)) if not on]
+                                    ("hyperparameters.load_in_4bit: true (CUDA)", hp.load_in_4bit or hp.sharding == "fsdp"),
+                                    ('hyperparameters.sharding: "fsdp" with nproc_per_node > 1', hp.sharding == "fsdp"),
+                                    ("hyperparameters.fsdp_cpu_offload: true (CUDA)",
+                                     hp.sharding != "fsdp" or hp.fsdp_cpu_offload)) if not on]
     return Check("training memory", "warn", detail + ": this run is unlikely to fit",
                  "set " + ", ".join(savers + ["a smaller hyperparameters.batch_size (raise "
                                               "gradient_accumulation_steps to keep the batch) or max_seq_length"]),

@@ -56,7 +56,8 @@ def _eval_inputs(spec: AdapterSpec) -> dict[str, Any]:
 def _train_inputs(spec: AdapterSpec) -> dict[str, Any]:
     hp = spec.hyperparameters.model_dump(mode="json")
     training = {k: v for k, v in hp.items() if k not in EVAL_KEYS or k in ("max_seq_length", "precision", "load_in_4bit")}
-    for key in ("checkpoint_interval_steps", "keep_checkpoints", "log_interval_steps", "gradient_checkpointing"):
+    for key in ("checkpoint_interval_steps", "keep_checkpoints", "log_interval_steps", "gradient_checkpointing",
+                "sharding", "fsdp_cpu_offload"):
         training.pop(key)  # bookkeeping (or memory, not arithmetic), not results
     for key in DISTRIBUTED_KEYS:
         training.pop(key)  # how many processes compute it, not what (a checkpoint refuses another world size)

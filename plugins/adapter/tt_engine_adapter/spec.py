@@ -16,7 +16,7 @@ from pydantic import ValidationInfo, field_validator, model_validator
 
 from tt_host.api import BehaviorSpec, DistributedSettings, compile_validated_so_far, resolve_path, settings_model
 
-from tt_engine_adapter import lengthcheck
+from tt_engine_adapter import lengthcheck, sharding_spec
 from tt_engine_adapter.formats import fingerprint, pairs as pair_files, rows, tuning
 from tt_engine_adapter.formats.settings import (AdapterSettings, AdapterSpecFields, DatasetSource, DatasetSplits,
                                                 PreferenceSettings, ReinforcementSettings)
@@ -269,6 +269,13 @@ class AdapterSpec(settings_model(AdapterSpecFields, base=BehaviorSpec, models={
             if hp.precision in ("bf16", "fp16"):
                 raise ValueError(f"hyperparameters.precision: {hp.precision} training needs a CUDA device and device "
                                  f"is {self.device!r}; use \"auto\" or \"fp32\"")
+        return self
+
+    @model_validator(mode="after")
+    def _sharding(self) -> "AdapterSpec":
+        error = sharding_spec.sharding_error(self)
+        if error:
+            raise ValueError(error)
         return self
 
     @model_validator(mode="after")

@@ -71,6 +71,13 @@ class AdapterSettings(DistributedSettings):
     packing: bool = setting(False, help="Lay each micro-batch's rows end to end in sequences of at most "
                                         "max_seq_length tokens (no padding between rows, attention and "
                                         "positions reset per row).")
+    sharding: Literal["none", "fsdp"] = setting(
+        "none", help='How training processes (nproc_per_node × nnodes > 1) hold the model: "none", each a whole '
+                     'copy (DistributedDataParallel); "fsdp", each a 1/N shard of every weight, gradient and '
+                     "optimizer state (FSDP2 fully_shard per decoder layer), the base built on the meta device "
+                     "and each rank reading only its shard. SFT only.")
+    fsdp_cpu_offload: bool = setting(False, help='With sharding "fsdp" on CUDA: keep the shards and the optimizer '
+                                                 "state in host memory between uses (less GPU memory, slower).")
 
     @property
     def target_modules(self) -> Union[str, list[str]]:

@@ -22,11 +22,13 @@ from tt_stagekit.files import REPLACE, publish_folder
 ADAPTER_CONFIG = "adapter_config.json"
 
 
-def save_weights(model: Any, folder: Path) -> None:
+def save_weights(model: Any, folder: Path, state_dict: Optional[dict] = None) -> None:
     """PEFT's `save_pretrained` (safetensors) into `folder`, with `target_modules` in adapter_config.json sorted:
     PEFT writes that set in string-hash order, which differs between processes, so two identical runs would
-    publish adapters differing in one file."""
-    model.save_pretrained(str(folder), safe_serialization=True)
+    publish adapters differing in one file. `state_dict`: the LoRA tensors whole (runtime/sharding.py's
+    `full_trainable_state` of a sharded model, whose own parameters are this rank's slices)."""
+    extra = {} if state_dict is None else {"state_dict": state_dict}
+    model.save_pretrained(str(folder), safe_serialization=True, **extra)
     path = Path(folder) / ADAPTER_CONFIG
     config = json.loads(path.read_text(encoding="utf-8"))
     if isinstance(config.get("target_modules"), list):

@@ -45,7 +45,11 @@ def rng_state() -> dict[str, Any]:
 
 
 def save(root: Path, step: int, model: Any, optimizer: Any, meta: dict[str, Any], keep: int,
-         rank_rng: Optional[list] = None, scaler: Any = None) -> Path:
+         rank_rng: Optional[list] = None, scaler: Any = None, weights: Optional[dict] = None,
+         optimizer_state: Optional[dict] = None, sharded: bool = False) -> Path:
+    """`weights` / `optimizer_state` (whole tensors, gathered from a sharded model: distributed_checkpoint.py)
+    stand for `model`'s trainable parameters / `optimizer.state_dict()`; the files are the same either way, but
+    for `sharded` in rng.pt (such a checkpoint resumes at another world size)."""
     import torch
     from safetensors.torch import save_file
 
@@ -54,11 +58,13 @@ def save(root: Path, step: int, model: Any, optimizer: Any, meta: dict[str, Any]
     tmp = root / f".{_dir_name(step)}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    weights = {name: p.detach().to("cpu").contiguous() for name, p in model.named_parameters() if p.requires_grad}
+    if weights is None:
+        weights = {name: p.detach().to("cpu").contiguous() for name, p in model.named_parameters() if p.requires_grad}
     save_file(weights, str(tmp / "adapter.safetensors"))
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    torch.save(optimizer.state_dict() if optimizer_state is None else optimizer_state, tmp / "optimizer.pt")
     rank_rng = rank_rng or [rng_state()]
-    torch.save({**rank_rng[0], "ranks": rank_rng, "world_size": len(rank_rng)}, tmp / "rng.pt")
+    torch.save({**rank_rng[0], "ranks": rank_rng, "world_size": len(rank_rng), **({"sharded": True} if sharded else {})},
+               tmp / "rng.pt")
     names = ["adapter.safetensors", "optimizer.pt", "rng.pt"]
     if scaler is not None:  # floats and ints: loads with weights_only=True
         torch.save(scaler.state_dict(), tmp / "scaler.pt")
@@ -74,12 +80,13 @@ def save(root: Path, step: int, model: Any, optimizer: Any, meta: dict[str, Any]
     return final
 
 
-def save_best(root: Path, step: int, loss: float, model: Any) -> Path:
-    """The PEFT adapter of `model` as the best so far (lowest validation loss), replacing the previous best."""
+def save_best(root: Path, step: int, loss: float, model: Any, state_dict: Optional[dict] = None) -> Path:
+    """The PEFT adapter of `model` as the best so far (lowest validation loss), replacing the previous best
+    (`state_dict`: its LoRA tensors gathered whole, for a sharded model)."""
     root.mkdir(parents=True, exist_ok=True)
     final, tmp = root / BEST, root / f".{BEST}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    save_weights(model, tmp)
+    save_weights(model, tmp, state_dict)
     atomic_write_json(tmp / "best.json", {"step": step, "validation_loss": loss})
     publish_folder(tmp, final, REPLACE, sync_files=True)  # PEFT's save_pretrained does not fsync its files
     return final

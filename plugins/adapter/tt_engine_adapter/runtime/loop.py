@@ -5,7 +5,8 @@ Contract. A loop builds its optimizer with `adamw` and hands it, the model and w
 (`Checkpoints`) to a `StepLoop`, then:
 
 - `restore(resume, fresh)` puts the newest intact checkpoint of this stage fingerprint back (LoRA weights,
-  optimizer, gradient scaler, every rank's RNG; a changed world size or fingerprint is refused, exit 2) and
+  optimizer, gradient scaler, every rank's RNG; a changed fingerprint is refused, exit 2, and so is a changed world
+  size unless `any_world_size` and the run or the checkpoint is sharded: distributed_checkpoint.py) and
   returns (folder, meta) (None without one, after logging `no usable checkpoint; <fresh> from the start` when
   `fresh` is given);
 - `run(state, step, meta)` calls `step()` until `state.step` reaches `total`: `step()` makes one optimizer step
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Protocol
 
-from tt_engine_adapter.runtime import checkpoint
+from tt_engine_adapter.runtime import checkpoint, distributed_checkpoint, sharding
 from tt_stagekit import distributed
 from tt_stagekit.protocol import STOP, InvalidInput, Interrupted, log
 
@@ -67,9 +68,11 @@ class Stepped(Protocol):
 class StepLoop:
     """The optimizer steps of one tuning stage: restore, step, save, stop (the module docstring's contract)."""
 
-    def __init__(self, model: Any, optimizer: Any, checkpoints: Checkpoints, total: int, scaler: Any = None):
+    def __init__(self, model: Any, optimizer: Any, checkpoints: Checkpoints, total: int, scaler: Any = None,
+                 any_world_size: bool = False):
         self.model, self.optimizer, self.checkpoints, self.total, self.scaler = (model, optimizer, checkpoints,
                                                                                  total, scaler)
+        self.any_world_size = any_world_size  # resumable at another world size (distributed_checkpoint.py)
         self.params = trainable(model)
         self.stopping = False  # distributed: agreed by every rank at the end of the previous step
 
@@ -83,11 +86,16 @@ class StepLoop:
             if fresh is not None:
                 log(f"no usable checkpoint; {fresh} from the start", "warning")
             return None
-        _restore_everywhere(found[0], self.model, self.optimizer, self.scaler)
+        if sharding.is_sharded(self.model):
+            distributed_checkpoint.restore(found[0], self.model, self.optimizer, self.scaler, self.any_world_size)
+        else:
+            _restore_everywhere(found[0], self.model, self.optimizer, self.scaler, self.any_world_size)
         return found
 
     def save(self, step: int, meta: dict) -> None:
         """A checkpoint of step `step` with `meta` (rank 0 writes it, with every rank's RNG)."""
+        if sharding.is_sharded(self.model):  # every rank gathers its shard; rank 0 writes
+            return distributed_checkpoint.save(self.checkpoints, step, self.model, self.optimizer, meta, self.scaler)
         ctx = distributed.context()
         rank_rng = (distributed.gather_objects(checkpoint.rng_state(), "RNG gather for the checkpoint")
                     if ctx.enabled else None)
@@ -130,17 +138,18 @@ class StepLoop:
                 self.save(state.step, meta())
 
 
-def _restore_everywhere(path: Path, model: Any, optimizer: Any, scaler: Any = None) -> None:
+def _restore_everywhere(path: Path, model: Any, optimizer: Any, scaler: Any = None,
+                        any_world_size: bool = False) -> None:
     """Rank 0 reads the checkpoint; optimizer and scaler state and each rank's RNG reach the others by broadcast
-    (the LoRA weights through DDP's start-up broadcast). A changed world size is refused."""
+    (the LoRA weights through DDP's start-up broadcast). A changed world size is refused unless `any_world_size`
+    and the checkpoint was written by sharded ranks (distributed_checkpoint.world_size_refusal)."""
     ctx = distributed.context()
     payload = None
     if ctx.is_main:
-        saved = checkpoint.saved_world_size(path)
-        if saved != ctx.world_size:
-            payload = ("refused", f"{path}: this checkpoint was written by {saved} training process(es) and this run "
-                                  f"has {ctx.world_size}; LoRA dropout draws per-rank random numbers, so resume with "
-                                  f"hyperparameters.nproc_per_node × nnodes = {saved}, or start a new run directory")
+        refusal = distributed_checkpoint.world_size_refusal(path, checkpoint.saved_world_size(path), ctx.world_size,
+                                                            any_world_size, distributed_checkpoint.written_sharded(path))
+        if refusal:
+            payload = ("refused", refusal)
         else:
             checkpoint.restore(path, model, optimizer, scaler)
             if ctx.enabled:
@@ -157,4 +166,4 @@ def _restore_everywhere(path: Path, model: Any, optimizer: Any, scaler: Any = No
             optimizer.load_state_dict(payload[1])
             if scaler is not None and payload[3]:
                 scaler.load_state_dict(payload[3])
-        checkpoint.set_rng(payload[2][ctx.rank])
+        checkpoint.set_rng(distributed_checkpoint.rank_rng(payload[2], ctx.rank))

@@ -11,7 +11,8 @@ follows the same schedule and computes rows `rank::world_size` of each
 micro-batch; ranks agree on the reported loss and on stopping in one
 all-reduce per step, rank 0 writes the checkpoints (with every rank's RNG),
 and a checkpoint resumes only with the world size that wrote it (LoRA dropout
-draws per-rank random numbers).
+draws per-rank random numbers) unless lora_dropout is 0. With hyperparameters.sharding "fsdp" the model
+arrives sharded (runtime/sharding.py) and is its own wrapper.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from tt_engine_adapter.runtime import batches, loop
+from tt_engine_adapter.runtime import batches, loop, sharding
 from tt_stagekit import distributed
 from tt_engine_adapter.runtime.chat import IGNORE_INDEX, Encoded
 from tt_engine_adapter.runtime.config import AdapterSettings
@@ -72,6 +73,7 @@ class TrainState:
     best_loss: Optional[float] = None
     stale: int = 0  # evaluations since the best one (early_stopping_patience)
     stopped_early: bool = False
+    held_bytes: Optional[int] = None  # parameter + optimizer bytes per rank (runtime/sharding.py; not checkpointed)
 
     def __post_init__(self) -> None:
         if self.losses is None:
@@ -141,7 +143,7 @@ def train(
                             {"params": no_decay, "weight_decay": 0.0}], hp.learning_rate)
     steps = loop.StepLoop(model, optimizer, loop.Checkpoints(checkpoint_dir, stage_fingerprint,
                                                              hp.checkpoint_interval_steps, hp.keep_checkpoints),
-                          total, scaler)
+                          total, scaler, any_world_size=hp.lora_dropout == 0)
     state = TrainState()
     found = steps.restore(resume, fresh="training")
     if found:
@@ -150,7 +152,7 @@ def train(
                            **meta.get("evaluation", {}))
         log(f"resumed from {path.name} at step {state.step}/{total}")
     state.padding = padding(rows, schedule, hp.packing, hp.max_seq_length)
-    net = distributed.wrap(model, device)
+    net = sharding.wrap(model, device)
     ctx = distributed.context()
 
     def meta() -> dict:
@@ -171,7 +173,7 @@ def train(
             if not mine:  # more ranks than rows in this micro-batch: a zero-weight row keeps DDP in step
                 inputs["labels"].fill_(IGNORE_INDEX)
             inputs = {k: v.to(device) for k, v in inputs.items()}
-            with distributed.no_sync(net, index < len(micro_batches) - 1), distributed.collective("gradient all-reduce"):
+            with sharding.no_sync(net, index < len(micro_batches) - 1), distributed.collective("gradient all-reduce"):
                 with torch.autocast(device_type=device, dtype=autocast_dtype, enabled=autocast_dtype is not None):
                     out = net(**inputs, use_cache=False, num_items_in_batch=targets)
                 loss = out.loss * ctx.world_size if ctx.enabled else out.loss
@@ -198,6 +200,7 @@ def train(
 
     model.train()
     steps.run(state, step, meta)
+    state.held_bytes = sharding.held_bytes(model, optimizer)
     return state
 
 

@@ -7,8 +7,10 @@ and `artifact-manifest.json` to `train/adapter/`, listed in the result's
 `artifacts` so the host verifies and registers it at once; when a tuning stage follows (tuning.py) that
 stage's adapter is the run's model and this one is only its starting point, not registered.
 With hyperparameters.nproc_per_node × nnodes > 1 the plugin starts this module
-under torchrun (DistributedDataParallel); the first rank of each node writes
-the adapter and the result, global rank 0 the checkpoints.
+under torchrun (DistributedDataParallel, or FSDP2 with hyperparameters.sharding
+"fsdp": runtime/sharding.py); the first rank of each node writes the adapter
+(whole tensors, gathered from every rank's shard) and the result, global rank 0
+the checkpoints.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ model_source.go_offline()
 
 
 def main(request: AdapterRequest) -> StageResult:
-    from tt_engine_adapter.runtime import chat, checkpoint, manifest, memory
+    from tt_engine_adapter.runtime import chat, checkpoint, manifest, memory, sharded_load, sharding
     from tt_engine_adapter.runtime.adapter_out import publish_adapter, save_weights
     from tt_engine_adapter.formats.tuning import final_adapter_stage
     from tt_stagekit import distributed
@@ -47,8 +49,11 @@ def main(request: AdapterRequest) -> StageResult:
     import torch
 
     torch.manual_seed(hp.seed)
-    model = model_source.load_model(base["path"], device, memory.load_dtype(dtype, hp), hp.load_in_4bit)
-    model = wrap_lora(memory.prepare_base(model, hp), hp)
+    if sharding.active(hp):  # built on the meta device, each rank reading its shard of the weights
+        model = sharded_load.load(base["path"], device, memory.load_dtype(dtype, hp), hp)
+    else:
+        model = model_source.load_model(base["path"], device, memory.load_dtype(dtype, hp), hp.load_in_4bit)
+        model = wrap_lora(memory.prepare_base(model, hp), hp)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     log(f"LoRA r={hp.lora_rank} on {hp.target_modules}: {trainable} trainable parameters; "
         f"{len(rows)} rows on {device} ({str(dtype).replace('torch.', '')}"
@@ -71,7 +76,7 @@ def main(request: AdapterRequest) -> StageResult:
                                "datasets.validation, or unset it")
         evaluation = Evaluation(
             measure=lambda: mean_loss(model, validation, hp.batch_size, pad, device, autocast),
-            on_best=lambda step, loss: speaks() and checkpoint.save_best(checkpoints, step, loss, model))
+            on_best=lambda step, loss: _keep_best(checkpoints, step, loss, model))
     state = train(model, rows, hp, pad_id=pad, device=device, autocast_dtype=autocast,
                   checkpoint_dir=checkpoints, stage_fingerprint=request.fingerprint,
                   resume=request.resume, on_step=on_step, evaluation=evaluation,
@@ -88,16 +93,22 @@ def main(request: AdapterRequest) -> StageResult:
         "train.seconds": round(state.seconds, 3),
         "train.trainable_parameters": trainable,
         "train.world_size": distributed.context().world_size,
+        "train.sharded_bytes_per_rank": state.held_bytes,
+        "train.peak_host_bytes_per_node": sharding.peak_host_bytes_per_node(),
+        "train.peak_device_bytes_per_rank": sharding.peak_device_bytes_per_rank(device),
         "train.pad_tokens": padding["pad_tokens"],
         "train.pad_tokens_unpacked": padding["pad_tokens_unpacked"] if hp.packing else None,
     }
     adapter_dir = stage_dir / "adapter"
+    whole = sharding.full_trainable_state(model)  # a sharded model's LoRA gathered from every rank (a collective)
+    if state.best_step is None and validation and sharding.is_sharded(model):  # every rank joins its forward
+        metrics["train.validation_loss"] = round(mean_loss(model, validation, hp.batch_size, pad, device, autocast), 6)
     if not speaks():  # the node's first rank writes the adapter and the result
         return StageResult(metrics=metrics, outputs={"adapter": str(adapter_dir)})
     if state.best_step is not None:  # evaluation during training: the best step's adapter is the one registered
         metrics.update({"train.validation_loss": round(state.best_loss, 6), "train.best_step": state.best_step,
                         "train.stopped_early": int(state.stopped_early)})
-    elif validation:
+    elif validation and "train.validation_loss" not in metrics:
         metrics["train.validation_loss"] = round(
             mean_loss(model, validation, hp.batch_size, pad, device, autocast), 6)
     metrics = {k: v for k, v in metrics.items() if v is not None}
@@ -106,7 +117,7 @@ def main(request: AdapterRequest) -> StageResult:
         if state.best_step is not None:
             shutil.copytree(checkpoints / checkpoint.BEST, tmp, ignore=shutil.ignore_patterns("best.json"))
         else:
-            save_weights(model, tmp)
+            save_weights(model, tmp, whole)
 
     publish_adapter(request, base, tokenizer, padding_choice, adapter_dir, write_weights, metrics)
     outputs = {"adapter": str(adapter_dir), "padding": padding_choice.record()}
@@ -123,6 +134,15 @@ def main(request: AdapterRequest) -> StageResult:
         outputs=outputs,
         artifacts=(Artifact(kind="adapter", path=str(adapter_dir), manifest=manifest.MANIFEST),),
     )
+
+
+def _keep_best(checkpoints, step: int, loss: float, model) -> None:
+    """Every rank: the best step's adapter so far, written by the node's first rank (whole, when sharded)."""
+    from tt_engine_adapter.runtime import checkpoint, sharding
+
+    whole = sharding.full_trainable_state(model)
+    if speaks():
+        checkpoint.save_best(checkpoints, step, loss, model, whole)
 
 
 def _series(state) -> dict:
