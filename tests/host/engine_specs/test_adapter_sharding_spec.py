@@ -14,6 +14,7 @@ from test_adapter_memory_settings import LLAMA_7B, _spec as memory_spec
 from tt_engine_adapter import memory_estimate, plugin
 from tt_engine_adapter.spec import AdapterSpec
 
+
 def _spec(folder: Path, device: str = "cpu", extra: dict | None = None, **hyperparameters) -> Path:
     """test_adapter_memory_settings' 7B spec with 2 processes (and `extra` top-level blocks)."""
     path = memory_spec(folder, device, nproc_per_node=2, batch_size=4, **hyperparameters)
@@ -29,7 +30,8 @@ def test_fsdp_validates_for_sft(tt, tmp_path):
 @pytest.mark.parametrize("extra, stage", [({"preference": {"pairs": "derived"}}, "preference stage (spec.preference)"),
                                           ({"reinforcement": {"steps": 2}}, "reinforce stage (spec.reinforcement)")])
 def test_a_tuning_stage_after_sharded_sft_is_refused_naming_the_stage(tt, tmp_path, extra, stage):
-    path = _spec(tmp_path / "s", extra=extra, sharding="fsdp")
+    # room for the sampled answers' budget in max_seq_length (refused on its own otherwise: test_grpo_spec.py)
+    path = _spec(tmp_path / "s", extra=extra, sharding="fsdp", max_seq_length=512)
     before = sorted(p.name for p in path.parent.iterdir())
     code, out = tt.json("validate", path)
     assert code == 2, out
