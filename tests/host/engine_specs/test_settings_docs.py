@@ -179,6 +179,8 @@ def set_problems(text: str, name: str) -> list[str]:
     for offset, argument in found:
         where = f"{name}:{text[:offset].count(chr(10)) + 1}: --set {argument}"
         key, _, raw = argument.partition("=")
+        if "$" in raw:
+            continue  # the shell fills it in (a cluster recipe's $SLURM_NNODES): no value to check here
         try:
             value = json.loads(raw)
         except ValueError:
