@@ -24,7 +24,7 @@ model_source.go_offline()
 
 
 def main(request: AdapterRequest) -> StageResult:
-    from tt_engine_adapter.runtime import chat, checkpoint, manifest, memory
+    from tt_engine_adapter.runtime import batches, chat, checkpoint, manifest, memory
     from tt_engine_adapter.runtime.adapter_out import publish_adapter, save_weights
     from tt_engine_adapter.formats.tuning import final_adapter_stage
     from tt_stagekit import distributed
@@ -48,6 +48,8 @@ def main(request: AdapterRequest) -> StageResult:
 
     torch.manual_seed(hp.seed)
     model = model_source.load_model(base["path"], device, memory.load_dtype(dtype, hp), hp.load_in_4bit)
+    if hp.packing and batches.packing_refused(model.config):
+        raise InvalidInput(batches.packing_refused(model.config))
     model = wrap_lora(memory.prepare_base(model, hp), hp)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     log(f"LoRA r={hp.lora_rank} on {hp.target_modules}: {trainable} trainable parameters; "
