@@ -177,6 +177,49 @@ def today(shared: bool, logits_only: bool) -> None:
         logits.only = lambda model, where: contextlib.nullcontext()
 
 
+def step_paths(base: Path, repeats: int) -> dict:
+    """tt's SFT step (loss and backward of one micro-batch of 8 training rows) through its paths in one process,
+    interleaved `repeats` times: the ratios hold under a moving load, unlike arms run one after another."""
+    import contextlib
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tt_engine_adapter.runtime import batches, chat, logits, memory
+    from tt_engine_adapter.runtime import train as loop
+    from tt_engine_adapter.runtime.config import AdapterSettings
+    from tt_engine_adapter.runtime.data import encode_rows
+    from tt_engine_adapter.runtime.prefix import Sharing
+
+    tok = AutoTokenizer.from_pretrained(base)
+    train, _ = data()
+    rows = encode_rows(tok, train, HP["max_seq_length"])
+    hp = AdapterSettings(**HP)
+    model = loop.wrap_lora(memory.prepare_base(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), hp), hp)
+    model.train()
+    micro = [batches.collate(rows[i:i + 8], chat.pad_token_id(tok)).inputs for i in range(0, 48, 8)]
+    on, off, only = Sharing.decide(model, False, False, False), Sharing(False, ""), logits.only
+    paths = {"now": (on, only), "unshared": (off, only),
+             "before_issue_52": (off, lambda m, w: contextlib.nullcontext())}
+    best: dict = {name: None for name in paths}
+    for _ in range(repeats):
+        for name, (sharing, head) in paths.items():
+            logits.only = head
+            started = time.perf_counter()
+            for inputs in micro:
+                targets = int((inputs["labels"][:, 1:] != chat.IGNORE_INDEX).sum())
+                (sharing.loss_sum(model, model, inputs) / targets).backward()
+            took = time.perf_counter() - started
+            model.zero_grad(set_to_none=True)
+            best[name] = took if best[name] is None else min(best[name], took)
+            print(name, round(took, 2), "s", file=sys.stderr, flush=True)
+    logits.only = only
+    return {"seconds_for_6_micro_batches": {k: round(v, 2) for k, v in best.items()}, "repeats": repeats,
+            "speedup_over_before": round(best["before_issue_52"] / best["now"], 2),
+            "speedup_of_sharing": round(best["unshared"] / best["now"], 2),
+            "threads": torch.get_num_threads(), "load_average": os.getloadavg()}
+
+
 def arm(name: str, base: Path) -> None:
     import torch
 
@@ -206,12 +249,18 @@ def main() -> int:
     parser.add_argument("--also", nargs="*", default=[], choices=arms[3:],
                         help="more arms interleaved with tt and trl in every repeat (their tokens/s and ratio "
                              "to trl reported too)")
+    parser.add_argument("--step-paths", type=int, default=0, metavar="N",
+                        help="time tt's SFT step through its paths (now, unshared, before issue 52) in one process, "
+                             "N interleaved repeats; no arms run")
     args = parser.parse_args()
     base = args.base or Path(subprocess.run([str(REPO / "scripts" / "real-base")], check=True, capture_output=True,
                                             text=True, env={**os.environ, "TT_REAL_BASE_PYTHON": sys.executable})
                              .stdout.strip().splitlines()[-1])
     if args.arm:
         arm(args.arm, base)
+        return 0
+    if args.step_paths:
+        print("PATHS " + json.dumps(step_paths(base, args.step_paths)))
         return 0
     runs: dict[str, list[dict]] = {"tt": [], "trl": [], "base": [], **{name: [] for name in args.also}}
     for repeat in range(args.repeats):  # interleaved, so background load hits both alike

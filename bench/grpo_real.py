@@ -69,7 +69,8 @@ def update_paths(model_dir: str, repeats: int) -> dict:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from tt_engine_adapter.runtime import chat, logits, reinforcement
+    from tt_engine_adapter.runtime import chat, logits
+    from tt_engine_adapter.runtime.reinforcement import train as reinforcement
     from tt_engine_adapter.runtime.config import ReinforcementSettings
     from tt_engine_adapter.runtime.prefix import Sharing
     from tt_engine_adapter.runtime.reinforcement.prompts import Prompt

@@ -191,3 +191,19 @@ def test_grpo_with_each_groups_prompt_once_gives_the_unshared_loss_and_gradients
     with torch.no_grad():
         for p in reference.params:
             p.div_(1.1)
+
+
+def test_preference_log_probs_with_the_shared_prefix_equal_the_unshared_ones(lora):
+    """The reference and preference stages' completion log-probs: the rows' system prompt once, the same
+    per-token log-probs and LoRA gradients as every row running it."""
+    model, rows, pad = lora
+    weights = torch.tensor([1.0, -0.5, 0.25, 2.0])
+    plain, _, (plain_tokens, _) = completion_logps(model, rows, pad, "cpu")
+    (plain * weights).sum().backward()
+    plain_grads = _grads(model)
+    sharing = Sharing.decide(model, packing=False, gradient_checkpointing=False, distributed=False)
+    (sums, _, (tokens, _)), widths = _head_widths(model, lambda: completion_logps(model, rows, pad, "cpu", sharing))
+    (sums * weights).sum().backward()
+    assert len(widths) == 2 and widths[0] == (1, 1)  # the prefix's forward, then the rest's
+    assert _off(tokens, plain_tokens) < 1e-5 and _off(sums, plain) < 1e-5
+    assert _close(_grads(model), plain_grads) < 1e-5

@@ -14,7 +14,8 @@ Contract.
   than `MIN_PREFIX` or a single row.
 - `Sharing.loss_sum(model, net, inputs)`: the summed next-token loss of the micro-batch, as
   `logits.token_loss_sum` computes it, through the shared prefix when there is one (logits only where the
-  loss reads them either way).
+  loss reads them either way); `Sharing.label_logps` the same for the preference rows' log-probs, and
+  `Sharing.answer_logps` for GRPO, where each group's prompt is the prefix of its answers.
 
 Equal to the unshared path within 1e-5 (loss and LoRA gradients, the real base, LoRA on every linear layer with
 rsLoRA): tests/test_logits_only.py.
@@ -76,6 +77,18 @@ class Sharing:
         if not length:
             return token_loss_sum(model, net, inputs)
         return token_loss_sum(model, model, self.suffix(model, inputs, length))
+
+    def label_logps(self, model: Any, inputs: dict, labels: Any) -> Any:
+        """`logits.label_logps` (`[rows, width - 1]`, 0 where unlabelled) through the shared prefix when there is
+        one: the preference rows' completion log-probs (reference and preference stages)."""
+        import torch
+
+        length = shared({**inputs, "labels": labels}) if self.on else 0
+        if not length:
+            return label_logps(model, model, inputs, labels)
+        rest = self.suffix(model, {**inputs, "labels": labels}, length)
+        tail = label_logps(model, model, {k: v for k, v in rest.items() if k != "labels"}, rest["labels"])
+        return torch.cat([tail.new_zeros(tail.shape[0], length), tail], dim=1)
 
     def suffix(self, model: Any, inputs: dict, length: int) -> dict:
         """The rows after their shared `length` positions, with the prefix's keys and values (one forward, the
