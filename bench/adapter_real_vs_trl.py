@@ -164,6 +164,62 @@ def arm_trl(base: Path, train: list[dict], held_out: list[dict], checkpointing: 
             "final_loss": losses[-1] if losses else None, "exact_match": round(em, 3)}
 
 
+def today(shared: bool, logits_only: bool) -> None:
+    """This process's tt without the shared prefix (`shared` False) and/or with the head on every position
+    (`logits_only` False): the paths before issue 52, for a side-by-side ratio."""
+    import contextlib
+
+    from tt_engine_adapter.runtime import logits, prefix
+
+    if not shared:
+        prefix.Sharing.decide = staticmethod(lambda *a, **k: prefix.Sharing(False, "shared prefix off (bench arm)"))
+    if not logits_only:
+        logits.only = lambda model, where: contextlib.nullcontext()
+
+
+def step_paths(base: Path, repeats: int) -> dict:
+    """tt's SFT step (loss and backward of one micro-batch of 8 training rows) through its paths in one process,
+    interleaved `repeats` times: the ratios hold under a moving load, unlike arms run one after another."""
+    import contextlib
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tt_engine_adapter.runtime import batches, chat, logits, memory
+    from tt_engine_adapter.runtime import train as loop
+    from tt_engine_adapter.runtime.config import AdapterSettings
+    from tt_engine_adapter.runtime.data import encode_rows
+    from tt_engine_adapter.runtime.prefix import Sharing
+
+    tok = AutoTokenizer.from_pretrained(base)
+    train, _ = data()
+    rows = encode_rows(tok, train, HP["max_seq_length"])
+    hp = AdapterSettings(**HP)
+    model = loop.wrap_lora(memory.prepare_base(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), hp), hp)
+    model.train()
+    micro = [batches.collate(rows[i:i + 8], chat.pad_token_id(tok)).inputs for i in range(0, 48, 8)]
+    on, off, only = Sharing.decide(model, False, False, False), Sharing(False, ""), logits.only
+    paths = {"now": (on, only), "unshared": (off, only),
+             "before_issue_52": (off, lambda m, w: contextlib.nullcontext())}
+    best: dict = {name: None for name in paths}
+    for _ in range(repeats):
+        for name, (sharing, head) in paths.items():
+            logits.only = head
+            started = time.perf_counter()
+            for inputs in micro:
+                targets = int((inputs["labels"][:, 1:] != chat.IGNORE_INDEX).sum())
+                (sharing.loss_sum(model, model, inputs) / targets).backward()
+            took = time.perf_counter() - started
+            model.zero_grad(set_to_none=True)
+            best[name] = took if best[name] is None else min(best[name], took)
+            print(name, round(took, 2), "s", file=sys.stderr, flush=True)
+    logits.only = only
+    return {"seconds_for_6_micro_batches": {k: round(v, 2) for k, v in best.items()}, "repeats": repeats,
+            "speedup_over_before": round(best["before_issue_52"] / best["now"], 2),
+            "speedup_of_sharing": round(best["unshared"] / best["now"], 2),
+            "threads": torch.get_num_threads(), "load_average": os.getloadavg()}
+
+
 def arm(name: str, base: Path) -> None:
     import torch
 
@@ -172,7 +228,9 @@ def arm(name: str, base: Path) -> None:
     train, held_out = data()
     arms = {"tt": arm_tt, "trl": arm_trl, "base": arm_base,
             "tt_checkpointing": lambda *a: arm_tt(*a, checkpointing=True),
-            "trl_no_checkpointing": lambda *a: arm_trl(*a, checkpointing=False)}
+            "trl_no_checkpointing": lambda *a: arm_trl(*a, checkpointing=False),
+            "tt_unshared": lambda *a: (today(shared=False, logits_only=True), arm_tt(*a))[1],
+            "tt_full_logits": lambda *a: (today(shared=False, logits_only=False), arm_tt(*a))[1]}
     result = arms[name](base, train, held_out)
     result["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     print("ARM " + json.dumps(result), flush=True)
@@ -182,9 +240,18 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--base", type=Path, help="the model folder (default: scripts/real-base's)")
     parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--arm", choices=["tt", "trl", "base", "tt_checkpointing", "trl_no_checkpointing"],
+    arms = ["tt", "trl", "base", "tt_checkpointing", "trl_no_checkpointing", "tt_unshared", "tt_full_logits"]
+    parser.add_argument("--arm", choices=arms,
                         help="run one arm alone (tt_checkpointing: tt with gradient_checkpointing, as TRL's "
-                             "SFTConfig defaults to; trl_no_checkpointing: TRL without, as tt defaults to)")
+                             "SFTConfig defaults to; trl_no_checkpointing: TRL without, as tt defaults to; "
+                             "tt_unshared: tt without the shared prefix; tt_full_logits: tt without the shared "
+                             "prefix and with logits on every position, the path before issue 52)")
+    parser.add_argument("--also", nargs="*", default=[], choices=arms[3:],
+                        help="more arms interleaved with tt and trl in every repeat (their tokens/s and ratio "
+                             "to trl reported too)")
+    parser.add_argument("--step-paths", type=int, default=0, metavar="N",
+                        help="time tt's SFT step through its paths (now, unshared, before issue 52) in one process, "
+                             "N interleaved repeats; no arms run")
     args = parser.parse_args()
     base = args.base or Path(subprocess.run([str(REPO / "scripts" / "real-base")], check=True, capture_output=True,
                                             text=True, env={**os.environ, "TT_REAL_BASE_PYTHON": sys.executable})
@@ -192,9 +259,12 @@ def main() -> int:
     if args.arm:
         arm(args.arm, base)
         return 0
-    runs: dict[str, list[dict]] = {"tt": [], "trl": [], "base": []}
+    if args.step_paths:
+        print("PATHS " + json.dumps(step_paths(base, args.step_paths)))
+        return 0
+    runs: dict[str, list[dict]] = {"tt": [], "trl": [], "base": [], **{name: [] for name in args.also}}
     for repeat in range(args.repeats):  # interleaved, so background load hits both alike
-        for name in (("base",) if repeat == 0 else ()) + ("tt", "trl"):
+        for name in (("base",) if repeat == 0 else ()) + ("tt", "trl") + tuple(args.also):
             out = subprocess.run([sys.executable, __file__, "--arm", name, "--base", str(base)], check=True,
                                  capture_output=True, text=True).stdout
             runs[name].append(json.loads(next(line for line in out.splitlines() if line.startswith("ARM "))[4:]))
@@ -210,6 +280,11 @@ def main() -> int:
         "exact_match": {"base": runs["base"][0]["exact_match"], "tt": best["tt"]["exact_match"],
                         "trl": best["trl"]["exact_match"]},
         "eval_prompts_per_second": runs["base"][0]["eval_prompts_per_second"],
+        "also": {name: {"tokens_per_second": max(r["tokens_per_second"] for r in runs[name]),
+                        "ratio_over_trl": round(max(r["tokens_per_second"] for r in runs[name])
+                                                / best["trl"]["tokens_per_second"], 3),
+                        "exact_match": max(runs[name], key=lambda r: r["tokens_per_second"])["exact_match"]}
+                 for name in args.also},
         "runs": runs,
     }
     print("RESULT " + json.dumps(summary))

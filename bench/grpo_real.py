@@ -11,6 +11,13 @@ adapter's stage harness as the host runs them: prepare, prefetch, baseline (the 
 one epoch), candidate (SFT), reinforce (GRPO from the SFT adapter), and candidate again with the GRPO adapter.
 Prints `RESULT {...}`: the held-out grader score (mean reward) and pass rate of each, the stage seconds, the
 GRPO reward series and the load average.
+
+`--update-paths N`: instead, the policy update alone, side by side in one process, N interleaved repeats: one
+step's group (4 prompts × 8 answers of up to 8 tokens, the task's chat prompts, KL to the reference, 2
+iterations so the old log-probs are computed) through `reinforcement.backward` as it runs now (each group's
+prompt once, logits only on the answer tokens), without the shared prompt, and with neither (the path
+before issue 52: the head on every kept position); prints `PATHS {...}` with each path's best seconds and the
+ratios, and the load average.
 """
 
 from __future__ import annotations
@@ -55,15 +62,70 @@ def score(run, stage: str, graders) -> dict:
     return {"grader_score": round(sum(rewards) / len(rewards), 4), "pass_rate": round(sum(passes) / len(passes), 4)}
 
 
+def update_paths(model_dir: str, repeats: int) -> dict:
+    import contextlib
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tt_engine_adapter.runtime import chat, logits
+    from tt_engine_adapter.runtime.reinforcement import train as reinforcement
+    from tt_engine_adapter.runtime.config import ReinforcementSettings
+    from tt_engine_adapter.runtime.prefix import Sharing
+    from tt_engine_adapter.runtime.reinforcement.prompts import Prompt
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
+                           LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM"))
+    model.eval()
+    rng = random.Random(0)
+    data = examples(4, 99)
+    prompts = [Prompt(str(i), e["input"], e["output"], tuple(chat.encode_prompt(
+        tok, [{"role": "system", "content": SYSTEM}, {"role": "user", "content": e["input"]}], 120)[0]))
+        for i, e in enumerate(data)]
+    answers = [tok.encode(str(int(e["output"]) + rng.randint(-3, 3)) + " is the sum")[:rng.randint(2, 8)]
+               for e in data for _ in range(8)]
+    group = reinforcement.Group(prompts, answers, [""] * 32, [rng.random() for _ in range(32)], 0.0)
+    rs = ReinforcementSettings(group_size=8, kl_beta=0.04, temperature=1.0, iterations=2)
+    reference = reinforcement.ReferenceWeights(model)
+    on = Sharing.decide(model, packing=False, gradient_checkpointing=False, distributed=False)
+    original = logits.only
+    paths = {"now": (on, original), "unshared": (None, original),
+             "before_issue_52": (None, lambda m, w: contextlib.nullcontext())}
+    best: dict = {name: None for name in paths}
+    for _ in range(repeats):
+        for name, (sharing, only) in paths.items():
+            logits.only = only
+            started = time.perf_counter()
+            reinforcement.backward(model, group, rs, micro_batch=8, pad_id=chat.pad_token_id(tok), device="cpu",
+                                   reference=reference, passes=rs.iterations, between=lambda: None, sharing=sharing)
+            took = time.perf_counter() - started
+            model.zero_grad(set_to_none=True)
+            best[name] = took if best[name] is None else min(best[name], took)
+            print(name, round(took, 2), "s", file=sys.stderr, flush=True)
+    logits.only = original
+    return {"seconds": {k: round(v, 2) for k, v in best.items()}, "repeats": repeats,
+            "speedup_over_before": round(best["before_issue_52"] / best["now"], 2),
+            "speedup_of_sharing": round(best["unshared"] / best["now"], 2),
+            "prompt_tokens": [len(p.ids) for p in prompts], "answer_tokens": [len(a) for a in answers],
+            "threads": torch.get_num_threads(), "load": open("/proc/loadavg").read().split()[:3]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--model", default=None, help="model folder (default: scripts/real-base)")
     parser.add_argument("--keep", default=None, help="run directory to keep (default: a temporary one)")
+    parser.add_argument("--update-paths", type=int, default=0, metavar="N",
+                        help="time the policy update's paths side by side, N repeats (no stages run)")
     args = parser.parse_args()
     model_dir = args.model or subprocess.run([str(REPO / "scripts" / "real-base")], check=True, text=True,
                                              capture_output=True).stdout.strip()
+    if args.update_paths:
+        print("PATHS " + json.dumps(update_paths(model_dir, args.update_paths)))
+        return
     from tt_engine_adapter.testing.harness import Run
     from tt_stagekit.graders import from_spec
 

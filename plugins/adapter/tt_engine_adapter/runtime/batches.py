@@ -25,6 +25,21 @@ from typing import Any, Sequence
 
 from tt_engine_adapter.runtime.chat import IGNORE_INDEX, Encoded
 
+ATTENTION_LAYERS = {"full_attention", "sliding_attention", "attention", "chunked_attention"}
+RECURRENT_MODELS = {"mamba", "mamba2", "falcon_mamba", "rwkv", "recurrent_gemma", "xlstm"}
+
+
+def packing_refused(config: Any) -> str | None:
+    """Why packing cannot isolate rows on this model (None: it can), naming its type and its other layers."""
+    kinds = set(getattr(config, "layer_types", None) or []) | set(getattr(config, "layers_block_type", None) or [])
+    other = sorted(kinds - ATTENTION_LAYERS)
+    model_type = getattr(config, "model_type", type(config).__name__)
+    if not other and model_type not in RECURRENT_MODELS:
+        return None
+    layers = f"{', '.join(other)} layers" if other else "recurrent layers"
+    return (f"hyperparameters.packing: {model_type} has {layers}, which carry state from one packed row into the "
+            f"next (position ids separate rows in attention only); set packing to false (rows are then padded)")
+
 
 def pack(lengths: Sequence[int], capacity: int, tries: int = 8) -> list[list[int]]:
     """Row indexes grouped into sequences of at most `capacity` tokens (a longer row alone), as few padded

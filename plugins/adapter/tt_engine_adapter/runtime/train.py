@@ -28,6 +28,8 @@ from tt_engine_adapter.runtime import batches, loop, sharding
 from tt_stagekit import distributed
 from tt_engine_adapter.runtime.chat import IGNORE_INDEX, Encoded
 from tt_engine_adapter.runtime.config import AdapterSettings
+from tt_engine_adapter.runtime.logits import token_loss_sum
+from tt_engine_adapter.runtime.prefix import Sharing
 from tt_stagekit.protocol import STOP, log
 
 
@@ -154,6 +156,8 @@ def train(
     state.padding = padding(rows, schedule, hp.packing, hp.max_seq_length)
     net = sharding.wrap(model, device)
     ctx = distributed.context()
+    sharing = Sharing.decide(model, hp.packing, hp.gradient_checkpointing, ctx.enabled)
+    log(sharing.reason)
 
     def meta() -> dict:
         return {"fingerprint": stage_fingerprint, "tokens": state.tokens, "seconds": state.seconds,
@@ -175,10 +179,10 @@ def train(
             inputs = {k: v.to(device) for k, v in inputs.items()}
             with sharding.no_sync(net, index < len(micro_batches) - 1), distributed.collective("gradient all-reduce"):
                 with torch.autocast(device_type=device, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-                    out = net(**inputs, use_cache=False, num_items_in_batch=targets)
-                loss = out.loss * ctx.world_size if ctx.enabled else out.loss
+                    micro = sharing.loss_sum(model, net, inputs) / targets  # logits only where labelled
+                loss = micro * ctx.world_size if ctx.enabled else micro
                 (scaler.scale(loss) if scaler is not None else loss).backward()
-            step_loss += out.loss.detach().float()
+            step_loss += micro.detach().float()
             step_tokens += sum(len(r.input_ids) for r in batch)
         if ctx.enabled:  # the step's loss over all ranks, and whether any rank was asked to stop
             stats = torch.stack([step_loss, torch.tensor(float(STOP.requested), device=device)])
@@ -245,8 +249,7 @@ def mean_loss(model: Any, rows: Sequence[Encoded], batch_size: int, pad_id: int,
             targets = supervised_targets(batch)
             inputs = batches.collate(batch, pad_id).to(device).inputs
             with torch.autocast(device_type=device, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-                out = model(**inputs, use_cache=False, num_items_in_batch=targets)
-            total_loss += float(out.loss) * targets
+                total_loss += float(token_loss_sum(model, model, inputs))
             total_targets += targets
     model.train()
     return total_loss / max(total_targets, 1)

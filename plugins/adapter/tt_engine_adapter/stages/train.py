@@ -26,7 +26,7 @@ model_source.go_offline()
 
 
 def main(request: AdapterRequest) -> StageResult:
-    from tt_engine_adapter.runtime import chat, checkpoint, manifest, memory, sharded_load, sharding
+    from tt_engine_adapter.runtime import batches, chat, checkpoint, manifest, memory, sharded_load, sharding
     from tt_engine_adapter.runtime.adapter_out import publish_adapter, save_weights
     from tt_engine_adapter.formats.tuning import final_adapter_stage
     from tt_stagekit import distributed
@@ -54,6 +54,9 @@ def main(request: AdapterRequest) -> StageResult:
     else:
         model = model_source.load_model(base["path"], device, memory.load_dtype(dtype, hp), hp.load_in_4bit)
         model = wrap_lora(memory.prepare_base(model, hp), hp)
+    refused = hp.packing and batches.packing_refused(model.config)
+    if refused:  # rows packed into one sequence would see each other in this architecture's layers
+        raise InvalidInput(refused)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     log(f"LoRA r={hp.lora_rank} on {hp.target_modules}: {trainable} trainable parameters; "
         f"{len(rows)} rows on {device} ({str(dtype).replace('torch.', '')}"

@@ -4,9 +4,11 @@ environment."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 from tt_engine_adapter.runtime.chat import IGNORE_INDEX, Encoded
+from tt_engine_adapter.runtime.logits import label_logps
+from tt_engine_adapter.runtime.prefix import Sharing
 
 
 def collate(rows: Sequence[Encoded], pad_id: int) -> dict[str, Any]:
@@ -25,16 +27,14 @@ def collate(rows: Sequence[Encoded], pad_id: int) -> dict[str, Any]:
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
-def completion_logps(model: Any, rows: Sequence[Encoded], pad_id: int, device: str) -> tuple[Any, Any, Any]:
+def completion_logps(model: Any, rows: Sequence[Encoded], pad_id: int, device: str,
+                     sharing: Optional[Sharing] = None) -> tuple[Any, Any, Any]:
     """(summed completion log-probs, completion token counts, per-token log-probs with the mask) of each row,
-    in one forward pass; gradients flow when the caller's mode allows them."""
-    import torch
-
+    in one forward pass (with `sharing` on: the rows' common start once, then the rest); gradients flow when
+    the caller's mode allows them."""
     batch = {k: v.to(device) for k, v in collate(rows, pad_id).items()}
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False).logits
-    labels = batch["labels"][:, 1:]
-    mask = labels != IGNORE_INDEX
-    logits = logits[:, :-1, :].float()
-    per_token = torch.gather(logits.log_softmax(-1), 2, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
-    per_token = per_token * mask
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    per_token = (sharing.label_logps(model, inputs, batch["labels"]) if sharing is not None else
+                 label_logps(model, model, inputs, batch["labels"]))  # logits only at the completion tokens
+    mask = batch["labels"][:, 1:] != IGNORE_INDEX
     return per_token.sum(-1), mask.sum(-1), (per_token, mask)

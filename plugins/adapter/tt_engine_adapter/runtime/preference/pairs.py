@@ -135,13 +135,18 @@ def reference_logps(model: Any, rows: Sequence[Encoded], pad_id: int, device: st
     import torch
 
     from tt_engine_adapter.runtime.preference.logps import completion_logps
+    from tt_engine_adapter.runtime.prefix import Sharing
+    from tt_stagekit.protocol import log
+
+    sharing = Sharing.decide(model, False, False, False)  # no backward here: gradient checkpointing never runs
+    log(sharing.reason)
 
     out: list[float] = []
     model.eval()
     off = model.disable_adapter() if reference == "base" else contextlib.nullcontext()
     with torch.inference_mode(), off:
         for start in range(0, len(rows), batch_size):
-            sums, _, _ = completion_logps(model, rows[start:start + batch_size], pad_id, device)
+            sums, _, _ = completion_logps(model, rows[start:start + batch_size], pad_id, device, sharing)
             out += [float(v) for v in sums.float().cpu()]
             if counter is not None:
                 counter["forwards"] = counter.get("forwards", 0) + 1

@@ -18,6 +18,7 @@ from tt_engine_adapter.runtime import loop
 from tt_engine_adapter.runtime.chat import Encoded
 from tt_engine_adapter.runtime.config import AdapterSettings, PreferenceSettings
 from tt_engine_adapter.runtime.preference.logps import completion_logps
+from tt_engine_adapter.runtime.prefix import Sharing
 from tt_engine_adapter.runtime.preference.loss import batch_loss
 from tt_engine_adapter.runtime.train import build_schedule, lr_at
 from tt_stagekit.protocol import log
@@ -66,7 +67,7 @@ def train_preference(model: Any, encoded: Sequence[tuple[Encoded, Encoded]], kl_
         steps.set_lr(lr)
         picked = schedule[state.step][0]
         value, stats = _step_loss(model, [encoded[i] for i in picked], [kl_rows[i] for i in picked],
-                                  [references[i] for i in picked], pref, pad_id, device)
+                                  [references[i] for i in picked], pref, pad_id, device, sharing)
         value.backward()
         steps.apply_gradients(hp.max_grad_norm)
         loss = float(value.detach())
@@ -78,18 +79,21 @@ def train_preference(model: Any, encoded: Sequence[tuple[Encoded, Encoded]], kl_
         if on_step:
             on_step(state.step, total, loss, {**stats, "lr": lr})
 
+    sharing = Sharing.decide(model, False, hp.gradient_checkpointing, False)
+    log(sharing.reason)
     model.train()
     steps.run(state, step, meta)
     return state
 
 
 def _step_loss(model: Any, pairs: Sequence[tuple[Encoded, Encoded]], kl_rows: Sequence[Encoded],
-               references: Sequence[dict], pref: PreferenceSettings, pad_id: int, device: str):
+               references: Sequence[dict], pref: PreferenceSettings, pad_id: int, device: str,
+               sharing: Optional[Sharing] = None):
     import torch
 
     n = len(pairs)
     rows = [c for c, _ in pairs] + [r for _, r in pairs] + (list(kl_rows) if pref.loss == "kto" else [])
-    sums, counts, (per_token, mask) = completion_logps(model, rows, pad_id, device)
+    sums, counts, (per_token, mask) = completion_logps(model, rows, pad_id, device, sharing)
     policy = {"pc": sums[:n], "pr": sums[n:2 * n], "nc": counts[:n], "nr": counts[n:2 * n],
               "chosen_tokens": (per_token[:n], mask[:n]), "kl": sums[2 * n:]}
 

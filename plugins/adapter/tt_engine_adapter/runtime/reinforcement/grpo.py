@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from tt_engine_adapter.runtime.logits import label_logps
+
 STD_EPS = 1e-4  # TRL's: keeps a group with zero spread at advantage 0 instead of a division by zero
 
 
@@ -34,17 +36,25 @@ def group_advantages(rewards: Any, group_size: int, scale: str = "group") -> tup
 
 
 def token_logps(model: Any, input_ids: Any, attention_mask: Any, n_completion: int, temperature: float,
-                position_ids: Any = None) -> Any:
+                position_ids: Any = None, answer_mask: Any = None) -> Any:
     """Log-probabilities `[rows, n_completion]` of the last `n_completion` tokens of each row, the logits divided
-    by `temperature` (as the rollouts sampled them)."""
+    by `temperature` (as the rollouts sampled them). With `answer_mask` (`[rows, n_completion]`, 1 on an answer
+    token, 0 on its padding) the head runs on the answer tokens alone and a padding position reads 0."""
+    labels = answer_labels(input_ids, n_completion, answer_mask)
+    extra = {"position_ids": position_ids} if position_ids is not None else {}
+    per_token = label_logps(model, model, {"input_ids": input_ids, "attention_mask": attention_mask, **extra},
+                            labels, temperature)
+    return per_token[:, -n_completion:]
+
+
+def answer_labels(input_ids: Any, n_completion: int, answer_mask: Any = None) -> Any:
+    """Labels `[rows, width]`: the last `n_completion` tokens (not their padding, with `answer_mask`), -100 before."""
     import torch
 
-    extra = {"position_ids": position_ids} if position_ids is not None else {}
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
-                   logits_to_keep=n_completion + 1, **extra).logits
-    logits = logits[:, :-1, :].float() / temperature
-    targets = input_ids[:, -n_completion:]
-    return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    labels = torch.full_like(input_ids, -100)
+    tail = input_ids[:, -n_completion:]
+    labels[:, -n_completion:] = tail if answer_mask is None else tail.masked_fill(answer_mask == 0, -100)
+    return labels
 
 
 @dataclass

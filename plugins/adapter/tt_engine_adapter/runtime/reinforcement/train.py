@@ -21,11 +21,12 @@ from typing import Any, Callable, Optional, Sequence
 
 from tt_engine_adapter.runtime import loop
 from tt_engine_adapter.runtime.config import ReinforcementSettings
+from tt_engine_adapter.runtime.prefix import Sharing
 from tt_engine_adapter.runtime.reinforcement import grpo
 from tt_engine_adapter.runtime.reinforcement.prompts import Prompt
 from tt_engine_adapter.runtime.rollouts import Generator, Sample
 from tt_engine_adapter.runtime.train import build_schedule
-from tt_stagekit.protocol import InvalidInput
+from tt_stagekit.protocol import InvalidInput, log
 
 
 def sample_seed(seed: int, step: int, slot: int, k: int) -> int:
@@ -150,12 +151,13 @@ def batch_tensors(torch: Any, group: Group, group_size: int, pad_id: int, device
 
 def backward(model: Any, group: Group, rs: ReinforcementSettings, *, micro_batch: int, pad_id: int, device: str,
              reference: Optional[ReferenceWeights], passes: int = 1,
-             between: Callable[[], None] = lambda: None) -> dict:
+             between: Callable[[], None] = lambda: None, sharing: Optional[Sharing] = None) -> dict:
     """The step's loss over micro-batches of `micro_batch` answers, with its gradients: `passes` times (the old
     log-probabilities fixed before the first), `between()` after each pass (the optimizer step). Returns the
     last pass's loss (the sum of the micro-batch shares: the whole step's reduction) and the logged means."""
     import torch
 
+    sharing = sharing or Sharing(False, "")
     rewards = torch.tensor(group.rewards, dtype=torch.float32, device=device)
     advantages, _ = grpo.group_advantages(rewards, rs.group_size, rs.scale_rewards)
     full = batch_tensors(torch, group, rs.group_size, pad_id, device)
@@ -163,9 +165,8 @@ def backward(model: Any, group: Group, rs: ReinforcementSettings, *, micro_batch
     chunks = [slice(s, min(s + micro_batch, n_rows)) for s in range(0, n_rows, micro_batch)]
     total_tokens = int(full["mask"].sum())
 
-    def logps(part: slice) -> Any:
-        return grpo.token_logps(model, full["input_ids"][part], full["attention_mask"][part], full["n"],
-                                rs.temperature, full["position_ids"][part])
+    def logps(part: slice) -> Any:  # each group's prompt once, logits only on the answer tokens
+        return sharing.answer_logps(model, full, part, rs.group_size, rs.temperature)
 
     old = ref = None
     if passes > 1:
@@ -196,10 +197,10 @@ def backward(model: Any, group: Group, rs: ReinforcementSettings, *, micro_batch
 
 
 def update(model: Any, steps: loop.StepLoop, group: Group, rs: ReinforcementSettings, *, micro_batch: int,
-           pad_id: int, device: str, reference: Optional[ReferenceWeights]) -> dict:
+           pad_id: int, device: str, reference: Optional[ReferenceWeights], sharing: Optional[Sharing] = None) -> dict:
     """`rs.iterations` optimizer steps on one step's samples; returns the logged means."""
     return backward(model, group, rs, micro_batch=micro_batch, pad_id=pad_id, device=device, reference=reference,
-                    passes=rs.iterations, between=lambda: steps.apply_gradients(rs.max_grad_norm))
+                    passes=rs.iterations, between=lambda: steps.apply_gradients(rs.max_grad_norm), sharing=sharing)
 
 
 def train(model: Any, prompts: Sequence[Prompt], rollouts: Rollouts, rs: ReinforcementSettings, *, seed: int,
@@ -225,6 +226,8 @@ def train(model: Any, prompts: Sequence[Prompt], rollouts: Rollouts, rs: Reinfor
     if not found:
         state.probe = before_first_step()
     model.eval()  # no dropout: the gradient flows all the same
+    sharing = Sharing.decide(model, packing=False, gradient_checkpointing=False, distributed=False)
+    log(sharing.reason.replace("system prompt", "each group's prompt"))
 
     def meta() -> dict:
         return {"fingerprint": checkpoints.fingerprint, "seconds": state.seconds,
@@ -235,7 +238,7 @@ def train(model: Any, prompts: Sequence[Prompt], rollouts: Rollouts, rs: Reinfor
         started = time.perf_counter()
         group = rollouts.groups(state.step + 1, [prompts[i] for i in plan[state.step]])
         stats = update(model, steps, group, rs, micro_batch=micro_batch, pad_id=pad_id, device=device,
-                       reference=reference)
+                       reference=reference, sharing=sharing)
         state.step += 1
         state.seconds += time.perf_counter() - started
         state.rollout_seconds += group.seconds
