@@ -5,6 +5,9 @@ Prompts are rendered with the chat template (runtime.chat) and fitted into
 `max_seq_length` instruction first (system message whole, the start of the
 user text trimmed: tt_stagekit.promptfit), grouped longest-first into batches, left-padded (the
 fill id is runtime.chat.padding's; the attention mask marks padding by position), and decoded until the end-of-turn token or EOS.
+The ids a batch's prompts share at their start (the system prompt, the chat template) run once and their cache is
+repeated to the rows (decode.prefix), where the model allows (`decode.prefix.usable`; else today's path); greedy
+tokens are the same either way (tests/test_shared_prefix_generate.py).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Optional, Sequence
 
+from tt_engine_adapter.decode import prefix as shared_prefix
 from tt_engine_adapter.runtime import chat
 from tt_stagekit import promptfit
 from tt_stagekit.protocol import STOP, Interrupted, InvalidInput
@@ -49,10 +53,13 @@ def generate(
     device: str,
     on_batch: Optional[Callable[[int, int, float], None]] = None,
     stats: Optional[dict] = None,
+    share_prefix: bool = True,
 ) -> list[dict]:
     """Answer each `{"id", "messages"}` prompt; returns `{"id", "prediction"}` in input order.
 
-    `stats`, when given, receives `trimmed_prompts`: how many prompts lost user text to fit.
+    `stats`, when given, receives `trimmed_prompts`: how many prompts lost user text to fit, and
+    `shared_prefix_rows`: how many rows ran after a prefix shared with their batch (`share_prefix=False`, or a
+    model `decode.prefix.usable` refuses, runs every row whole).
     """
     import torch
 
@@ -74,20 +81,16 @@ def generate(
     answers: dict[int, str] = {}
     model.eval()
     started = time.perf_counter()
-    done = 0
+    done = shared_rows = 0
+    share_prefix = share_prefix and shared_prefix.usable(model) is None
     for start in range(0, len(order), batch_size):
         if STOP.requested:  # nothing worth saving: a rerun of the stage answers every prompt again
             raise Interrupted(f"{STOP.signal_name}: evaluation stopped after {done}/{len(prompts)} prompts")
         batch = order[start:start + batch_size]
-        width = max(len(encoded[i]) for i in batch)
-        ids = torch.full((len(batch), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, index in enumerate(batch):
-            seq = encoded[index]
-            ids[row, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
-            mask[row, width - len(seq):] = 1
         with torch.inference_mode():
-            out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config)
+            out, width, shared = _generate(torch, model, [encoded[i] for i in batch], pad, config, device,
+                                           share_prefix)
+        shared_rows += len(batch) if shared else 0
         for row, index in enumerate(batch):
             new = out[row, width:].tolist()
             cut = next((k for k, tok in enumerate(new) if tok in stops), len(new))
@@ -95,4 +98,27 @@ def generate(
         done += len(batch)
         if on_batch:
             on_batch(done, len(prompts), time.perf_counter() - started)
+    if stats is not None:
+        stats["shared_prefix_rows"] = shared_rows
     return [{"id": prompts[i]["id"], "prediction": answers[i]} for i in range(len(prompts))]
+
+
+def _generate(torch: Any, model: Any, prompts: list[list[int]], pad: int, config: Any, device: str,
+              share_prefix: bool) -> tuple[Any, int, bool]:
+    """(the generated ids `[rows, width + new]`, width, whether a prefix was shared): the batch's prompts laid
+    out in `width` columns, left padded, or their shared prefix run once and each row's padding after it."""
+    length = shared_prefix.common(prompts) if share_prefix else 0
+    if length:
+        cache = shared_prefix.PrefixCache.build(model, prompts[0][:length], len(prompts), device)
+        ids, mask = cache.inputs(prompts, pad)
+        out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config,
+                             **{cache.kwarg: cache.cache})
+        return out, ids.shape[1], True
+    width = max(len(seq) for seq in prompts)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, seq in enumerate(prompts):
+        ids[row, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
+        mask[row, width - len(seq):] = 1
+    out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config)
+    return out, width, False

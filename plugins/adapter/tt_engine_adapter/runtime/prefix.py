@@ -23,11 +23,10 @@ rsLoRA): tests/test_logits_only.py.
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from tt_engine_adapter.decode.kvcache import windowed
+from tt_engine_adapter.decode.prefix import cache_keyword, usable
 from tt_engine_adapter.runtime.logits import IGNORE_INDEX, label_logps, token_loss_sum
 
 MIN_PREFIX = 4  # shorter shared starts are not worth a second forward
@@ -54,23 +53,15 @@ class Sharing:
 
     @staticmethod
     def decide(model: Any, packing: bool, gradient_checkpointing: bool, distributed: bool) -> "Sharing":
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model
-        accepted = inspect.signature(base.forward).parameters
-        kwarg = "cache" if "cache" in accepted else "past_key_values" if "past_key_values" in accepted else None
-        config = getattr(base, "config", None)
-        kinds = set(getattr(config, "layer_types", None) or [])
         off: Optional[str] = (
             "hyperparameters.packing is on (packed rows share no start)" if packing else
             "hyperparameters.gradient_checkpointing is on (recomputed layers would grow the cached prefix twice)"
             if gradient_checkpointing else
-            "training runs under torchrun (one forward per backward)" if distributed else
-            f"{type(base).__name__} takes no key/value cache" if kwarg is None else
-            f"{getattr(config, 'model_type', type(base).__name__)} has sliding-window or non-attention layers"
-            if config is None or windowed(config) or kinds - {"full_attention"} else None)
+            "training runs under torchrun (one forward per backward)" if distributed else usable(model))
         if off:
             return Sharing(False, f"shared prefix off: {off}; every row runs its whole sequence")
         return Sharing(True, "shared prefix on: the rows' common start (system prompt) runs once per micro-batch",
-                       kwarg)
+                       cache_keyword(model))
 
     def loss_sum(self, model: Any, net: Any, inputs: dict) -> Any:
         length = shared(inputs) if self.on else 0

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 
+from tt_engine_adapter.decode import prefix as shared_prefix
 from tt_engine_adapter.runtime import model_source
 from tt_engine_adapter.runtime.config import AdapterRequest
 from tt_stagekit.contract import StageResult
@@ -62,6 +63,7 @@ def main(request: AdapterRequest) -> StageResult:
         model = PeftModel.from_pretrained(model, adapter, is_trainable=False)
         log(f"loaded adapter {adapter}")
 
+    log(shared_prefix.note(model))
     settings = dict(max_new_tokens=hp.max_new_tokens, batch_size=hp.eval_batch_size,
                     max_seq_length=hp.max_seq_length, device=device)
     total = len(prompts) + len(test_rows) + len(general)
