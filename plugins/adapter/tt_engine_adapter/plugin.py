@@ -15,7 +15,7 @@ from typing import Any, Iterable, Optional
 from tt_host.api import (SERVE_HF, SERVE_ON_BASE, BehaviorSpec, Check, DistributedSettings, Engine, Export, ModelKind,
                          Serve, Stage, hookimpl, torch_device_check, world_size_check)
 
-from tt_engine_adapter import memory_estimate
+from tt_engine_adapter import memory_estimate, memory_plan
 from tt_engine_adapter.formats import tuning
 from tt_engine_adapter.formats import fingerprint
 from tt_engine_adapter.spec import HEX40, AdapterSpec
@@ -145,13 +145,6 @@ STAGES = (
 
 # ---------------------------------------------------------------- doctor
 
-def _hf_cache_dir() -> Path:
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"])
-    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
-    return Path(home).expanduser() / "hub"
-
-
 def _nvidia_gpus() -> list[tuple[str, str]]:
     """(name, compute capability) of each visible NVIDIA GPU, without importing torch."""
     return [(gpu.name, gpu.compute_cap) for gpu in nvidia_gpus() or []]
@@ -168,7 +161,7 @@ def _base_model_checks(spec: AdapterSpec) -> Iterable[Check]:
         yield Check("base model revision", "ok", "local folder: pinned by its content fingerprint")
         return
     revision = str(spec.base_model_revision)
-    repo = _hf_cache_dir() / f"models--{spec.base_model.replace('/', '--')}"
+    repo = memory_plan.hf_cache_dir() / f"models--{spec.base_model.replace('/', '--')}"
     if HEX40.match(revision):
         yield Check("base model revision", "ok", f"{spec.base_model} pinned at {revision}")
         commit = revision
@@ -214,13 +207,7 @@ def _device_checks(device: str) -> Iterable[Check]:
 
 def _model_folder(spec: AdapterSpec) -> Optional[Path]:
     """The base model's files on this machine: the local folder, or the cached snapshot of its revision."""
-    if Path(spec.base_model).is_absolute():
-        return Path(spec.base_model)
-    repo = _hf_cache_dir() / f"models--{spec.base_model.replace('/', '--')}"
-    revision = str(spec.base_model_revision)
-    ref = repo / "refs" / revision
-    commit = revision if HEX40.match(revision) else (ref.read_text(encoding="utf-8").strip() if ref.is_file() else "")
-    return repo / "snapshots" / commit if commit else None
+    return memory_plan.model_folder(spec.base_model, spec.base_model_revision)
 
 
 def _memory_check(spec: AdapterSpec, device: str) -> Optional[Check]:

@@ -16,14 +16,14 @@ from pydantic import ValidationInfo, field_validator, model_validator
 
 from tt_host.api import BehaviorSpec, DistributedSettings, compile_validated_so_far, resolve_path, settings_model
 
-from tt_engine_adapter import lengthcheck, sharding_spec
+from tt_engine_adapter import lengthcheck, memory_plan, sharding_spec
 from tt_engine_adapter.formats import fingerprint, pairs as pair_files, rows, tuning
 from tt_engine_adapter.formats.settings import (AdapterSettings, AdapterSpecFields, DatasetSource, DatasetSplits,
                                                 PreferenceSettings, ReinforcementSettings)
 from tt_engine_adapter.preference_spec import DERIVED, Preference
 from tt_engine_adapter.reinforcement_spec import Reinforcement
 
-HEX40 = re.compile(r"^[0-9a-f]{40}\Z")
+HEX40 = memory_plan.HEX40
 # A branch or tag name as the hub takes it (git's ref rules, simplified): `main`, `v1.0`, `refs/pr/3`.
 REF_NAME = re.compile(r"^(?!.*\.\.)(?!.*//)(?!.*\.lock$)[A-Za-z0-9][A-Za-z0-9._/-]{0,254}(?<![/.])\Z")
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?\Z")
@@ -289,4 +289,14 @@ class AdapterSpec(settings_model(AdapterSpecFields, base=BehaviorSpec, models={
     def _enough_rows(self) -> "AdapterSpec":
         if len(self.examples) < 2 and not (self.datasets and self.datasets.train):
             raise ValueError("examples: at least 2 examples are needed (or a prebuilt datasets.train)")
+        return self
+
+    @model_validator(mode="after")
+    def _fits(self) -> "AdapterSpec":
+        """A plan whose training peak exceeds the whole memory of this machine's devices is refused (memory_plan):
+        last, so that a spec's other mistakes are named first."""
+        folder = memory_plan.model_folder(self.base_model, self.base_model_revision)
+        error = memory_plan.plan_error(self.hyperparameters, self.device, folder)
+        if error:
+            raise ValueError(error)
         return self

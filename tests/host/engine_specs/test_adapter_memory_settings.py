@@ -99,3 +99,57 @@ def test_doctor_reads_the_card_memory_through_nvidia_smi(tmp_path, monkeypatch):
     spec = AdapterSpec.model_validate({**raw, "base_model": str(tmp_path / "model")})
     check = plugin._memory_check(spec, "cuda")
     assert check is not None and "of 24.0 GiB on cuda: NVIDIA L4" in check.detail, check
+
+
+HUGE = {**LLAMA_7B, "hidden_size": 16384, "num_hidden_layers": 200, "intermediate_size": 53248,
+        "num_attention_heads": 128, "num_key_value_heads": 128}  # about 0.7 trillion parameters: no machine's memory
+
+
+def _fake_gpu(tmp_path: Path, monkeypatch, mib: int) -> None:
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir(exist_ok=True)
+    smi.write_text(f'#!/bin/sh\ncase "$1" in --query-gpu=memory.total) echo "{mib}";; '
+                   '*) echo "NVIDIA L4, 8.9, 570.86";; esac\n')
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}:{__import__('os').environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+
+def test_a_plan_that_cannot_fit_this_machine_is_refused_naming_what_to_change(tt, tmp_path):
+    """`tt validate` of a CPU plan whose training peak exceeds this machine's whole memory exits 2, naming the
+    figure and the settings that shrink it, and creates nothing; the same spec with a small base validates."""
+    path = _spec(tmp_path / "s", "cpu", nproc_per_node=2)
+    (tmp_path / "s" / "model" / "config.json").write_text(json.dumps(HUGE))
+    before = sorted(p.name for p in path.parent.iterdir())
+    code, out = tt.json("validate", path)
+    assert code == 2, out
+    (error,) = [e["msg"] for e in out["errors"] if "cannot fit" in e["msg"]]
+    assert "hyperparameters" in error and "2 ranks" in error and "this machine's memory" in error, error
+    assert "gradient_checkpointing" in error and "fewer hyperparameters.nproc_per_node" in error, error
+    assert sorted(p.name for p in path.parent.iterdir()) == before
+    small = {**LLAMA_7B, "hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 256,
+             "num_attention_heads": 4, "num_key_value_heads": 4}
+    (tmp_path / "s" / "model" / "config.json").write_text(json.dumps(small))
+    code, out = tt.json("validate", path)
+    assert code == 0, out
+
+
+def test_a_gpu_plan_is_judged_against_one_card_and_its_savers_make_it_fit(tmp_path, monkeypatch):
+    """A 7B LoRA at 2048 tokens without checkpointing cannot fit a 24 GiB card (refused, naming checkpointing and
+    4-bit weights); with both it fits; without a GPU on this machine a "cuda" plan is not judged here."""
+    from pydantic import ValidationError
+
+    from tt_engine_adapter.spec import AdapterSpec
+    from tt_host.spec.loading import read_json
+
+    raw, errors = read_json(_spec(tmp_path, "cuda", batch_size=4, max_seq_length=2048))
+    assert not errors
+    raw = {**raw, "base_model": str(tmp_path / "model")}
+    AdapterSpec.model_validate(raw)  # no nvidia-smi on PATH: not judged here
+    _fake_gpu(tmp_path, monkeypatch, 24576)
+    with pytest.raises(ValidationError) as refused:
+        AdapterSpec.model_validate(raw)
+    assert "cannot fit" in str(refused.value) and "one GPU of this machine holds 24.0 GiB" in str(refused.value)
+    assert "gradient_checkpointing" in str(refused.value) and "load_in_4bit" in str(refused.value)
+    saved = {**raw, "hyperparameters": {**raw["hyperparameters"], "gradient_checkpointing": True, "load_in_4bit": True}}
+    AdapterSpec.model_validate(saved)

@@ -15,8 +15,9 @@ from tt_engine_adapter import memory_estimate, plugin
 from tt_engine_adapter.spec import AdapterSpec
 
 
-def _spec(folder: Path, device: str = "cpu", extra: dict | None = None, **hyperparameters) -> Path:
-    """test_adapter_memory_settings' 7B spec with 2 processes (and `extra` top-level blocks)."""
+def _spec(folder: Path, device: str = "cuda", extra: dict | None = None, **hyperparameters) -> Path:
+    """test_adapter_memory_settings' 7B spec with 2 processes (and `extra` top-level blocks), on "cuda": no GPU here
+    judges its fit, and on a CPU two 7B ranks cannot fit a small machine (memory_plan)."""
     path = memory_spec(folder, device, nproc_per_node=2, batch_size=4, **hyperparameters)
     path.write_text(json.dumps({**json.loads(path.read_text()), **(extra or {})}))
     return path
