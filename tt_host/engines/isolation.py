@@ -19,6 +19,14 @@ from typing import Iterator, Sequence
 SAFE_PATH = "-P"
 # Variables of the host's own interpreter that must not leak into an engine environment's python.
 HOST_ONLY = ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")
+# A rank's place as torchrun (or a Kubeflow PyTorchJob pod, or an outer torchrun) leaves it in tt's own
+# environment: a one-process stage would take them for its own and wait for peers that never come, and
+# torchrun reads PET_* as defaults for the options tt does not pass (PET_RDZV_BACKEND would replace the
+# static rendezvous). tt's launcher passes every torchrun option itself and torchrun sets these for its ranks,
+# so none reaches an engine python; a spec reads them through `rendezvous: "env"` (tt_stagekit.rendezvous).
+RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+                  "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT")
+RANK_PREFIXES = ("PET_", "TORCHELASTIC_")
 
 
 def python_command(python: str | Path, arguments: Sequence[str]) -> list[str]:
@@ -27,9 +35,10 @@ def python_command(python: str | Path, arguments: Sequence[str]) -> list[str]:
 
 
 def python_env(base: dict[str, str] | None = None, **extra: str) -> dict[str, str]:
-    """The environment of an engine-environment python: the host's, less its import path, with PYTHONSAFEPATH."""
+    """The environment of an engine-environment python: the host's, less its import path and any inherited
+    torchrun rank variables (RANK_VARIABLES), with PYTHONSAFEPATH."""
     env = dict(os.environ if base is None else base)
-    for name in HOST_ONLY:
+    for name in (*HOST_ONLY, *RANK_VARIABLES, *(n for n in env if n.startswith(RANK_PREFIXES))):
         env.pop(name, None)
     env["PYTHONSAFEPATH"] = "1"
     env.update(extra)

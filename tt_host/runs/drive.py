@@ -48,6 +48,7 @@ from tt_host.runs.store import RunDir, now
 from tt_host.spec.benchmarks import task_code_note
 from tt_host.spec.general import GeneralSet
 from tt_host.spec.loading import LoadedSpec
+from tt_host.spec.rendezvous import launch_errors
 from tt_host.synthesis.stage import is_host_stage, key_problem, teacher_problem
 from tt_stagekit.contract import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK
 
@@ -82,8 +83,8 @@ def execute(
         check_run_path(run_dir)
     digest = spec_digest(loaded)
     problems = problem_sink(reporter)
-    if message := key_problem(loaded.spec):
-        raise RunRefused(message)
+    if message := key_problem(loaded.spec) or "; ".join(launch_errors(loaded.spec)):
+        raise RunRefused(message)  # launch_errors: the rendezvous read from Slurm / the environment
     if run_dir is None:
         run_dir = claim_new_run_dir(default_run_dir(loaded.path, new_run_id(digest)))
         made = True

@@ -133,9 +133,11 @@ def test_two_sharded_ranks_train_as_one_process_with_half_the_memory_each(runs):
     assert two["metrics"]["train.world_size"] == 2 and one["metrics"]["train.world_size"] == 1
     held_one, held_two = one["metrics"]["train.sharded_bytes_per_rank"], two["metrics"]["train.sharded_bytes_per_rank"]
     assert held_two <= 0.55 * held_one, (held_two, held_one)
-    # the node's figure sums its ranks' peak resident sets: two processes of about one process's size each
+    # the node's figure sums its ranks' peak resident sets: more than half of one process's (each sharded rank
+    # holds torch, its half of the weights and its activations; measured here: 2 × ~0.87 GB against 2.29 GB for
+    # one process, where rank 0's alone would be ~0.87 GB)
     peak_one, peak_two = one["metrics"]["train.peak_host_bytes_per_node"], two["metrics"]["train.peak_host_bytes_per_node"]
-    assert peak_two > 1.5 * peak_one > 0, (peak_two, peak_one)
+    assert peak_two > 0.5 * peak_one > 0, (peak_two, peak_one)
     # the published adapter holds every rank's rows: whole tensors, equal to one process's
     assert_same_adapter(adapter(runs["one"]), adapter(runs["two"]), 1e-5)
     print(f"\n2 sharded ranks vs 1 process: largest loss difference "

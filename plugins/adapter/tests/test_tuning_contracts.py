@@ -1,7 +1,7 @@
 """Contracts of the adapter's tuning code, read from its source (no torch):
 
 - one training-loop skeleton: only runtime/loop.py builds AdamW, saves, restores or picks a training checkpoint
-  and raises `Interrupted` after one (SFT, preference and reinforcement loops go through it);
+  (itself or through distributed_checkpoint.py, its sharded half) and raises `Interrupted` after one (SFT, preference and reinforcement loops go through it);
 - one adapter publisher: only runtime/adapter_out.py writes `tt-adapter.json` and an adapter's manifest, and a
   stage that registers an adapter (`Artifact(kind="adapter")`) calls `publish_adapter`.
 
@@ -25,6 +25,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "tt_engine_adapter"
 LOOP = "runtime/loop.py"
 PUBLISHER = "runtime/adapter_out.py"
 CHECKPOINT_CALLS = {"save", "restore", "latest"}  # of runtime/checkpoint.py: the loop's alone
+# the skeleton: the loop and its two savers (distributed_checkpoint.py is the sharded half the loop calls)
+SKELETON = (LOOP, "runtime/checkpoint.py", "runtime/distributed_checkpoint.py")
+SAVERS = {"checkpoint", "distributed_checkpoint"}
 # Interrupted beside the loop: evaluation stops between prompts (no optimizer, no checkpoint)
 INTERRUPTED_ELSEWHERE = {"runtime/generate.py"}
 # tt-adapter.json named beside its writer: the plugin declares it (ModelKind.info_file), export reads it, the
@@ -68,7 +71,7 @@ def _docstrings(tree: ast.AST) -> set[int]:
 def loop_violations(root: Path) -> list[str]:
     out = []
     for rel, tree in _modules(root):
-        if rel in (LOOP, "runtime/checkpoint.py"):
+        if rel in SKELETON:
             continue
         for node in ast.walk(tree):
             if not isinstance(node, ast.Call):
@@ -76,8 +79,9 @@ def loop_violations(root: Path) -> list[str]:
             name, func = _name(node.func), node.func
             if name == "AdamW":
                 out.append(f"{rel}:{node.lineno}: builds AdamW (runtime/loop.adamw)")
-            elif (isinstance(func, ast.Attribute) and _name(func.value) == "checkpoint" and name in CHECKPOINT_CALLS):
-                out.append(f"{rel}:{node.lineno}: checkpoint.{name} outside the loop skeleton (runtime/loop.StepLoop)")
+            elif (isinstance(func, ast.Attribute) and _name(func.value) in SAVERS and name in CHECKPOINT_CALLS):
+                out.append(f"{rel}:{node.lineno}: {_name(func.value)}.{name} outside the loop skeleton "
+                           "(runtime/loop.StepLoop)")
             elif name == "Interrupted" and rel not in INTERRUPTED_ELSEWHERE:
                 out.append(f"{rel}:{node.lineno}: raises Interrupted (runtime/loop.StepLoop.run stops a loop)")
     return _in_order(out)
@@ -119,10 +123,11 @@ def test_the_rules_name_a_planted_violation(tmp_path):
     (tmp_path / "stages").mkdir()
     (tmp_path / "runtime" / "myloop.py").write_text(
         '"""names tt-adapter.json in a docstring only"""\n'
-        "def train(model, checkpoint, torch, Interrupted):\n"
+        "def train(model, checkpoint, torch, Interrupted, distributed_checkpoint):\n"
         "    optimizer = torch.optim.AdamW(model.parameters())\n"
         "    checkpoint.restore('x', model, optimizer)\n"
-        "    raise Interrupted('stop')\n")
+        "    raise Interrupted('stop')\n"
+        "    distributed_checkpoint.save('x', 1, model, optimizer, {})\n")
     (tmp_path / "stages" / "tune.py").write_text(
         "def main(tmp, manifest, Artifact):\n"
         "    (tmp / 'tt-adapter.json').write_text('{}')\n"
@@ -132,6 +137,7 @@ def test_the_rules_name_a_planted_violation(tmp_path):
         "runtime/myloop.py:3: builds AdamW (runtime/loop.adamw)",
         "runtime/myloop.py:4: checkpoint.restore outside the loop skeleton (runtime/loop.StepLoop)",
         "runtime/myloop.py:5: raises Interrupted (runtime/loop.StepLoop.run stops a loop)",
+        "runtime/myloop.py:6: distributed_checkpoint.save outside the loop skeleton (runtime/loop.StepLoop)",
     ]
     assert publish_violations(tmp_path) == [
         "stages/tune.py:2: names tt-adapter.json (runtime/adapter_out.publish_adapter writes it)",

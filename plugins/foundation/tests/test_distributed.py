@@ -66,3 +66,40 @@ def test_a_refusal_exits_2_through_torchrun(tmp_path, rank_exit, stage_exit, ran
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == stage_exit, done.stdout[-2000:] + done.stderr[-2000:]
     assert "was killed by" not in done.stdout, done.stdout[-2000:]
+
+
+def test_two_nodes_meet_at_the_rendezvous_read_from_slurm(tmp_path, monkeypatch):
+    """`rendezvous: "slurm"` end to end through torchrun: two launchers on this machine, each with its own
+    SLURM_NODEID and the same SLURM_JOB_NODELIST (node 0 first), build their arguments from the environment as
+    the host does at launch and meet at the static rendezvous: every rank learns its place (rank = node_rank ×
+    nproc_per_node + local rank, world size 2)."""
+    import json
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    (tmp_path / "placed_stage.py").write_text(
+        "import json, os, pathlib\n"
+        "place = {k: os.environ[k] for k in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT')}\n"
+        "pathlib.Path(os.environ['PLACED'], os.environ['RANK']).write_text(json.dumps(place))\n")
+    slurm = {"SLURM_NNODES": "2", "SLURM_JOB_NODELIST": "127.0.0.1,127.0.0.2", "MASTER_PORT": str(port)}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TT_", "SLURM_", "MASTER_"))}
+    env.update(PYTHONPATH=str(tmp_path), PLACED=str(tmp_path))
+    launchers = []
+    for node in (1, 0):
+        for name, value in {**slurm, "SLURM_NODEID": str(node)}.items():
+            monkeypatch.setenv(name, value)
+        args = stage_arguments({"nproc_per_node": 1, "rendezvous": "slurm"}, "placed_stage")
+        assert args[args.index("--node_rank") + 1] == str(node) and "--standalone" not in args
+        launchers.append(subprocess.Popen([sys.executable, *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True))
+    for launcher in launchers:
+        out, _ = launcher.communicate(timeout=300)
+        assert launcher.returncode == 0, out[-3000:]
+    placed = {rank: json.loads((tmp_path / rank).read_text()) for rank in ("0", "1")}
+    assert {r: (p["WORLD_SIZE"], p["LOCAL_RANK"], p["MASTER_ADDR"], p["MASTER_PORT"]) for r, p in placed.items()} == \
+        {"0": ("2", "0", "127.0.0.1", str(port)), "1": ("2", "0", "127.0.0.1", str(port))}

@@ -13,13 +13,15 @@ Two halves:
   which torchrun forwards to every rank) exits 130, and a rank that died from a
   signal is named in one error event.
 
-`DistributedSettings` declares the four settings once (`tt_stagekit.settings`):
+`DistributedSettings` declares the five settings once (`tt_stagekit.settings`):
 an engine's settings dataclass inherits it in the block that carries them, and
 the host's `tt_host.spec.schema.DistributedSettings` is derived from it.
 
 Single node: `--standalone` (a private rendezvous on a free local port).
 Several nodes: static rendezvous at `rdzv_endpoint` (host:port of node 0),
-with `node_rank` fixing each node's ranks. See docs/distributed.md.
+with `node_rank` fixing each node's ranks; `rendezvous` "slurm" or "env" reads
+those from the scheduler's environment at launch (`tt_stagekit.rendezvous`).
+See docs/distributed.md.
 """
 
 from __future__ import annotations
@@ -30,14 +32,14 @@ import os
 import signal
 import sys
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Literal, Mapping, Optional, Sequence
 
-from tt_stagekit import signals
+from tt_stagekit import rendezvous as rendezvous_env, signals
 from tt_stagekit.settings import setting
 from tt_stagekit.contract import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVALID
 
 MODULE = "tt_stagekit.launcher"
-DEFAULT_MASTER_PORT = 29500
+DEFAULT_MASTER_PORT = rendezvous_env.DEFAULT_PORT
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,10 @@ class DistributedSettings:
                              "rdzv_endpoint).")
     rdzv_endpoint: Optional[str] = setting(None, min_length=1, max_length=255, help="host:port of node 0 for a "
                                            "multi-node run (torchrun's master address and port).")
+    rendezvous: Literal["spec", "slurm", "env"] = setting("spec", help="Where nnodes, node_rank and rdzv_endpoint "
+                                                         "come from: spec (as written), slurm (SLURM_* variables) or "
+                                                         "env (MASTER_ADDR, NNODES, NODE_RANK), read when a stage "
+                                                         "starts (docs/distributed.md).")
 
     @property
     def world_size(self) -> int:
@@ -115,7 +121,10 @@ def torchrun_arguments(settings: Mapping[str, Any]) -> list[str]:
 
 
 def stage_arguments(settings: Mapping[str, Any], module: str) -> list[str]:
-    """`Stage.launch` arguments: plain `-m module` for one process, torchrun otherwise."""
+    """`Stage.launch` arguments: plain `-m module` for one process, torchrun otherwise. Under rendezvous
+    "slurm"/"env" the node settings are read from this process's environment now (`tt_stagekit.rendezvous`,
+    which raises `RendezvousError` naming a missing or malformed variable)."""
+    settings = rendezvous_env.resolve(settings)
     if world_size(settings) <= 1:
         return ["-m", module]
     return ["-m", MODULE, *torchrun_arguments(settings), "-m", module]

@@ -39,7 +39,7 @@ def test_the_settings_are_declared_once_for_both_engines():
     from tt_engine_foundation.runtime import config as foundation_config
 
     names = [f.name for f in dataclasses.fields(DistributedSettings)]
-    assert names == list(SpecSettings.model_fields) == ["nproc_per_node", "nnodes", "node_rank", "rdzv_endpoint"]
+    assert names == list(SpecSettings.model_fields) == ["nproc_per_node", "nnodes", "node_rank", "rdzv_endpoint", "rendezvous"]
     assert issubclass(Hyperparameters, SpecSettings) and issubclass(FoundationConfig, SpecSettings)
     assert issubclass(adapter_config.AdapterSettings, DistributedSettings)
     assert issubclass(foundation_config.FoundationSettings, DistributedSettings)
