@@ -283,6 +283,8 @@ class Engine:
     pipeline_vocabulary: optional; the pipeline documents' from-scratch step vocabulary this engine runs
                      (`PipelineVocabulary`); every engine runs the behavior vocabulary (train, evaluate,
                      compare) from its stages' declarations.
+    plan_notes:      optional (host API 1.4); lines `tt validate` prints, and `--json` carries as `plan`, about
+                     what a run of the valid spec will need on this machine (a memory estimate, say).
     host_api:        the HOST_API_VERSION this plugin was written for.
     """
 
@@ -301,6 +303,7 @@ class Engine:
     starter: Mapping[str, Any] = field(default_factory=dict)
     spec_device: Callable[[BehaviorSpec], Optional[str]] = _top_level_device
     pipeline_vocabulary: Optional[PipelineVocabulary] = None
+    plan_notes: Optional[Callable[[BehaviorSpec], Iterable[str]]] = None
     host_api: str = "1.0"
     # Filled in by the loader, not by plugins.
     distribution: str = field(default="", compare=False)

@@ -63,6 +63,7 @@ def validate(spec: Path = SpecArgument, config: Optional[Path] = ConfigOption, o
         print_errors(loaded, json_mode)
         raise typer.Exit(2)
     compiled = loaded.compiled
+    plan = [clean(line) for line in loaded.engine.plan_notes(loaded.spec)] if loaded.engine.plan_notes else []
     if json_mode:
         emit_json({
             "ok": True, "valid": True, "engine": loaded.engine_name, "spec_path": str(loaded.path), "errors": [],
@@ -76,6 +77,7 @@ def validate(spec: Path = SpecArgument, config: Optional[Path] = ConfigOption, o
             "behavior_spec_id": loaded.spec_id, "base_model": getattr(loaded.spec, "base_model", None),
             "dry_run": loaded.dry_run,
             "graders": loaded.grader_check.described(), "graders_derived_by": loaded.graders.derived_by,
+            "plan": plan,
         })
         return
     console.print(f"[green]valid[/] {escape(str(loaded.path))} (engine {loaded.engine_name}): "
@@ -89,6 +91,10 @@ def validate(spec: Path = SpecArgument, config: Optional[Path] = ConfigOption, o
             console.print(f"- {first[:100]}{'…' if first != row['messages'][1]['content'] or len(first) > 100 else ''}",
                           markup=False)
     print_graders(loaded.grader_check)
+    if plan:
+        console.print("Plan:", markup=False)
+        for line in plan:
+            console.print(f"- {line}", markup=False)
     console.print("System message:")
     console.print(compiled.system_message, markup=False)
     console.print(f"sha256 {compiled.system_message_sha256}")

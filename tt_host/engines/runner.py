@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -82,12 +83,22 @@ class OutputReader:
     def finish(self, idle_seconds: float = 5.0) -> None:
         """After the process exited: wait until its output is handled to the end, however long handling takes (a
         loaded machine can leave hundreds of lines in the pipe, the stage's result among them), giving up only when
-        the reader has waited `idle_seconds` for a line that does not come (a grandchild holding the pipe open)."""
+        the reader has waited `idle_seconds` for a line that does not come (a grandchild holding the pipe open).
+        A reader that only looks idle, because the whole process was paused or starved of CPU while it was about
+        to read, still has output (or the end of it) waiting in the pipe: it is waited for."""
         while self.thread.is_alive():
             self.thread.join(timeout=0.1)
             since = self.reading_since
-            if since is not None and time.monotonic() - since > idle_seconds:
+            if since is not None and time.monotonic() - since > idle_seconds and not self._pending():
                 return
+
+    def _pending(self) -> bool:
+        """Whether the pipe holds something the reader has not read yet: a line, or its end."""
+        try:
+            readable, _, _ = select.select([self.stream.fileno()], [], [], 0)
+        except (OSError, ValueError):
+            return False
+        return bool(readable)
 
     def failed(self, message: str) -> None:
         """Note a failure; only the first is reported and kept."""

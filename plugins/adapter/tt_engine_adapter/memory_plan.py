@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -68,39 +69,79 @@ def _physical_bytes() -> Optional[int]:
         return None
 
 
-def plan_error(hp: Any, device: str, folder: Optional[Path]) -> Optional[str]:
-    """The refusal for a plan whose estimated peak exceeds the whole memory of the devices the spec names on this
-    machine, or None (it fits, or it cannot be judged here)."""
+@dataclass(frozen=True)
+class Plan:
+    """A training plan judged against the devices the spec names: the per-rank peak, the ranks sharing `total`
+    bytes of `where`."""
+
+    peak: Any  # memory_estimate.Estimate
+    ranks: int
+    total: int
+    where: str
+
+    @property
+    def need(self) -> int:
+        return self.peak.total * self.ranks
+
+    @property
+    def fits(self) -> bool:
+        return self.need <= self.total
+
+
+def judge(hp: Any, device: str, folder: Optional[Path]) -> tuple[Optional[Plan], str]:
+    """The plan judged on this machine, or (None, why it cannot be judged here)."""
     config = memory_estimate.read_config(folder) if folder is not None else None
-    if config is None or device == "mps":
-        return None
+    if config is None:
+        return None, "the base model's config.json is not on this machine (tt models prefetch fetches it)"
+    if device == "mps":
+        return None, "device mps is not judged (tt doctor on the machine that trains)"
     if device == "cpu":
         total, compute_bytes, fp16, ranks, where = _physical_bytes(), 4, False, hp.nproc_per_node, "this machine's memory"
     else:
         gpu = _gpu()
         if gpu is None:
-            return None
+            return None, f"device {device} names GPUs this machine lacks (tt doctor on the machine that trains)"
         total, bf16 = gpu
         fp16 = hp.precision == "fp16" or (hp.precision == "auto" and not bf16)
         compute_bytes, ranks, where = (4 if hp.precision == "fp32" else 2), 1, "one GPU of this machine"
     if not total:
-        return None
+        return None, "this machine's memory could not be read"
     peak = memory_estimate.estimate(
         config, batch_size=hp.batch_size, max_seq_length=hp.max_seq_length, lora_rank=hp.lora_rank,
         compute_bytes=compute_bytes, load_in_4bit=hp.load_in_4bit, gradient_checkpointing=hp.gradient_checkpointing,
         fp16_master=fp16, world_size=hp.world_size, sharding=hp.sharding, cpu_offload=hp.fsdp_cpu_offload)
-    need = peak.total * ranks
-    if need <= total:
-        return None
+    return Plan(peak, ranks, total, where), ""
+
+
+def _needs(plan: Plan) -> str:
     gib = memory_estimate.GIB
-    per = f" ({ranks} ranks × {peak.total / gib:.1f} GiB)" if ranks > 1 else ""
+    per = f" ({plan.ranks} ranks × {plan.peak.total / gib:.1f} GiB)" if plan.ranks > 1 else ""
+    return f"about {plan.need / gib:.1f} GiB{per} at its training peak ({plan.peak.describe()})"
+
+
+def plan_line(hp: Any, device: str, folder: Optional[Path]) -> str:
+    """What `tt validate` says of a plan that passed `plan_error`: its estimate and where it fits, or why it is
+    not judged here."""
+    plan, why = judge(hp, device, folder)
+    if plan is None:
+        return f"memory: not estimated here: {why}"
+    return (f"memory: this plan needs {_needs(plan)}; {plan.where} holds "
+            f"{plan.total / memory_estimate.GIB:.1f} GiB (the estimate errs high; tt doctor compares it with what is free)")
+
+
+def plan_error(hp: Any, device: str, folder: Optional[Path]) -> Optional[str]:
+    """The refusal for a plan whose estimated peak exceeds the whole memory of the devices the spec names on this
+    machine, or None (it fits, or it cannot be judged here)."""
+    plan, _ = judge(hp, device, folder)
+    if plan is None or plan.fits:
+        return None
     savers = [text for text, applies in (
         ('hyperparameters.sharding "fsdp" with more processes (nproc_per_node, nnodes)', device != "cpu"),
         ("hyperparameters.load_in_4bit: true", device != "cpu" and not hp.load_in_4bit and hp.sharding != "fsdp"),
         ("hyperparameters.fsdp_cpu_offload: true", device != "cpu" and hp.sharding == "fsdp" and not hp.fsdp_cpu_offload),
         ("hyperparameters.gradient_checkpointing: true", not hp.gradient_checkpointing),
-        ("fewer hyperparameters.nproc_per_node", device == "cpu" and ranks > 1)) if applies]
+        ("fewer hyperparameters.nproc_per_node", device == "cpu" and plan.ranks > 1)) if applies]
     savers.append("a smaller hyperparameters.batch_size or max_seq_length, or a smaller base_model")
-    return (f"hyperparameters: this plan needs about {need / gib:.1f} GiB{per} at its training peak "
-            f"({peak.describe()}) and {where} holds {total / gib:.1f} GiB: it cannot fit. Set "
+    return (f"hyperparameters: this plan needs {_needs(plan)} and {plan.where} holds "
+            f"{plan.total / memory_estimate.GIB:.1f} GiB: it cannot fit. Set "
             + "; or ".join(savers) + " (tt doctor shows the estimate)")

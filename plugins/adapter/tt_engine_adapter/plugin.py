@@ -228,6 +228,13 @@ def _memory_check(spec: AdapterSpec, device: str) -> Optional[Check]:
     return None
 
 
+def plan_notes(spec: BehaviorSpec) -> Iterable[str]:
+    """What `tt validate` says of a valid spec's plan: its training peak per rank against the devices it names
+    (a plan that cannot fit never gets here: the spec refuses it, memory_plan)."""
+    if isinstance(spec, AdapterSpec):
+        yield memory_plan.plan_line(spec.hyperparameters, spec.device, _model_folder(spec))
+
+
 def doctor(spec: Optional[BehaviorSpec], device: str) -> Iterable[Check]:
     if isinstance(spec, AdapterSpec):
         yield from _base_model_checks(spec)
@@ -274,7 +281,8 @@ ENGINE = Engine(
     # The OpenAI-compatible server loads any Hugging Face folder, with LoRA weights on it (tt serve).
     serve=Serve("tt_engine_adapter.serve", hf_folders=True),
     starter=STARTER,
-    host_api="1.3",
+    plan_notes=plan_notes,
+    host_api="1.4",
 )
 
 

@@ -117,7 +117,8 @@ def _fake_gpu(tmp_path: Path, monkeypatch, mib: int) -> None:
 
 def test_a_plan_that_cannot_fit_this_machine_is_refused_naming_what_to_change(tt, tmp_path):
     """`tt validate` of a CPU plan whose training peak exceeds this machine's whole memory exits 2, naming the
-    figure and the settings that shrink it, and creates nothing; the same spec with a small base validates."""
+    figure and the settings that shrink it, and creates nothing; the same spec with a small base validates and
+    shows its estimate (`plan`, and a "Plan:" line on the terminal)."""
     path = _spec(tmp_path / "s", "cpu", nproc_per_node=2)
     (tmp_path / "s" / "model" / "config.json").write_text(json.dumps(HUGE))
     before = sorted(p.name for p in path.parent.iterdir())
@@ -132,6 +133,18 @@ def test_a_plan_that_cannot_fit_this_machine_is_refused_naming_what_to_change(tt
     (tmp_path / "s" / "model" / "config.json").write_text(json.dumps(small))
     code, out = tt.json("validate", path)
     assert code == 0, out
+    (line,) = out["plan"]
+    assert line.startswith("memory: this plan needs about ") and "(2 ranks × " in line, line
+    assert "this machine's memory holds " in line, line
+    shown = tt("validate", path)
+    assert shown.returncode == 0 and "Plan:\n- memory: this plan needs about " in shown.stdout, shown.stdout
+    # a hub base whose files are not on this machine: said, not guessed
+    hub = {**json.loads(path.read_text()), "base_model": "org/not-here", "base_model_revision": "a" * 40}
+    path.write_text(json.dumps(hub))
+    tt.env["HF_HUB_CACHE"] = str(tmp_path / "empty-hub-cache")
+    code, out = tt.json("validate", path)
+    assert code == 0 and out["plan"] == ["memory: not estimated here: the base model's config.json is not on this "
+                                         "machine (tt models prefetch fetches it)"], out
 
 
 def test_a_gpu_plan_is_judged_against_one_card_and_its_savers_make_it_fit(tmp_path, monkeypatch):

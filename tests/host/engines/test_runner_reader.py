@@ -5,6 +5,7 @@ drained to its end (the stage never blocks on a full pipe), and the stage ends w
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -99,3 +100,48 @@ def test_lines_still_in_the_pipe_when_the_stage_exits_are_all_handled(tmp_path):
     outcome = json.loads(proc.stdout)
     assert outcome["exit_code"] == 0 and outcome["error"] is None, outcome
     assert outcome["events"] == 21 and outcome["last"] == "finished", outcome
+
+
+class _StalledStream:
+    """A stage's stdout whose reader is held back before reading (a paused or starved process): `readline`
+    waits for `go` first."""
+
+    def __init__(self, stream, go):
+        self.stream, self.go = stream, go
+
+    def readline(self):
+        self.go.wait()
+        return self.stream.readline()
+
+    def fileno(self):
+        return self.stream.fileno()
+
+
+def test_a_reader_held_back_past_the_idle_limit_still_hands_over_every_line():
+    """A process paused or starved while its reader is about to read looks idle on the clock; the lines and the end
+    waiting in the pipe say it is not, so `finish` waits and the stage's last line (its result) is handled."""
+    import threading
+
+    source = subprocess.Popen([sys.executable, "-c", "for i in range(50): print('line', i)\nprint('finished')"],
+                              stdout=subprocess.PIPE, text=True)
+    source.wait()  # exited: every line and the end wait in the pipe
+    go, seen = threading.Event(), []
+    reader = OutputReader(_StalledStream(source.stdout, go), seen.append, "stage").start()
+    threading.Timer(1.5, go.set).start()  # held back three times the idle limit
+    reader.finish(idle_seconds=0.5)
+    assert len(seen) == 51 and seen[-1].strip() == "finished"
+
+
+def test_a_pipe_held_open_with_nothing_in_it_ends_the_wait_after_the_idle_limit():
+    """A grandchild holding the pipe open with nothing to say does not hang tt: `finish` gives up after the idle
+    limit (the reader stays blocked, a daemon thread)."""
+    import time
+
+    read_end, write_end = os.pipe()
+    try:
+        reader = OutputReader(os.fdopen(read_end, "r"), lambda line: None, "stage").start()
+        started = time.monotonic()
+        reader.finish(idle_seconds=0.5)
+        assert time.monotonic() - started < 5 and reader.thread.is_alive()
+    finally:
+        os.close(write_end)
