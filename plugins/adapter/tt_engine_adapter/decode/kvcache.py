@@ -15,6 +15,11 @@ sliding-window layers (whose per-layer masks the model must build), get the
 2D mask (1 for a token, 0 for padding). A padding query in a prefill attends to
 itself only (never to nothing), so its outputs stay finite; they are masked
 out of every real token's attention.
+
+Rows whose prompt start is a kept prefix (`prefixstore`) run only their rest
+(`Masks.after`: the prefix held first in the pass's prior cache, each rest
+token at its place in the whole prompt); `left_aligned` then lays them out as
+every other row (padding, prefix, rest) before they join the batch.
 """
 
 from __future__ import annotations
