@@ -106,6 +106,10 @@ def serve(
     max_connections: int = typer.Option(default("max_connections"), "--max-connections",
                                         help="Open connections allowed; one more closes the longest-idle one "
                                              "(503 when none is idle)."),
+    prefix_cache_mb: int = typer.Option(default("prefix_cache_mb"), "--prefix-cache-mb",
+                                        help="Memory (MiB) for the prompt start every request shares (system "
+                                             "prompt, chat template), kept per model: later requests prefill "
+                                             "only the rest. Least recently used dropped first; 0 turns it off."),
     allowed_host: list[str] = typer.Option([], "--allowed-host",
                                            help="Another name clients use for this server (Host header); "
                                                 "repeatable. The bound address is always allowed."),
@@ -150,7 +154,7 @@ def serve(
                            allowed_hosts=tuple(allowed_host), default_max_tokens=default_max_tokens,
                            max_queue=max_queue, queue_timeout=queue_timeout, max_batch_tokens=max_batch_tokens,
                            max_connections=max_connections, default_temperature=temperature,
-                           default_top_p=top_p, max_resident=max_resident)
+                           default_top_p=top_p, max_resident=max_resident, prefix_cache_mb=prefix_cache_mb)
     if spec is not None and no_spec_prompt:
         raise ServeError("give --spec or --no-spec-prompt, not both")
     if config is not None:

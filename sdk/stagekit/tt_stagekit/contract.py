@@ -255,6 +255,8 @@ class ServeRequest:
     max_resident: Optional[int] = None  # adapters resident at once (least recently used evicted); null: all
     activation_file: Optional[str] = None  # activations.jsonl: `model: "active"` is its active served adapter
     host_channel: bool = False  # stdin carries the host's answers to `POST /admin/adapters` (tt serve sets it)
+    prefix_cache_mb: int = 256  # MiB of prompt starts' keys and values kept across requests (0: off); bounds below
+    PREFIX_CACHE_MB_MAX: ClassVar[int] = 1 << 20
 
     def to_json(self) -> dict[str, Any]:
         """The request file as `tt serve` writes it: keys in field order, tuples as lists."""
@@ -289,6 +291,8 @@ class ServeRequest:
             raise InvalidInput("serve request: 'header_timeout' must be a number of seconds between 0 and 3600")
         if not 1 <= self.max_connections <= 1000000:
             raise InvalidInput("--max-connections must be between 1 and 1000000")
+        if not 0 <= self.prefix_cache_mb <= self.PREFIX_CACHE_MB_MAX:
+            raise InvalidInput(f"--prefix-cache-mb must be between 0 and {self.PREFIX_CACHE_MB_MAX}")
         if self.max_resident is not None and not 1 <= self.max_resident <= 4096:
             raise InvalidInput("--max-adapters must be between 1 and 4096")
         names = [(adapter.name, adapter.version) for adapter in self.served_models]

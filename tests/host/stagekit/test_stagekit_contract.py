@@ -150,6 +150,8 @@ SERVE_CASES = [
     (dict(max_batch_tokens=0), "--max-batch-tokens must be at least 1"),
     (dict(default_max_tokens=0), "--default-max-tokens must be at least 1"),
     (dict(max_connections=0), "--max-connections must be between 1 and 1000000"),
+    (dict(prefix_cache_mb=-1), "--prefix-cache-mb must be between 0 and 1048576"),
+    (dict(prefix_cache_mb=(1 << 20) + 1), "--prefix-cache-mb must be between 0 and 1048576"),
 ]
 
 
@@ -234,7 +236,7 @@ def test_serve_defaults_are_tt_serves():
     fields = {f.name: f.default for f in dataclasses.fields(C.ServeRequest)}
     shared = sorted(set(options) & set(fields))
     assert shared == ["default_max_tokens", "device", "host", "max_batch_tokens", "max_concurrency",
-                      "max_connections", "max_queue", "max_resident", "port", "queue_timeout"]
+                      "max_connections", "max_queue", "max_resident", "port", "prefix_cache_mb", "queue_timeout"]
     assert {name: options[name] for name in shared} == {name: fields[name] for name in shared}
 
 
@@ -260,7 +262,7 @@ def test_tt_serve_writes_its_one_serve_request_and_the_server_reads_it_back(tmp_
         "header_timeout": 10.0, "max_queue": 3, "queue_timeout": 60.0, "max_batch_tokens": None,
         "max_connections": 1000, "send_timeout": 30.0, "body_timeout": 30.0, "default_temperature": None,
         "default_top_p": None, "served_models": [], "max_resident": None, "activation_file": None,
-        "host_channel": False}
+        "host_channel": False, "prefix_cache_mb": 256}
     assert list(written) == [f.name for f in dataclasses.fields(C.ServeRequest)]
     assert key not in json.dumps(written)
     assert parse(C.ServeRequest, json.loads(json.dumps(written)), "serve request") == request

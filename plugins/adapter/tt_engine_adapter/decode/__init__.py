@@ -8,5 +8,7 @@ decode passes over that cache), `groups` (which admitted prompts share one
 prefill pass), `picker` (each row's next token: greedy by one argmax, else
 seeded temperature and top-p sampling) and `prefix` (a generation batch's
 shared prompt prefix prefilled once, its cache repeated to the rows: the
-held-out evaluation's `runtime/generate.py`).
+held-out evaluation's `runtime/generate.py`) and `prefixstore` (prefixes'
+keys and values kept across passes, least recently used evicted within a
+bound in bytes: the server's prompt starts, `serve/reuse.py`).
 """

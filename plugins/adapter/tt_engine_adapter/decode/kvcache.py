@@ -15,6 +15,11 @@ sliding-window layers (whose per-layer masks the model must build), get the
 2D mask (1 for a token, 0 for padding). A padding query in a prefill attends to
 itself only (never to nothing), so its outputs stay finite; they are masked
 out of every real token's attention.
+
+Rows whose prompt start is a kept prefix (`prefixstore`) run only their rest
+(`Masks.after`: the prefix held first in the pass's prior cache, each rest
+token at its place in the whole prompt); `left_aligned` then lays them out as
+every other row (padding, prefix, rest) before they join the batch.
 """
 
 from __future__ import annotations
@@ -59,6 +64,10 @@ class BatchCache:
         """Append rows `rows` (indices, in order; one may come twice) of a prefill pass's transformers `cache`,
         whose row `r` was left-padded by `pads[r]`."""
         keys, values = layers(cache)
+        self.join_layers(torch, keys, values, rows, pads)
+
+    def join_layers(self, torch: Any, keys: list[Any], values: list[Any], rows: list[int], pads: list[int]) -> None:
+        """`join` from per-layer (keys, values) tensors of a pass instead of its transformers cache."""
         if rows != list(range(len(pads))):
             index = torch.tensor(rows, device=keys[0].device)
             keys, values = [t.index_select(0, index) for t in keys], [t.index_select(0, index) for t in values]
@@ -80,6 +89,22 @@ def _left_pad(torch: Any, tensor: Any, amount: int) -> Any:
     shape = list(tensor.shape)
     shape[2] = amount
     return torch.cat([tensor.new_zeros(shape), tensor], dim=2)
+
+
+def left_aligned(torch: Any, tensors: list[Any], cached: list[int], lengths: list[int]) -> tuple[list[Any], list[int]]:
+    """A pass after cached prefixes (`Masks.after`) laid out as the batch holds rows: per-layer tensors
+    `[rows, heads, prior + width, dim]`, row `i` holding its prefix at `[0, cached[i])` and its rest at the last
+    `lengths[i]` places, become `[rows, heads, longest, dim]` with row `i` its padding, its prefix, its rest
+    (the padding masked by every later pass: any values). Returns (tensors, each row's padding)."""
+    total = int(tensors[0].shape[2])
+    prior, real = total - max(lengths), [c + n for c, n in zip(cached, lengths)]
+    longest = max(real)
+    pads = [longest - r for r in real]
+    if all(c == prior for c in cached) and not any(pads):
+        return tensors, pads  # already prefix then rest on every row
+    order = [[0] * pad + list(range(c)) + list(range(total - n, total)) for c, n, pad in zip(cached, lengths, pads)]
+    index = torch.tensor(order, device=tensors[0].device)[:, None, :, None]
+    return [t.gather(2, index.expand(t.shape[0], t.shape[1], longest, t.shape[3])) for t in tensors], pads
 
 
 def layers(cache: Any) -> tuple[list[Any], list[Any]]:
@@ -135,6 +160,26 @@ class Masks:
         query, key = steps[:, None], steps[None, :]
         allowed = ((key <= query)[None] & (key[None] >= pad[:, :, None])) | (key == query)[None]
         return Inputs(ids, positions, self._additive(allowed[:, None])), pads
+
+    def after(self, cached: list[int], rests: list[list[int]], pad_id: int) -> Inputs:
+        """Prompt rests that follow cached prefixes: row `i`'s prefix is `cached[i]` positions (0: none), held
+        first in a prior cache of `max(cached)` positions (masked from `cached[i]` on); its rest is left-padded
+        to the longest rest. Each rest token gets its place in the whole prompt (`cached[i] + j`) and attends to
+        the row's prefix and the rest before it, so it computes what it would alone. Prepared masks only."""
+        torch = self.torch
+        if not self.prepared:
+            raise ValueError("a prefill after cached prefixes needs an sdpa or eager model without sliding windows")
+        prior, width = max(cached), max(len(r) for r in rests)
+        pads = [width - len(r) for r in rests]
+        ids = torch.tensor([[pad_id] * pad + r for pad, r in zip(pads, rests)], dtype=torch.long, device=self.device)
+        pad = torch.tensor(pads, device=self.device)[:, None, None]
+        have = torch.tensor(cached, device=self.device)[:, None, None]
+        steps = torch.arange(width, device=self.device)
+        positions = (have[:, 0] + steps[None, :] - pad[:, 0]).clamp(min=0)
+        query, key = steps[None, :, None], torch.arange(prior + width, device=self.device)[None, None, :]
+        own = (key >= prior + pad) & (key <= prior + query)  # the row's rest up to the query (causal)
+        allowed = (key < have) | own | (key == prior + query)  # a padding query attends to itself too
+        return Inputs(ids, positions, self._additive(allowed[:, None]))
 
     def decode(self, tokens: list[int], pads: list[int], length: int) -> Inputs:
         """One new token per row after `length` cached positions; rows without padding need no mask."""

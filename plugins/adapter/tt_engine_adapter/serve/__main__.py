@@ -8,7 +8,7 @@ REQUEST (written by `tt serve`, see docs/serving.md):
      "ready_file": "<path>" | null, "allowed_hosts": ["name", ...],
      "default_max_tokens": N | null, "header_timeout": 10.0, "max_queue": 64,
      "queue_timeout": 60.0, "max_batch_tokens": N | null, "max_connections": 1000,
-     "send_timeout": 30.0, "body_timeout": 30.0}
+     "send_timeout": 30.0, "body_timeout": 30.0, "prefix_cache_mb": 256}
 
 The request is tt_stagekit.contract.ServeRequest (its defaults are the ones
 above, `tt serve`'s), parsed with tt_stagekit.stageconfig and checked with the
@@ -124,7 +124,8 @@ def serve(request: ServeRequest) -> int:
                      bound_host=request.host, body_timeout=request.body_timeout,
                      allowed_hosts=list(request.allowed_hosts or ()),
                      sampling=(1.0 if request.default_temperature is None else request.default_temperature,
-                               1.0 if request.default_top_p is None else request.default_top_p), many=many)
+                               1.0 if request.default_top_p is None else request.default_top_p), many=many,
+                     prefix_cache_mb=request.prefix_cache_mb)
     sock = bind(request.host, request.port)
     host, port = sock.getsockname()[:2]
     url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"

@@ -43,6 +43,8 @@ from tt_engine_adapter.serve.many import Many
 from tt_engine_adapter.serve.generation import ChatModel, Delta, Finish
 from tt_engine_adapter.serve.guard import HostCheck, HostPolicy, is_json, not_json
 from tt_engine_adapter.serve.request import ApiError, apply_system_message, parse_chat
+from tt_engine_adapter.serve.reuse import MIB
+from tt_stagekit.protocol import log
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
 BODY_TIMEOUT_SECONDS = 30.0
@@ -119,7 +121,7 @@ class LoopPost:
 
 
 def _submit(scheduler: Scheduler, params: Any, prompt: list[int], max_new: int, cancel: threading.Event,
-            queue_timeout: float, lease: Lease, adapter: Any = None) -> asyncio.Queue:
+            queue_timeout: float, lease: Lease, adapter: Any = None, shared: int = 0) -> asyncio.Queue:
     """Hand a request to the scheduler; its items arrive on the returned queue (delivered on this loop).
 
     The slot goes back as soon as the scheduler is done with the job (its DONE is delivered), whether or not
@@ -133,7 +135,7 @@ def _submit(scheduler: Scheduler, params: Any, prompt: list[int], max_new: int, 
         queue.put_nowait(item)
 
     scheduler.submit(Job(params, prompt, max_new, emit, cancel, time.monotonic() + queue_timeout,
-                         LoopPost(asyncio.get_running_loop()), adapter))
+                         LoopPost(asyncio.get_running_loop()), adapter, shared))
     return queue
 
 
@@ -186,14 +188,17 @@ def create_app(model: ChatModel, *, model_name: str, system_message: Optional[st
                max_concurrency: int, max_queue: int = 0, queue_timeout: float = 60.0,
                max_batch_tokens: Optional[int] = None, bound_host: str = "127.0.0.1",
                allowed_hosts: Iterable[str] = (), body_timeout: float = BODY_TIMEOUT_SECONDS,
-               sampling: tuple[float, float] = (1.0, 1.0), many: Optional[Many] = None) -> HostCheck:
+               sampling: tuple[float, float] = (1.0, 1.0), many: Optional[Many] = None,
+               prefix_cache_mb: int = 0) -> HostCheck:
     """The app; `max_concurrency` sequences decode together, `max_queue` more requests wait (then 429);
     `sampling`: the (temperature, top_p) of a request that does not say; `many`: the adapters of a
-    multi-adapter server (`model_name` and `system_message` are then each adapter's own)."""
+    multi-adapter server (`model_name` and `system_message` are then each adapter's own); `prefix_cache_mb`:
+    the bound of the prompt starts kept across requests (`reuse`; 0: off)."""
     slots = Slots(max_concurrency + max_queue)
     metrics = model.metrics
     scheduler = Scheduler(model, max_concurrency, max_batch_tokens or max_concurrency * model.context_length,
-                          many.residency if many else None)
+                          many.residency if many else None, prefix_cache_mb * MIB)
+    log(scheduler.reuse.note)
     scheduler.start()
     created = int(time.time())
 
@@ -238,14 +243,14 @@ def create_app(model: ChatModel, *, model_name: str, system_message: Optional[st
             chunks.append(chunk)
         return b"".join(chunks)
 
-    def prepare(raw: bytes) -> tuple[Any, list[int], int, Any]:
+    def prepare(raw: bytes) -> tuple[Any, list[int], int, Any, int]:
         """Parse, pick the adapter, apply its system message, render and tokenize (a worker thread: CPU work off
         the loop)."""
         params = parse_chat(raw, None if many else model_name, model.context_length, *sampling)
         adapter = many.catalog.find(params.model) if many else None  # resolved once: the whole answer is its
         messages = apply_system_message(params.messages, adapter.spec.system_message if adapter else system_message)
         prompt, max_new = model.plan(params, messages)
-        return params, prompt, max_new, adapter
+        return params, prompt, max_new, adapter, model.shared_start(messages, prompt)
 
     async def chat_completions(request: Request) -> Response:
         if not is_json(request.headers.get("content-type")):
@@ -262,7 +267,7 @@ def create_app(model: ChatModel, *, model_name: str, system_message: Optional[st
             except asyncio.TimeoutError:
                 raise ApiError(408, f"the request body did not arrive within {body_timeout:g} s", None,
                                "request_timeout") from None
-            params, prompt, max_new, adapter = await run_in_threadpool(prepare, raw)
+            params, prompt, max_new, adapter, shared = await run_in_threadpool(prepare, raw)
         except ApiError as exc:
             lease.release()
             return error_response(exc)
@@ -273,7 +278,7 @@ def create_app(model: ChatModel, *, model_name: str, system_message: Optional[st
         watcher = asyncio.create_task(_watch_disconnect(request, cancel))
         streaming = False
         try:
-            queue = _submit(scheduler, params, prompt, max_new, cancel, queue_timeout, lease, adapter)
+            queue = _submit(scheduler, params, prompt, max_new, cancel, queue_timeout, lease, adapter, shared)
             answered_as = adapter.reference if adapter else model_name
             items = _batches(queue, cancel)
             first = await queue.get()  # Started, or an error / DONE while waiting (timeout, client gone)

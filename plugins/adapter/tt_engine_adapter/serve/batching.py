@@ -11,7 +11,9 @@ flag, an `emit` and the `post` that runs it on the consumer's side). The schedul
    `max_batch_tokens`; the jobs admitted together are prefilled in one
    forward pass (left-padded; prompts of very different lengths go in
    separate passes, so padding never exceeds the real tokens: `decode.groups`),
-   and their caches join the batch (`decode.kvcache`);
+   and their caches join the batch (`decode.kvcache`); with the prefix cache
+   on (`reuse`), a prompt whose start (system prompt, chat template) is kept
+   for its adapter prefills only the rest, over the kept keys and values;
 3. runs one decode step for all rows: the per-layer caches are left-padded to
    a common length, the padding masked out and each row given its own
    positions, so a row computes what it would alone (`decode.forward`); the
@@ -47,6 +49,7 @@ from tt_engine_adapter.decode.kvcache import BatchCache
 from tt_engine_adapter.serve.detokenize import TextTracker
 from tt_engine_adapter.serve.generation import ChatModel, Delta, Finish
 from tt_engine_adapter.serve.request import ApiError, ChatParams
+from tt_engine_adapter.serve.reuse import PromptReuse
 
 DONE = object()
 
@@ -70,6 +73,7 @@ class Job:
     post: Callable[[Callable[[], None]], None] = _call_now  # runs a callable on the consumer's side, thread-safe;
     # jobs whose `post`s are equal get one call per delivery for all their items
     adapter: Optional[Any] = None  # a multi-adapter server's adapters.Entry: the LoRA this row runs with
+    shared: int = 0  # leading prompt ids every request to its model starts with (`ChatModel.shared_start`)
 
     @property
     def reserve(self) -> int:
@@ -91,11 +95,13 @@ class _Row:
 class Scheduler:
     """The running batch and the queue in front of it; `submit` from any thread, `start` once."""
 
-    def __init__(self, model: ChatModel, max_batch: int, max_batch_tokens: int, residency: Optional[Any] = None):
+    def __init__(self, model: ChatModel, max_batch: int, max_batch_tokens: int, residency: Optional[Any] = None,
+                 prefix_cache_bytes: int = 0):
         self.model, self.torch, self.metrics = model, model.torch, model.metrics
         self.max_batch, self.max_batch_tokens = max_batch, max_batch_tokens
         self.residency = residency  # adapters.Residency of a multi-adapter server: rows name their adapters
         self._forward = Forward(self.torch, model.model, model.device)
+        self.reuse = PromptReuse(self._forward, self.metrics, prefix_cache_bytes)  # kept prompt starts (off at 0)
         pad = model.tokenizer.pad_token_id
         self._pad_id = int(pad) if pad is not None else min(model.stop_ids)  # masked out: any id will do
         self._pending: deque[Job] = deque()
@@ -220,13 +226,22 @@ class Scheduler:
         self._flush()  # the consumers learn they started before the pass
         rows = [_Row(job, TextTracker(self.model.tokenizer, job.params.stop), _generator(torch, job.params))
                 for job in jobs]
-        with torch.inference_mode(), self._adapters(jobs):
-            logits, cache, pads = self._forward.prefill([job.prompt for job in jobs], self._pad_id)
+        with torch.inference_mode():
+            prefixes = self.reuse.prefixes(jobs, self._adapters, self._pad_id) if self.reuse.on else []
+            with self._adapters(jobs):
+                if any(prefixes):
+                    rests = [job.prompt[p.length if p is not None else 0:] for job, p in zip(jobs, prefixes)]
+                    logits, keys, values, pads = self._forward.prefill_after(prefixes, rests, self._pad_id)
+                else:
+                    logits, cache, pads = self._forward.prefill([job.prompt for job in jobs], self._pad_id)
         self.metrics.add("tt_serve_prefills_total")
         self._take(rows, picker.pick(torch, logits, [job.params for job in jobs], [row.generator for row in rows]))
         going = [i for i, row in enumerate(rows) if not row.done]
         if going:
-            self._batch.join(torch, cache, going, pads)
+            if any(prefixes):
+                self._batch.join_layers(torch, keys, values, going, pads)
+            else:
+                self._batch.join(torch, cache, going, pads)
             self._rows += [rows[i] for i in going]
         for row in rows:
             if row.done:

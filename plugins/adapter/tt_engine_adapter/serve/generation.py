@@ -37,6 +37,7 @@ from tt_engine_adapter.serve.request import ApiError, ChatParams
 
 
 ANSWER_RESERVE = 256  # at most; a quarter of the context on small models
+STARTS_KEPT = 64  # distinct system prompts whose template start is remembered (`shared_start`)
 
 
 @dataclass
@@ -84,6 +85,7 @@ class ChatModel:
             raise BadSetting(f"--default-max-tokens {default_max_tokens} must be less than this model's context "
                              f"of {self.context_length} tokens (the prompt needs room too)")
         self.default_max_tokens = default_max_tokens or self.answer_reserve()
+        self._starts: dict[tuple, list[int]] = {}
         chat.render_prompt(self.tokenizer, [{"role": "user", "content": "ping"}])  # fail now, not per request
 
     def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
@@ -94,6 +96,29 @@ class ChatModel:
             raise ApiError(400, "the model's chat template cannot render these messages (most templates need "
                            "user and assistant turns to alternate)", "messages") from None
         return chat.encode_text(self.tokenizer, text)
+
+    def shared_start(self, messages: list[dict[str, str]], prompt: list[int]) -> int:
+        """How many leading ids of `prompt` (the ids of `messages`) every request with the same leading system
+        messages starts with: the ids of the chat template rendered with those messages and any user text (two
+        renderings, with different user texts, agree on them), at most all but the prompt's last id. The server's
+        prefix cache keeps their keys and values (`reuse`)."""
+        system = []
+        for message in messages:
+            if message.get("role") != "system":
+                break
+            system.append(message)
+        key = tuple((m["role"], m["content"]) for m in system)
+        start = self._starts.get(key)
+        if start is None:
+            try:
+                one, two = (self.prompt_ids(system + [{"role": "user", "content": text}]) for text in ("a", "b"))
+            except ApiError:  # this template renders no user turn after these messages: nothing to share
+                one, two = [], []
+            start = one[:_common(one, two)]
+            if len(self._starts) >= STARTS_KEPT:
+                self._starts.clear()
+            self._starts[key] = start
+        return min(_common(start, prompt), len(prompt) - 1)
 
     def answer_reserve(self) -> int:
         """The default answer budget without --default-max-tokens: a quarter of the context, at most 256."""
@@ -126,6 +151,16 @@ class ChatModel:
                            "context_length_exceeded") from None
         ids = next((ids for candidate, ids in measured if candidate is fitted.messages), None)
         return (ids if ids is not None else self.prompt_ids(fitted.messages)), budget
+
+
+def _common(a: list[int], b: list[int]) -> int:
+    """Leading ids `a` and `b` share."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def set_threads() -> None:

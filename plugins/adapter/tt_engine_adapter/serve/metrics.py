@@ -21,6 +21,11 @@ HELP = {
     "tt_serve_decode_steps_total": ("counter", "forward passes of the model during decoding (one per batch step)"),
     "tt_serve_prefills_total": ("counter", "prompt forward passes"),
     "tt_serve_batch_rows_max": ("gauge", "the most sequences decoded in one step since the server started"),
+    "tt_serve_prefix_hits_total": ("counter", "requests whose prompt start (system prompt) was kept: only the rest "
+                                              "was prefilled"),
+    "tt_serve_prefix_misses_total": ("counter", "prompt starts run alone and kept (the first request of each)"),
+    "tt_serve_prefix_reused_tokens_total": ("counter", "prompt tokens not prefilled again: read from kept starts"),
+    "tt_serve_prefix_cache_bytes": ("gauge", "bytes of keys and values the kept prompt starts hold"),
 }
 
 
