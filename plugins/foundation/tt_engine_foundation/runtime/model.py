@@ -265,8 +265,15 @@ class GPT(nn.Module):
         positions: Optional[torch.Tensor] = None,
         cache: Optional[KVCache] = None,
         mask: Optional[torch.Tensor] = None,
+        where: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
-        """Logits (B, T, V) in float32. positions default to 0..T-1 (after the cache)."""
+        """Logits (B, T, V) in float32. positions default to 0..T-1 (after the cache).
+
+        `where`, a bool (B, T) mask, asks for the logits at those positions only: (N, V), N = where.sum(), in
+        row-major order (the order of `tensor[where]`). The hidden states are gathered before the final norm
+        (per position, so gathering first changes no number), and the norm, the head and the fp32 upcast run
+        on those N positions alone: what a loss that reads only supervised positions needs (runtime/sft.py,
+        runtime/rl.py)."""
         b, t = idx.shape
         if positions is None:
             start = cache.length if cache is not None else 0
@@ -286,6 +293,8 @@ class GPT(nn.Module):
                 x = layer(x, cos, sin, i, cache, mask)
         if cache is not None:
             cache.length += t
+        if where is not None:
+            x = x[where]
         x = self.model.norm(x)
         return self.lm_head(x).float()
 

@@ -146,16 +146,18 @@ def policy_loss(model, prompts, samples, advantage, pad_id, device, autocast_dty
     x = torch.full((len(seqs), width), pad_id, dtype=torch.long)
     weight = torch.zeros((len(seqs), width))
     y = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    sampled = torch.zeros((len(seqs), width), dtype=torch.bool)  # positions that predict a sampled token
     for b, (prompt, sample) in enumerate(zip(prompts, samples)):
         full = prompt + sample
         n = len(full) - 1
         x[b, :n] = torch.tensor(full[:-1])
         y[b, :n] = torch.tensor(full[1:])
         weight[b, len(prompt) - 1 : n] = float(advantage[b])
-    x, y, weight = x.to(device), y.to(device), weight.to(device)
+        sampled[b, len(prompt) - 1 : n] = True
+    x, y, weight, sampled = x.to(device), y.to(device), weight.to(device), sampled.to(device)
     use = autocast_dtype is not None and device.type == "cuda"
     with torch.autocast(device_type=device.type, dtype=autocast_dtype or torch.bfloat16, enabled=use):
-        logits = model(x)
-    logp = -F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), y.reshape(-1), reduction="none").view_as(weight)
+        logits = model(x, where=sampled)  # the head on the sampled tokens' positions alone
+    logp = -F.cross_entropy(logits.float(), y[sampled], reduction="none")  # (N,) sampled tokens
     tokens = max(1, int(sum(len(s) for s in samples)))
-    return -(logp * weight).sum() / tokens
+    return -(logp * weight[sampled]).sum() / tokens

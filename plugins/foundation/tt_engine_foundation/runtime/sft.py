@@ -79,10 +79,13 @@ def collate(examples: Sequence[tuple[list[int], list[int]]], pad_id: int) -> tup
 
 
 def supervised_loss(model, x: torch.Tensor, y: torch.Tensor, autocast_dtype, reduction: str = "mean") -> torch.Tensor:
+    """Cross-entropy of `x`'s next tokens against the targets `y` (IGNORE where unsupervised), "mean" over the
+    supervised targets or their "sum". The head runs on the supervised positions alone (GPT.forward's `where`):
+    the same numbers as full logits read at those positions (tests/test_logits_only.py)."""
+    where = y != IGNORE
     with torchsetup.autocast(autocast_dtype, x.device):
-        logits = model(x)
-    return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), y.reshape(-1), ignore_index=IGNORE,
-                           reduction=reduction)
+        logits = model(x, where=where)
+    return F.cross_entropy(logits.float(), y[where], reduction=reduction)
 
 
 def _rank_loss(model, picked, pad: int, device, autocast_dtype, rank: int, world: int) -> torch.Tensor:
