@@ -283,6 +283,9 @@ class Engine:
     pipeline_vocabulary: optional; the pipeline documents' from-scratch step vocabulary this engine runs
                      (`PipelineVocabulary`); every engine runs the behavior vocabulary (train, evaluate,
                      compare) from its stages' declarations.
+    stage_server:    optional; the engine module a warm stage server imports once before forking stages
+                     (its `SERVED_STAGES` lists the stage modules it runs), used with TT_STAGE_SERVER=1
+                     (tt_host.engines.stageserver; docs/operations.md "Stage server").
     host_api:        the HOST_API_VERSION this plugin was written for.
     """
 
@@ -301,6 +304,7 @@ class Engine:
     starter: Mapping[str, Any] = field(default_factory=dict)
     spec_device: Callable[[BehaviorSpec], Optional[str]] = _top_level_device
     pipeline_vocabulary: Optional[PipelineVocabulary] = None
+    stage_server: Optional[str] = None
     host_api: str = "1.0"
     # Filled in by the loader, not by plugins.
     distribution: str = field(default="", compare=False)

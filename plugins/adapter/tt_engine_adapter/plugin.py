@@ -274,6 +274,7 @@ ENGINE = Engine(
     # The OpenAI-compatible server loads any Hugging Face folder, with LoRA weights on it (tt serve).
     serve=Serve("tt_engine_adapter.serve", hf_folders=True),
     starter=STARTER,
+    stage_server="tt_engine_adapter.runtime.warm",  # with TT_STAGE_SERVER=1 (docs/operations.md "Stage server")
     host_api="1.3",
 )
 
