@@ -285,6 +285,9 @@ class Engine:
                      compare) from its stages' declarations.
     plan_notes:      optional (host API 1.4); lines `tt validate` prints, and `--json` carries as `plan`, about
                      what a run of the valid spec will need on this machine (a memory estimate, say).
+    stage_server:    optional (host API 1.4); the engine module a warm stage server imports once before forking
+                     stages (its `SERVED_STAGES` lists the stage modules it runs), used with TT_STAGE_SERVER=1
+                     (tt_host.engines.stageserver; docs/operations.md "Stage server").
     host_api:        the HOST_API_VERSION this plugin was written for.
     """
 
@@ -304,6 +307,7 @@ class Engine:
     spec_device: Callable[[BehaviorSpec], Optional[str]] = _top_level_device
     pipeline_vocabulary: Optional[PipelineVocabulary] = None
     plan_notes: Optional[Callable[[BehaviorSpec], Iterable[str]]] = None
+    stage_server: Optional[str] = None
     host_api: str = "1.0"
     # Filled in by the loader, not by plugins.
     distribution: str = field(default="", compare=False)

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from tt_host.engines import stageserver
 from tt_host.engines.isolation import python_command, python_env
 from tt_host.engines.noise import NoiseFilter
 from tt_stagekit.contract import EXIT_INTERRUPTED
@@ -255,10 +256,13 @@ def run_stage(
     keep_fds: tuple[int, ...] = (),
     on_started: Optional[Callable[[int], None]] = None,
     time_limit: Optional[float] = None,
+    warm: Optional[str] = None,
 ) -> StageOutcome:
     """Run one stage to its end. keep_fds: descriptors the stage inherits (the run lock);
     on_started: called with the stage's pid once it runs; time_limit: seconds after which the stage is stopped
-    (SIGTERM, then SIGKILL after the grace period) and fails, exit 1, its error saying so."""
+    (SIGTERM, then SIGKILL after the grace period) and fails, exit 1, its error saying so; warm: the engine's
+    stage-server module: with TT_STAGE_SERVER=1 a plain `-m MODULE` stage starts as a launcher that has the
+    warm server fork it (tt_host.engines.stageserver), the same process group, signals, output and status."""
     started = time.monotonic()
     # -P and PYTHONSAFEPATH: nothing from the run folder (the stage's working folder) is importable
     env = python_env(PYTHONUNBUFFERED="1", TT_STAGE_REQUEST=str(request_path))
@@ -268,10 +272,17 @@ def run_stage(
     log = open(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600), "a",
                encoding="utf-8")
     os.fchmod(log.fileno(), 0o600)
+    command = [*(["-m", arguments] if isinstance(arguments, str) else arguments), str(request_path)]
+    served = None
+    if warm and len(command) == 3 and command[0] == "-m" and stageserver.enabled():  # a plain `-m MODULE`
+        served = stageserver.connect(python, warm, env, log_path.parent / "stage-server.log")
+    if served is not None:
+        command = ["-m", stageserver.stagewire.LAUNCHER, *command[1:]]
+        env[stageserver.stagewire.FD_ENV] = str(served.fileno())
+        keep_fds = (*keep_fds, served.fileno())
     try:
         process = subprocess.Popen(
-            python_command(python, [*(["-m", arguments] if isinstance(arguments, str) else arguments),
-                                    str(request_path)]),
+            python_command(python, command),
             cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True, bufsize=1, text=True, errors="replace",
             pass_fds=keep_fds,
@@ -279,6 +290,9 @@ def run_stage(
     except BaseException:
         log.close()
         raise
+    finally:
+        if served is not None:
+            served.close()
     if on_started is not None:
         on_started(process.pid)
     last_error: Optional[str] = None

@@ -121,7 +121,8 @@ def run_stage_call(call: StageCall) -> StageOutcome:
     outcome = run_stage(call.env.python, stage.arguments(run_call.loaded.spec), request_path, run.path, log,
                         on_event, keep_fds=run.lock_fds() + envs.held_fds(call.env.path),
                         on_started=lambda pid: run.note_stage(stage.name, pid),
-                        time_limit=run_call.loaded.eval_timeout if evaluation_stage(stage) else None)
+                        time_limit=run_call.loaded.eval_timeout if evaluation_stage(stage) else None,
+                        warm=run_call.loaded.engine.stage_server)
     result = run.read_result(stage.name) if outcome.exit_code == EXIT_OK else None
     code, err = outcome.exit_code, outcome.last_error
     if code == EXIT_OK and (result is None or result.get("status") != COMPLETED):

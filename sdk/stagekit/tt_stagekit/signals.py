@@ -28,6 +28,9 @@ from typing import Optional
 DEFAULT_WINDOW_SECONDS = 1.5
 HOST_PID_ENV = "TT_HOST_PID"  # the pid of the process that started this stage process (tt, or the torchrun agent)
 STAGE_LOG_ENV = "TT_STAGE_LOG"  # where the stage's output goes once the host is gone
+# Set in a stage the stage server forked (tt_stagekit.stageserver): the server's pid, the stage's parent. Its
+# launcher, tt's child, relays the stop that tt's death sends it; the stage's own death signal watches the server.
+SERVED_BY_ENV = "TT_STAGE_SERVED_BY"
 
 FIRST, COPY, AGAIN = "first", "copy", "again"
 PR_SET_PDEATHSIG = 1
@@ -66,20 +69,53 @@ def host_pid() -> Optional[int]:
         return None
 
 
+def served_by() -> Optional[int]:
+    try:
+        return int(os.environ[SERVED_BY_ENV])
+    except (KeyError, ValueError):
+        return None
+
+
 def host_alive() -> bool:
-    """Whether the process that started this one still runs (True when tt did not start it)."""
+    """Whether the process that started this one still runs (True when tt did not start it). A stage the stage
+    server forked asks whether its parent (the server) runs and tt's pid is still taken."""
     host = host_pid()
-    return host is None or os.getppid() == host
+    if host is None:
+        return True
+    server = served_by()
+    if server is None:
+        return os.getppid() == host
+    return os.getppid() == server and _running(host)
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` runs: exists and is no zombie (a `tt` that just died is one until its parent reaps it)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except FileNotFoundError:
+        return False
+    except (OSError, IndexError):
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        pass
+    return True
 
 
 def watch_host(sig: int = signal.SIGTERM) -> None:
-    """Get `sig` when the host process (TT_HOST_PID, our parent) exits; at once if it already has."""
+    """Get `sig` when the host process (TT_HOST_PID, our parent; for a served stage its server) exits; at once if
+    it already has."""
     host = host_pid()
     if host is None:
         return
+    parent = served_by() or host
     if not _parent_death_signal(sig):
-        threading.Thread(target=_poll_parent, args=(host, sig), name="tt-host-watch", daemon=True).start()
-    if os.getppid() != host:  # the host died before the watch was set
+        threading.Thread(target=_poll_parent, args=(parent, sig), name="tt-host-watch", daemon=True).start()
+    if os.getppid() != parent:  # the host died before the watch was set
         os.kill(os.getpid(), sig)
 
 
