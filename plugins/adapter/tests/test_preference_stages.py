@@ -1,8 +1,8 @@
 """The preference stages through their real entry points on the tiny model: derived pairs come from training
-prompts only, the reference stage's log-probs are the only reference forwards, the preference stage registers
-the final adapter and candidate evaluates it, a SIGTERM'd preference stage resumes to the same bytes, and a
-spec whose samples never disagree is refused (exit 2); the preference adapter's tt-adapter.json records its
-tuning."""
+prompts only (their sampling moves the bar batch by batch), the reference stage's log-probs are the only
+reference forwards, the preference stage registers the final adapter and candidate evaluates it, a SIGTERM'd
+preference stage resumes to the same bytes, and a spec whose samples never disagree is refused (exit 2); the
+preference adapter's tt-adapter.json records its tuning."""
 
 from __future__ import annotations
 
@@ -107,6 +107,21 @@ def test_samples_that_never_disagree_are_refused_naming_why(trained, tmp_path):
     assert refused["code"] == 2
     message = " ".join(e.get("message", "") for e in refused["events"])
     assert "no pair could be derived" in message and "preference.samples_per_prompt" in message
+
+
+def test_sampling_derived_pairs_moves_the_bar_after_each_batch_of_prompts(trained, tmp_path):
+    """The reference stage's sampling (minutes on the real base) is never one silent stretch: a progress event in
+    prompts after each batch of eval_batch_size prompts, before the sampling's summary line."""
+    run = _run(tmp_path / "batches", trained.spec["base_model"], samples_per_prompt=2)
+    run.spec["hyperparameters"]["eval_batch_size"] = 5
+    _copy(trained, run, ("prepare", "prefetch", "train"))
+    events = run.stage("reference")["events"]
+    sampled = next(i for i, e in enumerate(events) if e.get("message", "").startswith("sampled "))
+    moves = [e for e in events[:sampled] if e.get("type") == "progress"]
+    assert [(e["step"], e["total"], e["unit"]) for e in moves] == [(5, 16, "prompt"), (10, 16, "prompt"),
+                                                                   (15, 16, "prompt"), (16, 16, "prompt")], moves
+    assert [e["metrics"]["answers"] for e in moves] == [10, 20, 30, 32]
+    assert all(e["metrics"]["answers_per_second"] > 0 for e in moves)
 
 
 def test_a_regex_grader_that_backtracks_ends_within_its_limit_in_derived_pairs(trained, tmp_path):
