@@ -1,6 +1,6 @@
 """The `reinforce` stage (GRPO) through the stage harness: the zero-spread probe, held-out prompts kept out of every
-rollout, a model left worse than SFT on the probe rows said while the stage runs, the adapter's tt-adapter.json recording its tuning, and an interrupted run resumed to byte-identical LoRA
-weights on CPU."""
+rollout, a model left worse than SFT on the probe rows said while the stage runs, the adapter's tt-adapter.json
+recording its tuning, and an interrupted run resumed to byte-identical LoRA weights on CPU."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tt_engine_adapter.runtime.config import ReinforcementSettings
-from tt_engine_adapter.testing.harness import sentiment_run
+from tt_engine_adapter.testing.harness import sentiment_run, worse_than_sft_warning
 
 SFT = {"n_epochs": 50, "max_steps": 40, "batch_size": 8, "lora_rank": 4, "lora_dropout": 0.0, "learning_rate": 3e-3,
        "max_seq_length": 96, "max_new_tokens": 4, "checkpoint_interval_steps": 2, "warmup_ratio": 0.0}
@@ -104,14 +104,8 @@ def test_a_model_left_worse_than_sft_on_the_probe_rows_is_said_with_the_setting_
     same seeds, earn less than the SFT adapter earned; the stage says so as a warning before it ends, naming
     reinforcement.learning_rate first. The adapter is still published (the report and activation's gate judge)."""
     run = _copy(sft_run, tmp_path / "wrecked", tiny_llama, learning_rate=0.5, kl_beta=0.0, steps=3)
-    out = run.stage("reinforce")
-    metrics = out["result"]["metrics"]
-    assert metrics["reinforce.probe_reward_after"] < metrics["reinforce.probe_reward"], metrics
-    warned = [e["message"] for e in out["events"] if e.get("level") == "warning" and "WORSE than SFT" in
-              e.get("message", "")]
-    assert len(warned) == 1, out["events"][-6:]
-    assert f"fell from {metrics['reinforce.probe_reward']} " in warned[0], warned
-    assert warned[0].index("reinforcement.learning_rate (now 0.5)") < warned[0].index("reinforcement.kl_beta")
+    warned = worse_than_sft_warning(run.stage("reinforce"), "reinforce.probe_reward", "reinforce.probe_reward_after")
+    assert warned.index("reinforcement.learning_rate (now 0.5)") < warned.index("reinforcement.kl_beta")
     assert (run.run_dir / "reinforce" / "adapter" / "adapter_model.safetensors").exists()
 
 

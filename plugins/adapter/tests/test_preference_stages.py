@@ -11,7 +11,7 @@ import json
 import pytest
 from safetensors.torch import load_file
 
-from tt_engine_adapter.testing.harness import sentiment_run
+from tt_engine_adapter.testing.harness import sentiment_run, worse_than_sft_warning
 from tt_stagekit.sameness import normalize_prompt
 
 HP = {"n_epochs": 6, "batch_size": 4, "lora_rank": 8, "lora_dropout": 0.0, "learning_rate": 1e-2,
@@ -54,6 +54,8 @@ def test_derived_pairs_hold_no_held_out_prompt_and_the_final_adapter_is_the_pref
     result = run.stage("preference")["result"]
     assert result["metrics"]["preference.reference_forwards"] == 0
     assert result["metrics"]["preference.steps"] > 0
+    assert 0 <= result["metrics"]["preference.probe_score"] <= 1, result["metrics"]
+    assert 0 <= result["metrics"]["preference.probe_score_after"] <= 1
     assert [a["kind"] for a in result["artifacts"]] == ["adapter"]
     assert (run.run_dir / "preference" / "adapter" / "artifact-manifest.json").is_file()
     # tt-adapter.json records the tuning that made the adapter; the SFT adapter's records none
@@ -98,6 +100,19 @@ def test_a_sigterm_preference_stage_resumes_to_the_same_bytes(trained, tmp_path)
     assert a.keys() == b.keys() and a
     for key in a:
         assert a[key].equal(b[key]), key
+
+
+def test_a_model_left_worse_than_sft_on_the_probe_prompts_is_said_with_the_setting_to_change_first(trained,
+                                                                                                   tmp_path):
+    """A learning rate far too high wrecks the LoRA: the probe's training prompts, answered greedily after the last
+    step, score below the SFT adapter's answers to them; the stage says so as a warning before it ends, naming
+    preference.sft_weight first. The adapter is still published (the report and activation's gate judge)."""
+    run = _run(tmp_path / "wrecked", trained.spec["base_model"], learning_rate=1.0)
+    _copy(trained, run, ("prepare", "prefetch", "train"))
+    run.stage("reference")
+    warned = worse_than_sft_warning(run.stage("preference"), "preference.probe_score", "preference.probe_score_after")
+    assert warned.index("preference.sft_weight above 0 (now 0;") < warned.index("preference.learning_rate (now 1)")
+    assert (run.run_dir / "preference" / "adapter" / "adapter_model.safetensors").exists()
 
 
 def test_samples_that_never_disagree_are_refused_naming_why(trained, tmp_path):
