@@ -31,9 +31,13 @@ def score(model: Any, tokenizer: Any, rows: Sequence[dict], graders: Any, hp: An
 
 
 def worse_note(before: float, after: float, prompts: int, pref: Any, steps: int) -> str:
-    """The warning when the preference stage left the model worse than SFT on the probe prompts."""
+    """The warning when the preference stage left the model worse than SFT on the probe prompts: change first
+    `preference.sft_weight` above 0, or, when it is already, a lower learning rate (docs/adapter.md)."""
+    first = (f"Change first preference.sft_weight above 0 (now 0; 1.0 keeps the chosen answers likely); then a lower "
+             f"preference.learning_rate (now {pref.learning_rate:g})") if not pref.sft_weight else (
+             f"preference.sft_weight is {pref.sft_weight:g} already (a higher one keeps the chosen answers likelier): "
+             f"change first a lower preference.learning_rate (now {pref.learning_rate:g})")
     return (f"{pref.loss.upper()} made the model WORSE than SFT on the probe prompts: the graders' mean score of "
             f"greedy answers to {prompts} training prompt(s) fell from {before} (the SFT adapter) to {after} after "
-            f"step {steps}. Change first preference.sft_weight above 0 (now {pref.sft_weight:g}; 1.0 keeps the chosen "
-            f"answers likely); then a lower preference.learning_rate (now {pref.learning_rate:g}), then a higher "
-            f"preference.beta (now {pref.beta:g}); docs/adapter.md \"When tuning makes it worse\"")
+            f"step {steps}. {first}, then a higher preference.beta (now {pref.beta:g}); docs/adapter.md \"When "
+            f"tuning makes it worse\"")
