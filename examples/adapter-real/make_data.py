@@ -29,22 +29,28 @@ PROBLEMS = {
 }
 
 
-def examples(seed: int = 5, per_team: int = 12) -> list[dict]:
+def examples(seed: int = 5, per_team: int = 12, products: list[str] = PRODUCTS) -> list[dict]:
+    """`per_team` messages a team, each a problem phrasing with one of `products` filled in (examples/adapter-dpo
+    and examples/adapter-grpo call it with their own products, seed and size)."""
     rng = random.Random(seed)
     rows = []
     for team, problems in PROBLEMS.items():
-        pairs = [(problem, product) for problem in problems for product in PRODUCTS]
+        pairs = [(problem, product) for problem in problems for product in products]
         for problem, product in rng.sample(pairs, per_team):
             rows.append({"input": problem.format(p=product), "output": team})
     rng.shuffle(rows)
     return rows
 
 
-def main() -> None:
-    path = HERE / "tunedtensor.json"
+def write(path: Path, **settings) -> None:
+    """Replace the examples of the spec at `path` with `examples(**settings)`."""
     spec = json.loads(path.read_text(encoding="utf-8"))
-    spec["examples"] = examples()
+    spec["examples"] = examples(**settings)
     path.write_text(json.dumps(spec, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def main() -> None:
+    write(HERE / "tunedtensor.json")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The `reinforce` stage (GRPO) through the stage harness: the zero-spread probe, held-out prompts kept out of every
-rollout, the adapter's tt-adapter.json recording its tuning, and an interrupted run resumed to byte-identical LoRA
-weights on CPU."""
+rollout, a model left worse than SFT on the probe rows said while the stage runs, the adapter's tt-adapter.json
+recording its tuning, and an interrupted run resumed to byte-identical LoRA weights on CPU."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tt_engine_adapter.runtime.config import ReinforcementSettings
-from tt_engine_adapter.testing.harness import sentiment_run
+from tt_engine_adapter.testing.harness import sentiment_run, worse_than_sft_warning
 
 SFT = {"n_epochs": 50, "max_steps": 40, "batch_size": 8, "lora_rank": 4, "lora_dropout": 0.0, "learning_rate": 3e-3,
        "max_seq_length": 96, "max_new_tokens": 4, "checkpoint_interval_steps": 2, "warmup_ratio": 0.0}
@@ -58,7 +58,8 @@ def test_no_held_out_prompt_reaches_a_rollout(tmp_path, tiny_llama, sft_run):
     seen = [json.loads(line) for line in open(result["outputs"]["rollout_prompts"], encoding="utf-8")]
     held_out = {p["messages"][-1]["content"] for p in run.eval_prompts}
     training = {r["id"]: r["messages"][1]["content"] for r in run.train_rows}
-    assert len(seen) == GRPO["probe_groups"] + GRPO["steps"] * GRPO["prompts_per_step"]
+    assert len(seen) == GRPO["probe_groups"] + GRPO["steps"] * GRPO["prompts_per_step"]  # the recheck logs none
+    assert 0 <= result["metrics"]["reinforce.probe_reward_after"] <= 1
     for entry in seen:
         assert entry["prompt"] not in held_out, entry
         assert training[entry["id"]] == entry["prompt"], entry
@@ -95,6 +96,17 @@ def test_no_held_out_prompt_reaches_a_rollout(tmp_path, tiny_llama, sft_run):
     assert any("training row leak has the prompt of a held-out row" in e.get("message", "")
                for e in refused["events"])
     assert not (leaky.run_dir / "reinforce" / "rollout-prompts.jsonl").exists()
+
+
+def test_a_model_left_worse_than_sft_on_the_probe_rows_is_said_with_the_setting_to_change_first(tmp_path, tiny_llama,
+                                                                                                   sft_run):
+    """A learning rate far too high wrecks the LoRA: after the last step the probe's groups, sampled again with the
+    same seeds, earn less than the SFT adapter earned; the stage says so as a warning before it ends, naming
+    reinforcement.learning_rate first. The adapter is still published (the report and activation's gate judge)."""
+    run = _copy(sft_run, tmp_path / "wrecked", tiny_llama, learning_rate=0.5, kl_beta=0.0, steps=3)
+    warned = worse_than_sft_warning(run.stage("reinforce"), "reinforce.probe_reward", "reinforce.probe_reward_after")
+    assert warned.index("reinforcement.learning_rate (now 0.5)") < warned.index("reinforcement.kl_beta")
+    assert (run.run_dir / "reinforce" / "adapter" / "adapter_model.safetensors").exists()
 
 
 def test_interrupted_reinforce_resumes_to_the_same_bytes(tmp_path, tiny_llama, sft_run, monkeypatch):

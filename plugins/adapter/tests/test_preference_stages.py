@@ -1,8 +1,8 @@
 """The preference stages through their real entry points on the tiny model: derived pairs come from training
-prompts only, the reference stage's log-probs are the only reference forwards, the preference stage registers
-the final adapter and candidate evaluates it, a SIGTERM'd preference stage resumes to the same bytes, and a
-spec whose samples never disagree is refused (exit 2); the preference adapter's tt-adapter.json records its
-tuning."""
+prompts only (their sampling moves the bar batch by batch), the reference stage's log-probs are the only
+reference forwards, the preference stage registers the final adapter and candidate evaluates it, a SIGTERM'd
+preference stage resumes to the same bytes, and a spec whose samples never disagree is refused (exit 2); the
+preference adapter's tt-adapter.json records its tuning."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import json
 import pytest
 from safetensors.torch import load_file
 
-from tt_engine_adapter.testing.harness import sentiment_run
+from tt_engine_adapter.testing.harness import sentiment_run, worse_than_sft_warning
 from tt_stagekit.sameness import normalize_prompt
 
 HP = {"n_epochs": 6, "batch_size": 4, "lora_rank": 8, "lora_dropout": 0.0, "learning_rate": 1e-2,
@@ -54,6 +54,8 @@ def test_derived_pairs_hold_no_held_out_prompt_and_the_final_adapter_is_the_pref
     result = run.stage("preference")["result"]
     assert result["metrics"]["preference.reference_forwards"] == 0
     assert result["metrics"]["preference.steps"] > 0
+    assert 0 <= result["metrics"]["preference.probe_score"] <= 1, result["metrics"]
+    assert 0 <= result["metrics"]["preference.probe_score_after"] <= 1
     assert [a["kind"] for a in result["artifacts"]] == ["adapter"]
     assert (run.run_dir / "preference" / "adapter" / "artifact-manifest.json").is_file()
     # tt-adapter.json records the tuning that made the adapter; the SFT adapter's records none
@@ -100,6 +102,19 @@ def test_a_sigterm_preference_stage_resumes_to_the_same_bytes(trained, tmp_path)
         assert a[key].equal(b[key]), key
 
 
+def test_a_model_left_worse_than_sft_on_the_probe_prompts_is_said_with_the_setting_to_change_first(trained,
+                                                                                                   tmp_path):
+    """A learning rate far too high wrecks the LoRA: the probe's training prompts, answered greedily after the last
+    step, score below the SFT adapter's answers to them; the stage says so as a warning before it ends, naming
+    preference.sft_weight first. The adapter is still published (the report and activation's gate judge)."""
+    run = _run(tmp_path / "wrecked", trained.spec["base_model"], learning_rate=1.0)
+    _copy(trained, run, ("prepare", "prefetch", "train"))
+    run.stage("reference")
+    warned = worse_than_sft_warning(run.stage("preference"), "preference.probe_score", "preference.probe_score_after")
+    assert warned.index("preference.sft_weight above 0 (now 0;") < warned.index("preference.learning_rate (now 1)")
+    assert (run.run_dir / "preference" / "adapter" / "adapter_model.safetensors").exists()
+
+
 def test_samples_that_never_disagree_are_refused_naming_why(trained, tmp_path):
     run = _run(tmp_path / "same", trained.spec["base_model"], temperature=0.0001, samples_per_prompt=2)
     _copy(trained, run, ("prepare", "prefetch", "train"))
@@ -107,6 +122,21 @@ def test_samples_that_never_disagree_are_refused_naming_why(trained, tmp_path):
     assert refused["code"] == 2
     message = " ".join(e.get("message", "") for e in refused["events"])
     assert "no pair could be derived" in message and "preference.samples_per_prompt" in message
+
+
+def test_sampling_derived_pairs_moves_the_bar_after_each_batch_of_prompts(trained, tmp_path):
+    """The reference stage's sampling (minutes on the real base) is never one silent stretch: a progress event in
+    prompts after each batch of eval_batch_size prompts, before the sampling's summary line."""
+    run = _run(tmp_path / "batches", trained.spec["base_model"], samples_per_prompt=2)
+    run.spec["hyperparameters"]["eval_batch_size"] = 5
+    _copy(trained, run, ("prepare", "prefetch", "train"))
+    events = run.stage("reference")["events"]
+    sampled = next(i for i, e in enumerate(events) if e.get("message", "").startswith("sampled "))
+    moves = [e for e in events[:sampled] if e.get("type") == "progress"]
+    assert [(e["step"], e["total"], e["unit"]) for e in moves] == [(5, 16, "prompt"), (10, 16, "prompt"),
+                                                                   (15, 16, "prompt"), (16, 16, "prompt")], moves
+    assert [e["metrics"]["answers"] for e in moves] == [10, 20, 30, 32]
+    assert all(e["metrics"]["answers_per_second"] > 0 for e in moves)
 
 
 def test_a_regex_grader_that_backtracks_ends_within_its_limit_in_derived_pairs(trained, tmp_path):

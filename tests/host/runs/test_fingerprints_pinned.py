@@ -31,6 +31,8 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "adapter-grpo": (ADAPTER, ['reinforcement={"steps": 4}']),
     "adapter-ddp": (ADAPTER, ["hyperparameters.nproc_per_node=2"]),
     "adapter-real": ("examples/adapter-real/tunedtensor.json", []),
+    "example-adapter-dpo": ("examples/adapter-dpo/tunedtensor.json", []),
+    "example-adapter-grpo": ("examples/adapter-grpo/tunedtensor.json", []),
     "foundation": (FOUNDATION, []),
     "foundation-rl": (FOUNDATION, ["foundation.rl_steps=3"]),
     "aof-foundation": ("examples/adapter-on-foundation/foundation/tunedtensor.json", []),

@@ -5,7 +5,9 @@ Loads the base model with the train stage's (SFT) adapter, one model in memory. 
 the spec's graders, runtime/preference/pairs.py) or read from the spec's pairs file (checked again here by the
 rules `tt validate` applied). Each pair is rendered as two SFT rows and its chosen, rejected and KL
 (KTO) completions scored under the reference (`preference.reference`: the SFT adapter, or the base with it
-disabled). Writes `reference/pairs.jsonl`, one line per pair with its text and reference log-probs.
+disabled). While it samples, a progress event after each batch of `hyperparameters.eval_batch_size` prompts
+(unit "prompt", the answers so far and their rate) moves the host's bar, as the evaluation's does. Writes
+`reference/pairs.jsonl`, one line per pair with its text and reference log-probs.
 
 The stage's fingerprint holds what the pairs and log-probs depend on (the chain up to `sft`, the pairs'
 source and sampling settings, the reference), never the loss, beta or the optimizer: a rerun that changes
@@ -34,11 +36,20 @@ def _derived(request: AdapterRequest, model, tokenizer, device: str) -> tuple[li
     rows = read_jsonl(request.prepared["train"])  # the training rows only: the held-out prompts never come here
     graders = spec_graders(read_request(None)["spec"])
     names = [g.name for g in graders.graders]
+    n = pref.samples_per_prompt
+    batches = -(-len(rows) // hp.eval_batch_size)
+    log(f"sampling {n} answers to each of {len(rows)} training prompts with the SFT adapter, {batches} batch(es) of "
+        f"up to {hp.eval_batch_size} prompts (hyperparameters.eval_batch_size)")
+
+    def report(done: int, total: int, seconds: float) -> None:  # the bar counts prompts, as the evaluation's does
+        progress(done, total, "prompt", {"answers": done * n,
+                                         "answers_per_second": round(done * n / max(seconds, 1e-9), 2)})
+
     started = time.perf_counter()
     samples = sample(model, tokenizer, [{"id": r["id"], "messages": r["messages"][:-1]} for r in rows],
-                     n=pref.samples_per_prompt, temperature=pref.temperature,
+                     n=n, temperature=pref.temperature,
                      max_new_tokens=pref.max_new_tokens or hp.max_new_tokens, max_seq_length=hp.max_seq_length,
-                     device=device, seed=hp.seed, batch_size=hp.eval_batch_size)
+                     device=device, seed=hp.seed, batch_size=hp.eval_batch_size, on_batch=report)
     seconds = time.perf_counter() - started
     pairs, counts = pairs_from_samples(rows, samples, graders.passes, hp.seed)
     counts["grader_timeouts"] = sum(graders.timeouts().values())

@@ -5,7 +5,8 @@ Loads the base model with the train stage's adapter (trainable), samples groups 
 on tt's batched generator (runtime/rollouts.py), grades them with `tt_stagekit.graders` and updates the LoRA
 weights with the clipped GRPO objective (runtime/reinforcement/grpo.py, runtime/reinforcement/train.py). Before the
 first step a probe samples a few groups and refuses to start (exit 2) when the graders give zero spread in every
-group. Checkpoints under `reinforce/checkpoints/` (resumed when the host passes `resume`); the adapter goes to
+group; after the last step the same groups are sampled again (same seeds) and a mean reward below the probe's (the
+SFT adapter's) is said as a warning naming the setting to change first. Checkpoints under `reinforce/checkpoints/` (resumed when the host passes `resume`); the adapter goes to
 `reinforce/adapter/` by runtime/adapter_out.publish_adapter, as the train stage's (its tt-adapter.json recording
 the tuning: `{"stage": "reinforce", "algorithm": "grpo", <the reinforcement block>, "completed_steps", "from"}`),
 returned as an Artifact of kind "adapter". Every prompt that reached a rollout is listed in
@@ -127,6 +128,11 @@ def main(request: AdapterRequest) -> StageResult:
                                 checkpoints=loop.Checkpoints(checkpoints, request.fingerprint,
                                                              hp.checkpoint_interval_steps, hp.keep_checkpoints),
                                 resume=request.resume, on_step=on_step, before_first_step=run_probe, rewind=rewind)
+    check = reinforcement.recheck(rollouts, prompts, rs, state.probe) if state.probe else None
+    if check:
+        log(f"probe rows after step {state.step}: mean reward {check['before']} (SFT) → {check['after']}")
+        if check["worse"]:
+            log(reinforcement.worse_note(check, rs, state.step), "warning")
     series = {f"reinforce.{key}": values for key, values in state.series.items()}
     last = {key: values[-1][1] for key, values in state.series.items() if values}
     metrics = {
@@ -139,6 +145,7 @@ def main(request: AdapterRequest) -> StageResult:
         "reinforce.rollout_seconds": round(state.rollout_seconds, 3),
         "reinforce.rollout_tokens_per_second": round(state.rollout_tokens / max(state.rollout_seconds, 1e-9), 2),
         **({"reinforce.probe_reward": state.probe["reward"]} if state.probe else {}),
+        **({"reinforce.probe_reward_after": check["after"]} if check else {}),
         "reinforce.grader_timeouts": sum(graders.timeouts().values()),
     }
     if note := graders.timeout_note():

@@ -140,3 +140,15 @@ def sentiment_run(run_dir: Path, model_dir: str, hyperparameters: Optional[dict]
             "system_prompt": "Classify the sentiment of the review.", "guidelines": ["Answer with one word."],
             "constraints": [], "datasets": None, "hyperparameters": hyperparameters or {}}
     return Run(run_dir, spec, examples[:n_train], examples[n_train:])
+
+
+def worse_than_sft_warning(out: dict, before: str, after: str) -> str:
+    """The one "WORSE than SFT" warning of a tuning stage's run `out` (`RunDir.stage`'s), once its probe metric
+    `after` is checked below `before` and the warning checked to quote the `before` value."""
+    metrics = out["result"]["metrics"]
+    assert metrics[after] < metrics[before], metrics
+    warned = [e["message"] for e in out["events"] if e.get("level") == "warning" and "WORSE than SFT" in
+              e.get("message", "")]
+    assert len(warned) == 1, out["events"][-6:]
+    assert f"fell from {metrics[before]} " in warned[0], warned
+    return warned[0]

@@ -53,8 +53,12 @@ def encode_kl(tokenizer: Any, pairs: Sequence[dict], system: str, max_seq_length
 
 
 def sample(model: Any, tokenizer: Any, prompts: Sequence[dict], *, n: int, temperature: float, max_new_tokens: int,
-           max_seq_length: int, device: str, seed: int, batch_size: int) -> list[list[str]]:
-    """`n` sampled answers per `{"id", "messages"}` prompt (seeded; left padding, the KV cache)."""
+           max_seq_length: int, device: str, seed: int, batch_size: int,
+           on_batch: Optional[Callable[[int, int, float], None]] = None) -> list[list[str]]:
+    """`n` sampled answers per `{"id", "messages"}` prompt (seeded; left padding, the KV cache); `on_batch(prompts
+    done, prompts, seconds)` after each batch of `batch_size` prompts, as runtime.generate's."""
+    import time
+
     import torch
     from transformers import GenerationConfig
 
@@ -68,6 +72,7 @@ def sample(model: Any, tokenizer: Any, prompts: Sequence[dict], *, n: int, tempe
     out: list[list[str]] = []
     model.eval()
     torch.manual_seed(seed)
+    started = time.perf_counter()
     for start in range(0, len(prompts), batch_size):
         batch = encoded[start:start + batch_size]
         width = max(len(s) for s in batch)
@@ -85,6 +90,8 @@ def sample(model: Any, tokenizer: Any, prompts: Sequence[dict], *, n: int, tempe
                 cut = next((j for j, tok in enumerate(new) if tok in stops), len(new))
                 answers.append(tokenizer.decode(new[:cut], skip_special_tokens=True).strip())
             out.append(answers)
+        if on_batch:
+            on_batch(len(out), len(prompts), time.perf_counter() - started)
     return out
 
 

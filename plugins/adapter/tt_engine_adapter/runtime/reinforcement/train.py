@@ -73,11 +73,12 @@ class Rollouts:
         self.generator, self.tokenizer, self.rs, self.seed = generator, tokenizer, rs, seed
         self.reward, self.record = reward, record
 
-    def groups(self, step: int, prompts: Sequence[Prompt]) -> Group:
+    def groups(self, step: int, prompts: Sequence[Prompt], record: bool = True) -> Group:
         started = time.perf_counter()
         samples = []
         for slot, prompt in enumerate(prompts):
-            self.record(step, prompt)
+            if record:
+                self.record(step, prompt)
             samples += [Sample(list(prompt.ids), sample_seed(self.seed, step, slot, k))
                         for k in range(self.rs.group_size)]
         answers = self.generator.sample(samples, self.rs.max_new_tokens, self.rs.temperature, self.rs.top_p)
@@ -108,6 +109,26 @@ def probe(rollouts: Rollouts, prompts: Sequence[Prompt], rs: ReinforcementSettin
             f"reinforcement block")
     return {"groups": len(chosen), "reward": round(mean, 6), "zero_std_groups": sum(s == 0 for s in spreads),
             "seconds": round(group.seconds, 3)}
+
+
+def recheck(rollouts: Rollouts, prompts: Sequence[Prompt], rs: ReinforcementSettings, probed: dict) -> dict:
+    """After the last step: the probe's groups sampled again with the same prompts and sampler seeds (the probe's
+    own, so only the weights differ), graded; `worse` when their mean reward fell below the probe's, which the
+    SFT adapter earned. Not logged in the rollout log: the probe logged these prompts."""
+    group = rollouts.groups(0, list(prompts[:probed["groups"]]), record=False)
+    after = sum(group.rewards) / len(group.rewards)
+    return {"groups": probed["groups"], "before": probed["reward"], "after": round(after, 6),
+            "worse": round(after, 6) < probed["reward"], "seconds": round(group.seconds, 3)}
+
+
+def worse_note(check: dict, rs: ReinforcementSettings, steps: int) -> str:
+    """The warning when GRPO left the model worse than SFT on the probe rows, and which setting to change first."""
+    return (f"GRPO made the model WORSE than SFT on the probe rows: their mean reward fell from {check['before']} "
+            f"(the SFT adapter, before the first step) to {check['after']} after step {steps} (the same "
+            f"{check['groups']} prompt(s) × {rs.group_size} answers and sampler seeds). Change first a lower "
+            f"reinforcement.learning_rate (now {rs.learning_rate:g}); then a reinforcement.kl_beta above 0 (now "
+            f"{rs.kl_beta:g}) to hold the model near SFT, or fewer reinforcement.steps (now {rs.steps}); "
+            f"docs/adapter.md \"When tuning makes it worse\"")
 
 
 class ReferenceWeights:
