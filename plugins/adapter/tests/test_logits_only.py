@@ -3,10 +3,13 @@ vocabulary columns, LoRA with rsLoRA on every linear layer): the SFT loss, the p
 GRPO's answer log-probs equal the full-logits path, and their LoRA gradients too, within 1e-5 on a fixed batch
 (GRPO's gradients 5e-5);
 and the head really ran on the labelled positions alone. The shared prefix (runtime/prefix.py) gives the unshared
-loss and gradients for SFT and GRPO. One model load (module fixture); about a minute of CPU on a quiet machine.
+loss and gradients for SFT and GRPO (its cached-prefix layout here; the prefix tree in tests/test_prefix_tree.py).
+One model load (module fixture); about a minute of CPU on a quiet machine.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 import torch
@@ -16,32 +19,11 @@ from tt_engine_adapter.runtime.logits import token_loss_sum
 from tt_engine_adapter.runtime.prefix import Sharing, shared
 from tt_engine_adapter.runtime.preference.logps import collate as pref_collate, completion_logps
 from tt_engine_adapter.runtime.reinforcement import grpo
-
-SYSTEM = "Rate the movie review: thumbs up or thumbs down."
-REVIEWS = [("a warm, funny and moving film", "thumbs up"), ("the plot was dull and slow " * 3, "thumbs down"),
-           ("great acting", "thumbs up"), ("I walked out after twenty minutes, bored", "thumbs down")]
-
+from review_lora_support import off, review_lora
 
 @pytest.fixture(scope="module")
 def lora(real_base):
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(real_base)
-    model = AutoModelForCausalLM.from_pretrained(real_base, dtype=torch.float32)
-    model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", use_rslora=True,
-                                             lora_dropout=0.0, task_type="CAUSAL_LM"))
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():  # B is zero at init: give the adapter weights so every LoRA tensor gets a gradient
-        for name, p in model.named_parameters():
-            if p.requires_grad:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.01)
-    model.eval()
-    eot = chat.end_of_turn_id(tok)
-    rows = [chat.encode_row(tok, f"r{i}", [{"role": "system", "content": SYSTEM}, {"role": "user", "content": text},
-                                           {"role": "assistant", "content": label}], 128, eot)
-            for i, (text, label) in enumerate(REVIEWS)]
-    return model, rows, chat.pad_token_id(tok)
+    return review_lora(real_base, seed=0)
 
 
 def _grads(model) -> list:
@@ -50,9 +32,7 @@ def _grads(model) -> list:
     return out
 
 
-def _off(a, b) -> float:
-    """The largest difference relative to the largest magnitude when above 1 (float32 sums in another order)."""
-    return float((a.detach() - b.detach()).abs().max()) / max(float(b.detach().abs().max()), 1.0)
+_off = off
 
 
 def _close(a: list, b: list) -> float:
@@ -132,7 +112,8 @@ def test_the_shared_prefix_gives_the_unshared_loss_and_gradients(lora):
     model, rows, pad = lora
     inputs = batches.collate(rows, pad).inputs
     targets = int((inputs["labels"][:, 1:] != chat.IGNORE_INDEX).sum())
-    sharing = Sharing.decide(model, packing=False, gradient_checkpointing=False, distributed=False)
+    sharing = replace(Sharing.decide(model, packing=False, gradient_checkpointing=False, distributed=False),
+                      layout="cache")  # the cached prefix: test_prefix_tree.py holds the tree
     assert sharing.on, sharing.reason
     length = shared(inputs)
     first_label = min(r.labels.index(next(x for x in r.labels if x != chat.IGNORE_INDEX)) for r in rows)
@@ -150,7 +131,8 @@ def test_the_shared_prefix_gives_the_unshared_loss_and_gradients(lora):
 def test_the_shared_prefix_is_off_where_it_cannot_be_shared_and_says_why(lora):
     model, _, _ = lora
     assert "packing" in Sharing.decide(model, True, False, False).reason
-    assert "gradient_checkpointing" in Sharing.decide(model, False, True, False).reason
+    checkpointing = Sharing.decide(model, False, True, False)  # the tree alone: no cache to grow twice
+    assert checkpointing.on and checkpointing.layout == "no_cache" and "gradient_checkpointing" in checkpointing.reason
     assert "torchrun" in Sharing.decide(model, False, False, True).reason
     model.get_base_model().config.sliding_window, was = 64, getattr(model.get_base_model().config, "sliding_window", None)
     try:
@@ -177,7 +159,8 @@ def test_grpo_with_each_groups_prompt_once_gives_the_unshared_loss_and_gradients
     with torch.no_grad():
         for p in reference.params:
             p.mul_(1.1)  # the policy has moved from its reference
-    sharing = Sharing.decide(model, packing=False, gradient_checkpointing=False, distributed=False)
+    sharing = replace(Sharing.decide(model, packing=False, gradient_checkpointing=False, distributed=False),
+                      layout="cache")  # the cached prefix: test_prefix_tree.py holds the tree
     results = []
     for using in (None, sharing):
         stats, widths = _head_widths(model, lambda: reinforcement.backward(
@@ -201,7 +184,8 @@ def test_preference_log_probs_with_the_shared_prefix_equal_the_unshared_ones(lor
     plain, _, (plain_tokens, _) = completion_logps(model, rows, pad, "cpu")
     (plain * weights).sum().backward()
     plain_grads = _grads(model)
-    sharing = Sharing.decide(model, packing=False, gradient_checkpointing=False, distributed=False)
+    sharing = replace(Sharing.decide(model, packing=False, gradient_checkpointing=False, distributed=False),
+                      layout="cache")  # the cached prefix: test_prefix_tree.py holds the tree
     (sums, _, (tokens, _)), widths = _head_widths(model, lambda: completion_logps(model, rows, pad, "cpu", sharing))
     (sums * weights).sum().backward()
     assert len(widths) == 2 and widths[0] == (1, 1)  # the prefix's forward, then the rest's

@@ -15,7 +15,9 @@ every position (today's path, only slower).
 - `token_loss_sum(model, net, inputs)`: the summed next-token cross-entropy of a batch (`labels` -100 where
   unsupervised), what transformers' causal-LM loss sums before dividing by `num_items_in_batch`;
 - `label_logps(model, net, inputs, labels, temperature)`: per-position log-probabilities `[rows, width - 1]` of
-  the next label (0 where the label is -100), what the preference and GRPO losses read.
+  the next label (0 where the label is -100), what the preference and GRPO losses read;
+- `loss_sum_at(logits, labels)`, `logps_at(logits, labels, temperature)`: the same from logits already read at
+  `predicting(labels)` in row-major order (runtime/tree.py reads them from its one forward).
 
 `net` is what is called (the model itself, or its DistributedDataParallel wrapper); `model` owns the head;
 `inputs` are the model's keyword arguments (`use_cache` False unless they say otherwise).
@@ -83,21 +85,29 @@ def forward_at(model: Any, net: Any, where: Any, **inputs: Any) -> Any:
 
 def token_loss_sum(model: Any, net: Any, inputs: dict) -> Any:
     """Summed next-token cross-entropy over the supervised labels of `inputs` (fp32, like transformers')."""
-    import torch
-
     labels = inputs["labels"]
-    where = predicting(labels)
-    logits = forward_at(model, net, where, **{"use_cache": False, **inputs})
-    targets = labels[:, 1:][labels[:, 1:] != IGNORE_INDEX]
-    return torch.nn.functional.cross_entropy(logits.float(), targets, reduction="sum")
+    return loss_sum_at(forward_at(model, net, predicting(labels), **{"use_cache": False, **inputs}), labels)
 
 
 def label_logps(model: Any, net: Any, inputs: dict, labels: Any, temperature: float = 1.0) -> Any:
     """Log-probabilities `[rows, width - 1]` of each next label at `temperature`, 0 where it is -100."""
+    logits = forward_at(model, net, predicting(labels), **{"use_cache": False, **inputs})
+    return logps_at(logits, labels, temperature)
+
+
+def loss_sum_at(logits: Any, labels: Any) -> Any:
+    """The summed cross-entropy of `logits` read at `predicting(labels)` (row-major) against the labels."""
     import torch
 
-    where = predicting(labels)
-    logits = forward_at(model, net, where, **{"use_cache": False, **inputs}).float()
+    targets = labels[:, 1:][labels[:, 1:] != IGNORE_INDEX]
+    return torch.nn.functional.cross_entropy(logits.float(), targets, reduction="sum")
+
+
+def logps_at(logits: Any, labels: Any, temperature: float = 1.0) -> Any:
+    """`[rows, width - 1]` log-probabilities of the next labels from `logits` read at `predicting(labels)`."""
+    import torch
+
+    logits = logits.float()
     if temperature != 1.0:
         logits = logits / temperature
     targets = labels[:, 1:][labels[:, 1:] != IGNORE_INDEX]

@@ -100,6 +100,24 @@ def micro_loss(logps: Any, old_logps: Any, ref_logps: Any, advantages: Any, mask
     return LossParts(loss=loss, kl=kl_mean, clipped=float((clipped.float() * mask).sum()) / tokens)
 
 
+def learning_rows(advantages: Any, beta: float) -> list[int]:
+    """The rows whose answers move the loss: all of them with a KL term (beta > 0); without one, the rows
+    whose advantage is not exactly 0 (a group whose answers all scored the same): their per-token loss
+    `-min(ratio * 0, clip * 0)` is 0 whatever the weights, so their forward and backward change nothing."""
+    if beta != 0.0:
+        return list(range(int(advantages.shape[0])))
+    return [i for i, a in enumerate(advantages.tolist()) if a != 0.0]
+
+
+def zero_gradients(model: Any) -> None:
+    """Every trainable tensor's gradient set to zeros (what a step whose answers all had advantage 0 computes)."""
+    import torch
+
+    for p in model.parameters():
+        if p.requires_grad:
+            p.grad = torch.zeros_like(p) if p.grad is None else p.grad
+
+
 def spread(rewards: Sequence[float], group_size: int) -> list[float]:
     """Each group's reward std (population; 0 when every answer scored the same) — the probe's measure."""
     out = []

@@ -174,8 +174,11 @@ def backward(model: Any, group: Group, rs: ReinforcementSettings, *, micro_batch
              reference: Optional[ReferenceWeights], passes: int = 1,
              between: Callable[[], None] = lambda: None, sharing: Optional[Sharing] = None) -> dict:
     """The step's loss over micro-batches of `micro_batch` answers, with its gradients: `passes` times (the old
-    log-probabilities fixed before the first), `between()` after each pass (the optimizer step). Returns the
-    last pass's loss (the sum of the micro-batch shares: the whole step's reduction) and the logged means."""
+    log-probabilities are the first pass's own, detached: no optimizer step comes before it), `between()` after
+    each pass (the optimizer step). Answers that cannot move the loss are left out (`grpo.learning_rows`); the
+    reference's log-probabilities come from one forward for the step where they fit
+    (`Sharing.answer_logps_fixed`). Returns the last pass's loss (the sum of the micro-batch shares: the whole
+    step's reduction) and the logged means."""
     import torch
 
     sharing = sharing or Sharing(False, "")
@@ -183,24 +186,25 @@ def backward(model: Any, group: Group, rs: ReinforcementSettings, *, micro_batch
     advantages, _ = grpo.group_advantages(rewards, rs.group_size, rs.scale_rewards)
     full = batch_tensors(torch, group, rs.group_size, pad_id, device)
     n_rows = len(group.answers)
-    chunks = [slice(s, min(s + micro_batch, n_rows)) for s in range(0, n_rows, micro_batch)]
+    learning = grpo.learning_rows(advantages, rs.kl_beta)  # without a KL term, advantage 0 gives no gradient
+    chunks = sharing.answer_micro_batches(model, full, learning, micro_batch)
     total_tokens = int(full["mask"].sum())
 
-    def logps(part: slice) -> Any:  # each group's prompt once, logits only on the answer tokens
+    def logps(part: list) -> Any:  # the rows as a prefix tree (or each group's prompt once), logits on answers
         return sharing.answer_logps(model, full, part, rs.group_size, rs.temperature)
 
-    old = ref = None
-    if passes > 1:
-        with torch.no_grad():
-            old = [logps(part) for part in chunks]
-    if reference is not None:
-        ref = reference.logps(lambda: [logps(part) for part in chunks])
+    ref = None
+    if reference is not None and chunks:
+        ref = reference.logps(lambda: sharing.answer_logps_fixed(model, full, chunks, rs.group_size, rs.temperature))
+    old: list = []  # the first pass's own log-probs: the weights do not move before its optimizer step
     kls, clipped, step_loss = [], [], 0.0
-    for _ in range(passes):
+    for first in [True] + [False] * (passes - 1):
         step_loss = 0.0
         for index, part in enumerate(chunks):
             current = logps(part)
-            parts = grpo.micro_loss(current, old[index] if old else current.detach(),
+            if first and passes > 1:
+                old.append(current.detach())
+            parts = grpo.micro_loss(current, current.detach() if first else old[index],
                                     ref[index] if ref else None, advantages[part], full["mask"][part],
                                     beta=rs.kl_beta, epsilon=rs.epsilon, loss_type=rs.loss_type,
                                     total_answers=n_rows, total_tokens=total_tokens)
@@ -209,6 +213,8 @@ def backward(model: Any, group: Group, rs: ReinforcementSettings, *, micro_batch
             tokens = float(full["mask"][part].sum())
             kls.append(parts.kl * tokens)
             clipped.append(parts.clipped * tokens)
+        if not chunks:  # no answer to learn from: a zero gradient, so the optimizer steps as it would
+            grpo.zero_gradients(model)
         between()
     spreads = grpo.spread(group.rewards, rs.group_size)
     weight = max(total_tokens, 1) * passes  # means over the answer tokens
