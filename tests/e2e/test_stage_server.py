@@ -1,7 +1,7 @@
 """The warm stage server (TT_STAGE_SERVER=1, issue 52 item 3; docs/operations.md "Stage server") on the adapter
 engine through the real `tt`, a tiny base model on CPU: served stages write the results plain ones write; a stop
 to the stage's group mid-stage interrupts the run as on the plain path, and the run resumes; a killed launcher
-takes its stage with it; a killed `tt` leaves no launcher, server or stage (read in /proc); the server has no
+takes its stage with it; a killed server stops its stage and the run resumes to an unbroken run's bytes; a killed `tt` leaves no launcher, server or stage (read in /proc); the server has no
 socket with a path, only the pairs `tt` made."""
 
 from __future__ import annotations
@@ -172,6 +172,36 @@ def test_killed_launcher_kills_its_stage(home, model):
         wait_until(lambda: not Path(f"/proc/{stage}").exists(), "the served stage to be killed", timeout=30)
         assert proc.wait(timeout=120) == 1
         assert json.loads((run / "run.json").read_text())["stages"]["train"]["state"] == "failed"
+
+
+def test_a_killed_server_stops_its_stage_and_the_run_resumes_to_the_bytes_of_an_unbroken_run(home, model):
+    """SIGKILL to the stage server mid-train (a crash): the served stage's parent-death signal stops it, the
+    run fails naming the stage, nothing it started is left; `tt run --resume` (a new server) completes with the
+    adapter an uninterrupted plain run of the same spec writes, byte for byte."""
+    runs = {}
+    for name in ("unbroken", "crashed"):
+        runs[name] = (write_spec(home / f"server-{name}", str(model), hyperparameters={"n_epochs": 2}),
+                      home / f"server-{name}" / "run")
+    spec, unbroken = runs["unbroken"]
+    done = run_tt(home, "run", spec, "--resume", unbroken)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    spec, run = runs["crashed"]
+    with popen_tt(home, "run", spec, "--resume", run, extra={**SERVED, "TT_HOLD_AT_STEP": "2"}) as proc:
+        wait_until(lambda: train_step(run) >= 2 or proc.poll() is not None, "two training steps", timeout=600)
+        kinds = started_by(proc.pid)
+        (server,), (stage,) = kinds["server"], kinds["stage"]
+        os.kill(server, signal.SIGKILL)
+        wait_until(lambda: not Path(f"/proc/{stage}").exists(), "the served stage to stop", timeout=120)
+        assert proc.wait(timeout=300) != 0
+        wait_until(lambda: not any(started_by(proc.pid).values()), "launcher and stage to end", timeout=60)
+    assert json.loads((run / "run.json").read_text())["stages"]["train"]["state"] in ("failed", "interrupted")
+    resumed = run_tt(home, "run", spec, "--resume", run, extra=SERVED)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "forked by the warm server" in (run / "logs" / "train.log").read_text()
+    weights = sorted(p.relative_to(unbroken) for p in unbroken.glob("train/**/adapter_model.safetensors"))
+    assert weights and weights == sorted(p.relative_to(run) for p in run.glob("train/**/adapter_model.safetensors"))
+    for path in weights:
+        assert (run / path).read_bytes() == (unbroken / path).read_bytes(), path
 
 
 def test_killed_host_leaves_no_server_or_stage(home, model):
