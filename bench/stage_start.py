@@ -58,7 +58,7 @@ def one(python: Path, module: str, run: Path, stage: str, served: bool) -> dict:
 
     log = run / "logs" / f"bench-{stage}.log"
     outcome = runner.run_stage(python, module, run / stage / "request.json", run, log, on_event,
-                               warm="tt_engine_adapter.runtime.warm")
+                               warm="tt_engine_adapter.stages.warm")
     if outcome.exit_code != 0:
         raise SystemExit(f"{stage} exited {outcome.exit_code}: {outcome.last_error}; see {log}")
     return {"first": first[0] if first else None, "end": outcome.seconds}

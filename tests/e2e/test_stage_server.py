@@ -113,7 +113,7 @@ def test_served_stages_write_the_same_results(home, model):
         runs[name] = run
     plain, served = runs["plain"], runs["served"]
     server_log = (served / "logs" / "stage-server.log").read_text()
-    assert "tt_engine_adapter.runtime.warm imported, serving 5 stage modules" in server_log, server_log
+    assert "tt_engine_adapter.stages.warm imported, serving 5 stage modules" in server_log, server_log
     assert not (plain / "logs" / "stage-server.log").exists()
     for stage in ("prefetch", "prepare"):
         assert "the server refused the stage" in (served / "logs" / f"{stage}.log").read_text()

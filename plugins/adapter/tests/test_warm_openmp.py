@@ -1,4 +1,4 @@
-"""The stage server's warm module loads OpenMP with idle threads that wait passively (runtime/warm.py).
+"""The stage server's warm module loads OpenMP with idle threads that wait passively (stages/warm.py).
 
 OpenMP reads its wait policy once, when torch loads libgomp: in the stage server, before any stage is forked,
 so the default a plain stage gets from `tt_engine_adapter.stages` (OMP_WAIT_POLICY=PASSIVE unless set) must be
@@ -17,7 +17,7 @@ import sys
 
 def _openmp_settings(**env: str) -> str:
     clean = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    done = subprocess.run([sys.executable, "-P", "-c", "import tt_engine_adapter.runtime.warm"],
+    done = subprocess.run([sys.executable, "-P", "-c", "import tt_engine_adapter.stages.warm"],
                           env={**clean, "OMP_DISPLAY_ENV": "VERBOSE", **env}, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -282,7 +282,7 @@ ENGINE = Engine(
     serve=Serve("tt_engine_adapter.serve", hf_folders=True),
     starter=STARTER,
     plan_notes=plan_notes,
-    stage_server="tt_engine_adapter.runtime.warm",  # with TT_STAGE_SERVER=1 (docs/operations.md "Stage server")
+    stage_server="tt_engine_adapter.stages.warm",  # with TT_STAGE_SERVER=1 (docs/operations.md "Stage server")
     host_api="1.4",
 )
 

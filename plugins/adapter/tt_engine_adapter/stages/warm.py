@@ -5,13 +5,13 @@ The stages below go offline as their first act (`model_source.go_offline()` at i
 is imported), so the server does the same before importing what they import: torch, transformers, PEFT and
 the engine's runtime modules. `prefetch` (it may download the base) and `prepare` (no torch) are not served.
 
-OpenMP reads its wait policy once, when torch loads it: here, in the server, not in the forked stage. So the
-stages package's default (`OMP_WAIT_POLICY=PASSIVE` unless the user set it) is imported first; without it the
+OpenMP reads its wait policy once, when torch loads it: here, in the server, not in the forked stage. This module
+lives in the stages package so that importing it runs the package's `__init__` first, with its default
+(`OMP_WAIT_POLICY=PASSIVE` unless the user set it), before torch loads; from runtime/ it did not, and the
 served stages spun their idle threads and trained at 3-4 tokens/s on a loaded 2-core machine where a plain
 stage trained at 43 (docs/performance.md, "Stage start").
 """
 
-import tt_engine_adapter.stages  # noqa: F401 (first: OMP_WAIT_POLICY=PASSIVE unless set, before torch loads OpenMP)
 from tt_engine_adapter.runtime import model_source
 
 model_source.go_offline()
