@@ -8,11 +8,10 @@ tests/e2e/test_install_from_wheels.py.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 
-from plugin_site import ECHO_SOURCE, add_distribution
+from plugin_site import add_distribution, copy_echo
 
 from tt_host.engines.uv import uv_binary
 
@@ -40,8 +39,7 @@ def test_bad_install_arguments_exit_2_and_change_nothing(tt, tmp_path):
 
 
 def test_lock_writes_the_shipped_lock_and_check_catches_a_stale_one(tt, tmp_path):
-    project = tmp_path / "echo"
-    shutil.copytree(ECHO_SOURCE, project, ignore=shutil.ignore_patterns("__pycache__", ".venv", "pylock*.toml"))
+    project = copy_echo(tmp_path / "echo", ("__pycache__", ".venv", "pylock*.toml"))
     site = add_distribution(tmp_path / "site", "tt-engine-echo", "0.1.0", {"echo": "tt_engine_echo.plugin"})
     tt.env["PYTHONPATH"] = os.pathsep.join([str(site), str(project)])
     lock = project / "tt_engine_echo" / "pylock.runtime.toml"

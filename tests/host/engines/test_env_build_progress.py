@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
 
 from conftest import TT_BIN
-from plugin_site import ECHO_SOURCE, add_distribution
+from plugin_site import add_distribution, copy_echo
 
 from tt_host.engines.envs import MARKER
 from tt_host.engines.torch_build import describe_torch, summary
@@ -28,8 +27,7 @@ FOUNDATION = REPO / "plugins" / "foundation"
 
 def echo_copy(tmp_path: Path, tt) -> None:
     """A private copy of the echo engine, built into a private environments folder from an empty uv cache."""
-    source = tmp_path / "engines" / "echo"
-    shutil.copytree(ECHO_SOURCE, source, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    source = copy_echo(tmp_path / "engines")
     site = add_distribution(tmp_path / "site-copy", "tt-engine-echo", "0.1.0", {"echo": "tt_engine_echo.plugin"})
     tt.env.update(PYTHONPATH=os.pathsep.join([str(site), str(source)]), TT_ENVS_DIR=str(tmp_path / "envs"),
                   UV_CACHE_DIR=str(tmp_path / "uv-cache"))

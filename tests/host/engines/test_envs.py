@@ -4,14 +4,13 @@ import contextlib
 import fcntl
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 from conftest import echo_spec, write_spec
-from plugin_site import ECHO_SOURCE, add_distribution
+from plugin_site import add_distribution, copy_echo
 from process_support import alive, wait_until
 
 from tt_host.engines.uv import uv_binary
@@ -19,8 +18,7 @@ from tt_host.engines.uv import uv_binary
 
 def copy_engine(tmp_path: Path, tt, name="echo"):
     """A private copy of the echo engine whose uv.lock the test may edit."""
-    source = tmp_path / "engines" / name
-    shutil.copytree(ECHO_SOURCE, source, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    source = copy_echo(tmp_path / "engines" / name)
     site = add_distribution(tmp_path / "site-copy", "tt-engine-echo", "0.1.0", {"echo": "tt_engine_echo.plugin"})
     tt.env["PYTHONPATH"] = os.pathsep.join([str(site), str(source)])
     return source

@@ -18,6 +18,10 @@ is already active. Every time it must complete, and the model files, the registr
 (without timestamps) must equal the reference's. The points are printed with their count. By default the
 first write of each file and of each stage runs (13 points); `TT_CRASH_POINTS=all` runs every point (23:
 16 renames and the history's append by tt, 6 stage writes).
+
+It runs twice: with plain stages, and with every stage forked by the warm stage server (TT_STAGE_SERVER=1,
+docs/operations.md "Stage server"; the echo engine's warm module serves all its stages), where `tt`'s kill also
+ends the server and a stage's kill is the forked child's.
 """
 
 from __future__ import annotations
@@ -44,9 +48,10 @@ SYSCALL = re.compile(r'^(\d+) +(rename|write)\((?:"[^"]*", "([^"]*)"|\d+<([^>]*)
 class Sequence:
     """The run and the activation in one place (a fixed TT_HOME and run folder, so paths compare equal)."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, served: bool = False):
         self.root, self.home, self.run = root, root / "tt-home", root / "run"
         self.env = base_env(root, echo_site(root / "site"))
+        self.env["TT_STAGE_SERVER"] = "1" if served else "0"
         self.spec = write_spec(root / "s", echo_spec(steps=2, step_seconds=0))
 
     def reset(self) -> None:
@@ -135,10 +140,13 @@ def bounded(points: list) -> list:
     return list(firsts.values())
 
 
-def test_a_crash_at_every_durable_write_resumes_to_the_uninterrupted_end_state(tmp_path, capsys):
+@pytest.mark.parametrize("served", [False, True], ids=["plain", "stage-server"])
+def test_a_crash_at_every_durable_write_resumes_to_the_uninterrupted_end_state(tmp_path, capsys, served):
     assert STRACE, "strace is needed (Debian: apt-get install strace); .ci/run installs it"
     started = time.monotonic()
-    seq = Sequence(tmp_path)
+    seq = Sequence(tmp_path, served)
+    prepared = seq.tt([TT_BIN, "engines", "prepare", "echo", "--json"])  # built before tracing: the trace is tt's
+    assert prepared.returncode == 0, prepared.stdout[-2000:] + prepared.stderr[-2000:]
     traced, stage_writes = traced_points(seq, tmp_path)
     reference = seq.end_state()
     assert reference["status"] == "completed" and reference["history"] and reference["registry"]
@@ -166,8 +174,10 @@ def test_a_crash_at_every_durable_write_resumes_to_the_uninterrupted_end_state(t
         assert crashed.returncode != 0, f"{module} was not killed at its write #{n}"
         tried.append(f"{module} write #{n}")
         failed.extend(_resumed_to(seq, reference, tried[-1]))
+    if served:  # the stages did go through the server
+        assert "forked by the warm server" in (seq.run / "logs" / "train.log").read_text()
     with capsys.disabled():
-        print(f"\n{len(tried)} crash points tried, {len(tried) - len(failed)} resumed to the uninterrupted end state "
+        print(f"\n{len(tried)} crash points tried{' through the stage server' if served else ''}, {len(tried) - len(failed)} resumed to the uninterrupted end state "
               f"({len(traced)} of tt's own writes found; {time.monotonic() - started:.0f} s):\n  " + "\n  ".join(tried))
     assert not failed, "\n".join(failed)
 

@@ -64,5 +64,6 @@ def tt_engines():
         ),
         serve=Serve("tt_engine_echo.serve"),
         starter={"echo": {"steps": 5}},
-        host_api="1.1",
+        stage_server="tt_engine_echo.stages.warm",  # with TT_STAGE_SERVER=1 (docs/operations.md "Stage server")
+        host_api="1.4",
     )
