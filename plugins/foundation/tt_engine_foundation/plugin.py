@@ -245,7 +245,8 @@ ENGINE = Engine(
     starter=STARTER,
     spec_device=spec_device,
     pipeline_vocabulary=PIPELINE_VOCABULARY,
-    host_api="1.3",
+    stage_server="tt_engine_foundation.stages.warm",  # with TT_STAGE_SERVER=1 (docs/operations.md "Stage server")
+    host_api="1.4",
 )
 
 
