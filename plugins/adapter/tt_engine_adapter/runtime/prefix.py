@@ -179,13 +179,13 @@ class Sharing:
         setting allows): the groups' prompts then run once for more answers, in fewer forwards."""
         if not self.on or self.layout == "cache" or tree.attention_kind(model) is None or not rows:
             return [rows[s:s + size] for s in range(0, len(rows), size)]
+        import torch
+
         from tt_engine_adapter.runtime.reinforcement.grpo import answer_labels
 
         budget = size * int(full["input_ids"].shape[1])
         out, start = [], 0
         while start < len(rows):
-            import torch
-
             pick = torch.tensor(rows[start:], dtype=torch.long, device=full["input_ids"].device)
             ids = full["input_ids"][pick]
             read = predicting(answer_labels(ids, full["n"], full["mask"][pick]))
