@@ -8,3 +8,8 @@ the queue, on the engine's decoder `decode/`: KV cache, masks, forward passes,
 token picking), `app` (Starlette routes, limits), `guard` (Host, JSON, API
 key), `protocol` (header-read timeout), `metrics` (`/metrics`).
 """
+
+from tt_engine_adapter.runtime import bitsandbytes_gate
+
+bitsandbytes_gate.hide_where_unusable()  # before PEFT: no GPU, no bitsandbytes import
+

@@ -3,9 +3,13 @@
 
 Importing this package (before any stage imports torch) makes torch's idle OpenMP threads wait passively unless
 the user chose otherwise: spinning idle threads take the cores other processes need, and on a busy 2-core machine
-they made LoRA training on a real 135M model 5.6x slower (docs/performance.md, "A real base against TRL").
+they made LoRA training on a real 135M model 5.6x slower (docs/performance.md, "A real base against TRL"). And
+bitsandbytes stays unimported on a machine without a GPU (runtime/bitsandbytes_gate.py).
 """
 
 import os
 
+from tt_engine_adapter.runtime import bitsandbytes_gate
+
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+bitsandbytes_gate.hide_where_unusable()
