@@ -294,3 +294,21 @@ def test_a_batch_of_one_adapter_runs_the_bank_s_single_adapter_pass_and_answers_
         _drain(scheduler)
         assert passes and set(passes) == {residency.slot(entry)}, (WORDS[k], passes)
         assert scheduler.tokens[id(job)] == alone[k][2][0] and _answer(items) == alone[k][2][1], WORDS[k]
+
+
+def test_the_recorder_never_hands_one_job_the_tokens_of_another_whose_id_it_reused(trained):
+    """CPython gives a freed job's id to a later object, and the recorder (`testing/recording.py`) keys by id: a
+    CI run once read a dropped alpha job's 6 tokens before delta's 4. What a reused id leaves is planted under
+    each new job's id; the recorder still holds exactly that job's own picks, and keeps every job it recorded."""
+    base, _ = trained
+    model = ChatModel(str(base), device="cpu")
+    scheduler = Recording(model, max_batch=1, max_batch_tokens=model.context_length)
+    for i in range(3):
+        job, items = _job(model, PROMPTS[i], SYSTEMS[i])
+        scheduler.tokens[id(job)] = [-1] * 6  # an earlier job's picks under the same id
+        scheduler.submit(job)
+        _drain(scheduler)
+        (finish,) = _answer(items)[1]
+        assert len(scheduler.tokens[id(job)]) == finish[1] + (finish[0] == "stop"), scheduler.tokens[id(job)]
+        assert -1 not in scheduler.tokens[id(job)]
+    assert len(set(scheduler.tokens)) == 3  # (ids held: none reused while the recorder lives)
