@@ -1,8 +1,9 @@
 """The warm stage server (TT_STAGE_SERVER=1, issue 52 item 3; docs/operations.md "Stage server") on the adapter
 engine through the real `tt`, a tiny base model on CPU: served stages write the results plain ones write; a stop
 to the stage's group mid-stage interrupts the run as on the plain path, and the run resumes; a killed launcher
-takes its stage with it; a killed server stops its stage and the run resumes to an unbroken run's bytes; a killed `tt` leaves no launcher, server or stage (read in /proc); the server has no
-socket with a path, only the pairs `tt` made."""
+takes its stage with it; a killed server stops its stage and the run resumes to an unbroken run's bytes; a killed
+`tt` leaves no launcher, server or stage (read in /proc), and spares those of a second `tt` running beside it; the
+server has no socket with a path, only the pairs `tt` made."""
 
 from __future__ import annotations
 
@@ -202,6 +203,41 @@ def test_a_killed_server_stops_its_stage_and_the_run_resumes_to_the_bytes_of_an_
     assert weights and weights == sorted(p.relative_to(run) for p in run.glob("train/**/adapter_model.safetensors"))
     for path in weights:
         assert (run / path).read_bytes() == (unbroken / path).read_bytes(), path
+
+
+def test_two_tt_processes_at_once_each_have_their_own_server_and_a_kill_of_one_spares_the_other(home, model):
+    """Two `tt run` processes at once on one TT_HOME and one engine environment (real processes): each starts its
+    own server, each served stage is its own host's server's child; SIGKILL to one `tt` mid-train ends what that
+    `tt` started and nothing of the other, which completes; the killed run resumed writes the other's adapter,
+    byte for byte (the same spec)."""
+    runs = {name: (write_spec(home / f"twin-{name}", str(model), hyperparameters={"n_epochs": 2}),
+                   home / f"twin-{name}" / "run") for name in ("killed", "spared")}
+    (spec_k, run_k), (spec_s, run_s) = runs["killed"], runs["spared"]
+    with popen_tt(home, "run", spec_k, "--resume", run_k, extra={**SERVED, "TT_HOLD_AT_STEP": "2"}) as killed:
+        wait_until(lambda: train_step(run_k) >= 2 or killed.poll() is not None, "two training steps", timeout=600)
+        with popen_tt(home, "run", spec_s, "--resume", run_s, extra=SERVED) as spared:
+            wait_until(lambda: started_by(spared.pid)["server"] or spared.poll() is not None,
+                       "the second tt's server", timeout=300)
+            assert spared.poll() is None, spared.stderr.read()
+            mine, theirs = started_by(killed.pid), started_by(spared.pid)
+            (server_k,), (stage_k,), (server_s,) = mine["server"], mine["stage"], theirs["server"]
+            assert server_k != server_s
+            assert processes()[stage_k][2] == server_k
+            os.kill(killed.pid, signal.SIGKILL)
+            killed.wait(timeout=30)
+            wait_until(lambda: not any(started_by(killed.pid).values()), "the killed tt's processes to end",
+                       timeout=120)
+            out, err = spared.communicate(timeout=900)  # (read while it runs: a full pipe would hold it)
+            assert spared.returncode == 0, out[-3000:] + err[-3000:]
+            wait_until(lambda: not any(started_by(spared.pid).values()), "the spared tt's server to end", timeout=60)
+    assert "forked by the warm server" in (run_s / "logs" / "train.log").read_text()
+    assert json.loads((run_s / "run.json").read_text())["status"] == "completed"
+    resumed = run_tt(home, "run", spec_k, "--resume", run_k, extra=SERVED)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    weights = sorted(p.relative_to(run_s) for p in run_s.glob("train/**/adapter_model.safetensors"))
+    assert weights and weights == sorted(p.relative_to(run_k) for p in run_k.glob("train/**/adapter_model.safetensors"))
+    for path in weights:
+        assert (run_k / path).read_bytes() == (run_s / path).read_bytes(), path
 
 
 def test_killed_host_leaves_no_server_or_stage(home, model):
