@@ -4,6 +4,7 @@ process (no import, no kernels warning). Real interpreter processes in the engin
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -33,3 +34,39 @@ def test_without_a_gpu_bitsandbytes_is_never_imported(package):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "bitsandbytes: NoneType False PeftModelForCausalLM" in done.stdout, done.stdout + done.stderr[-2000:]
     assert "kernels" not in done.stderr, done.stderr[-2000:]
+
+
+def _child(code: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **env})
+
+
+@pytest.mark.skipif(bitsandbytes_gate.usable(), reason="this machine has a GPU: bitsandbytes is usable here")
+def test_tt_bitsandbytes_1_keeps_it_importable_where_no_device_node_shows_a_gpu():
+    done = _child(CHILD.format(package="tt_engine_adapter.stages"), TT_BITSANDBYTES="1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "bitsandbytes: module True PeftModelForCausalLM" in done.stdout, done.stdout + done.stderr[-2000:]
+
+
+@pytest.mark.skipif(bitsandbytes_gate.usable(), reason="this machine has a GPU: bitsandbytes is usable here")
+def test_a_qlora_stage_that_finds_it_left_out_on_cuda_names_the_variable_that_keeps_it():
+    """torch sees CUDA where no device node the gate knows exists: the 4-bit load fails naming what to set, not
+    with transformers' 'requires bitsandbytes' under a model-loading error."""
+    done = _child("import tt_engine_adapter.stages, torch\n"
+                  "from tt_engine_adapter.runtime import model_source\n"
+                  "from tt_stagekit.protocol import StageError\n"
+                  "try:\n    model_source.quantization('cuda', torch.float16)\n"
+                  "except StageError as exc:\n    print('refused:', exc)\n")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "refused: hyperparameters.load_in_4bit: bitsandbytes was left out" in done.stdout, done.stdout
+    assert "/dev/dxg" in done.stdout and "TT_BITSANDBYTES=1" in done.stdout
+
+
+@pytest.mark.parametrize("node", bitsandbytes_gate.DEVICE_NODES)
+def test_any_one_gpu_device_node_keeps_bitsandbytes(monkeypatch, node):
+    """NVIDIA's control node, ROCm's /dev/kfd, or WSL2's /dev/dxg alone: the gate leaves bitsandbytes be."""
+    monkeypatch.delenv(bitsandbytes_gate.FORCE_ENV, raising=False)
+    monkeypatch.setattr(bitsandbytes_gate.os.path, "exists", lambda path: path == node)
+    assert bitsandbytes_gate.usable()
+    monkeypatch.setattr(bitsandbytes_gate.os.path, "exists", lambda path: False)
+    assert not bitsandbytes_gate.usable()

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tt_engine_adapter.formats import fingerprint
+from tt_engine_adapter.runtime import bitsandbytes_gate
 from tt_engine_adapter.runtime.config import AdapterRequest
 from tt_stagekit import devices
 from tt_stagekit.protocol import InvalidInput, StageError, log
@@ -143,6 +144,11 @@ def quantization(device: str, dtype):
     if device != "cuda":
         raise InvalidInput(f"hyperparameters.load_in_4bit: 4-bit QLoRA needs a CUDA device (this stage runs on "
                            f"{device}); set it to false")
+    if bitsandbytes_gate.hidden():
+        nodes = ", ".join(bitsandbytes_gate.DEVICE_NODES)
+        raise StageError(f"hyperparameters.load_in_4bit: bitsandbytes was left out when this stage started, because "
+                         f"none of {nodes} exists here though torch sees CUDA; run again with "
+                         f"{bitsandbytes_gate.FORCE_ENV}=1 in tt's environment to keep it")
     return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
                               bnb_4bit_compute_dtype=dtype if dtype != torch.float32 else torch.bfloat16)
 
