@@ -2,12 +2,12 @@
 
 tt uses bitsandbytes for one thing, the 4-bit base of QLoRA (`hyperparameters.load_in_4bit`), which needs a CUDA
 device (the spec refuses it elsewhere). PEFT and transformers import it whenever it is installed, which on a
-machine without a GPU cost 0.9-2.7 s of every stage's start and printed a kernels warning. `hide_where_unusable()`
-(called by the stages and serve packages before anything imports PEFT) marks it absent in `sys.modules` when the
-machine has no GPU device node: `importlib.util.find_spec` then answers None, so both libraries take it as not
-installed, and `import bitsandbytes` raises ImportError, which PEFT's helpers catch. `TT_BITSANDBYTES=1` keeps
-it importable whatever the device nodes say (a GPU this check does not know); a QLoRA stage that finds it hidden
-on CUDA fails naming that variable (`model_source.quantization`).
+machine without a GPU cost 0.85 s of every stage's start (bench/stage_imports.py) and printed a kernels warning.
+`hide_where_unusable()` (called by the stages and serve packages before anything imports PEFT) marks it absent in
+`sys.modules` when the machine has no GPU device node: `importlib.util.find_spec` then answers None, so both
+libraries take it as not installed, and `import bitsandbytes` raises ImportError, which PEFT's helpers catch.
+`TT_BITSANDBYTES=1` keeps it importable whatever the device nodes say (a GPU this check does not know); a QLoRA
+stage that finds it hidden on CUDA fails naming that variable (`model_source.quantization`).
 """
 
 from __future__ import annotations
