@@ -54,6 +54,17 @@ def popen_tt(home: Path, *args, extra: dict | None = None) -> Iterator[subproces
             proc.wait()
 
 
+@contextmanager
+def held_in_training(home: Path, spec: Path, run: Path, served: bool = True) -> Iterator[subprocess.Popen]:
+    """`tt run` of `spec` into `run` (through the server when `served`), its train stage held after step 2
+    (TT_HOLD_AT_STEP: it waits there for a stop, so the run cannot end before the test's signal); yields `tt`."""
+    extra = {**(SERVED if served else {}), "TT_HOLD_AT_STEP": "2"}
+    with popen_tt(home, "run", spec, "--resume", run, extra=extra) as proc:
+        wait_until(lambda: train_step(run) >= 2 or proc.poll() is not None, "two training steps", timeout=600)
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        yield proc
+
+
 def processes() -> dict[int, tuple[str, dict[str, str], int]]:
     """Every process we may read: its command line, environment (as it was started) and parent pid."""
     found = {}
@@ -138,12 +149,9 @@ def test_served_stages_write_the_same_results(home, model):
 def test_sigterm_to_the_stage_group_interrupts_and_resumes(home, model, mode):
     """SIGTERM to the train stage's process group (a supervisor's stop) while it runs: the stage saves, the run
     ends 130, interrupted, as on the plain path; resumed, it completes from the saved step."""
-    extra = {**(SERVED if mode == "served" else {}), "TT_HOLD_AT_STEP": "2"}
     spec = write_spec(home / f"stop-{mode}", str(model), hyperparameters={"n_epochs": 2})
     run = home / f"stop-{mode}" / "run"
-    with popen_tt(home, "run", spec, "--resume", run, extra=extra) as proc:
-        wait_until(lambda: train_step(run) >= 2 or proc.poll() is not None, "two training steps", timeout=600)
-        assert proc.poll() is None, proc.stderr.read()
+    with held_in_training(home, spec, run, served=mode == "served") as proc:
         kinds = started_by(proc.pid)
         if mode == "served":
             (group,), (_,) = kinds["launcher"], kinds["stage"]
@@ -165,8 +173,7 @@ def test_killed_launcher_kills_its_stage(home, model):
     """SIGKILL to the launcher (what the host's kill after the grace period is): the server kills the stage."""
     spec = write_spec(home / "launcher", str(model), hyperparameters={"n_epochs": 2})
     run = home / "launcher" / "run"
-    with popen_tt(home, "run", spec, "--resume", run, extra={**SERVED, "TT_HOLD_AT_STEP": "2"}) as proc:
-        wait_until(lambda: train_step(run) >= 2 or proc.poll() is not None, "two training steps", timeout=600)
+    with held_in_training(home, spec, run) as proc:
         kinds = started_by(proc.pid)
         (launcher,), (stage,) = kinds["launcher"], kinds["stage"]
         os.kill(launcher, signal.SIGKILL)
@@ -187,8 +194,7 @@ def test_a_killed_server_stops_its_stage_and_the_run_resumes_to_the_bytes_of_an_
     done = run_tt(home, "run", spec, "--resume", unbroken)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     spec, run = runs["crashed"]
-    with popen_tt(home, "run", spec, "--resume", run, extra={**SERVED, "TT_HOLD_AT_STEP": "2"}) as proc:
-        wait_until(lambda: train_step(run) >= 2 or proc.poll() is not None, "two training steps", timeout=600)
+    with held_in_training(home, spec, run) as proc:
         kinds = started_by(proc.pid)
         (server,), (stage,) = kinds["server"], kinds["stage"]
         os.kill(server, signal.SIGKILL)
@@ -213,8 +219,7 @@ def test_two_tt_processes_at_once_each_have_their_own_server_and_a_kill_of_one_s
     runs = {name: (write_spec(home / f"twin-{name}", str(model), hyperparameters={"n_epochs": 2}),
                    home / f"twin-{name}" / "run") for name in ("killed", "spared")}
     (spec_k, run_k), (spec_s, run_s) = runs["killed"], runs["spared"]
-    with popen_tt(home, "run", spec_k, "--resume", run_k, extra={**SERVED, "TT_HOLD_AT_STEP": "2"}) as killed:
-        wait_until(lambda: train_step(run_k) >= 2 or killed.poll() is not None, "two training steps", timeout=600)
+    with held_in_training(home, spec_k, run_k) as killed:
         with popen_tt(home, "run", spec_s, "--resume", run_s, extra=SERVED) as spared:
             wait_until(lambda: started_by(spared.pid)["server"] or spared.poll() is not None,
                        "the second tt's server", timeout=300)
@@ -246,8 +251,7 @@ def test_killed_host_leaves_no_server_or_stage(home, model):
     ran, the server held no socket with a path (only unnamed pairs) and was started with -P."""
     spec = write_spec(home / "host", str(model), hyperparameters={"n_epochs": 2})
     run = home / "host" / "run"
-    with popen_tt(home, "run", spec, "--resume", run, extra={**SERVED, "TT_HOLD_AT_STEP": "2"}) as proc:
-        wait_until(lambda: train_step(run) >= 2 or proc.poll() is not None, "two training steps", timeout=600)
+    with held_in_training(home, spec, run) as proc:
         kinds = started_by(proc.pid)
         assert len(kinds["launcher"]) == len(kinds["server"]) == len(kinds["stage"]) == 1, kinds
         (server,) = kinds["server"]
