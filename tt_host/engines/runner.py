@@ -322,7 +322,8 @@ def run_stage(
             on_event(event)
 
         assert process.stdout is not None
-        reader = OutputReader(process.stdout, handle, "stage").start()
+        reader = OutputReader(process.stdout, handle, "stage")  # bound before its thread can call `handle`
+        reader.start()
         forwarder.wait(reader.thread)
         reader.finish()
     try:
