@@ -36,6 +36,11 @@ from test_export_merged import make_adapter, run_export
 from vllm_env_support import vllm_env
 from vllm_many_support import ask_together, chat, lora_sets_run_together
 
+# Rounds of eight clients released together: the clients of one round can reach vLLM one after another when the
+# machine is loaded (a CI run once saw four adapters each run alone), so a round that ran no two adapters in one
+# step is asked again; three such rounds in a row fail the test.
+ROUNDS = 3
+
 PROMPT = [{"role": "system", "content": "Classify the sentiment of the movie review."},
           {"role": "user", "content": "A wonderful film."}]
 NEW_TOKENS = 8
@@ -265,9 +270,13 @@ def test_four_adapters_on_one_vllm_server_answer_concurrent_clients_like_peft_an
         assert len({tuple(peft[name, user][1]) for name, _, _ in four}) == len(four), peft  # they really differ
     assert tt == peft  # tt's many-adapter path: token for token each adapter alone
     asks = [(name, user, system) for user in USERS for name, _, system in four]
-    answers = ask_together(servers["lora"], [_body(name, _messages(system, user)) for name, user, system in asks])
-    assert {(name, user): _tokens(answer) for (name, user, _), answer in zip(asks, answers)} == peft
-    together = lora_sets_run_together(servers["lora"])
+    bodies = [_body(name, _messages(system, user)) for name, user, system in asks]
+    for _ in range(ROUNDS):  # every round's answers are checked; a loaded machine may serialize one round
+        answers = ask_together(servers["lora"], bodies)
+        assert {(name, user): _tokens(answer) for (name, user, _), answer in zip(asks, answers)} == peft
+        together = lora_sets_run_together(servers["lora"])
+        if any(len(names) > 1 for names in together):
+            break
     print(f"LoRA sets vLLM ran in one step: {sorted(map(sorted, together))}")
     assert any(len(names) > 1 for names in together), together
 
