@@ -24,16 +24,8 @@ lora = get_peft_model(model, LoraConfig(r=2, target_modules="all-linear", task_t
 print("bitsandbytes:", type(sys.modules.get("bitsandbytes")).__name__, transformers.utils.is_bitsandbytes_available(),
       type(lora).__name__)
 """
-
-
-@pytest.mark.skipif(bitsandbytes_gate.usable(), reason="this machine has a GPU: bitsandbytes is usable here")
-@pytest.mark.parametrize("package", ["tt_engine_adapter.stages", "tt_engine_adapter.serve"])
-def test_without_a_gpu_bitsandbytes_is_never_imported(package):
-    done = subprocess.run([sys.executable, "-P", "-c", CHILD.format(package=package)], capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "bitsandbytes: NoneType False PeftModelForCausalLM" in done.stdout, done.stdout + done.stderr[-2000:]
-    assert "kernels" not in done.stderr, done.stderr[-2000:]
+WITHOUT_A_GPU = pytest.mark.skipif(bitsandbytes_gate.usable(),
+                                   reason="this machine has a GPU: bitsandbytes is usable here")
 
 
 def _child(code: str, **env: str) -> subprocess.CompletedProcess:
@@ -41,14 +33,23 @@ def _child(code: str, **env: str) -> subprocess.CompletedProcess:
                           env={**os.environ, **env})
 
 
-@pytest.mark.skipif(bitsandbytes_gate.usable(), reason="this machine has a GPU: bitsandbytes is usable here")
+@WITHOUT_A_GPU
+@pytest.mark.parametrize("package", ["tt_engine_adapter.stages", "tt_engine_adapter.serve"])
+def test_without_a_gpu_bitsandbytes_is_never_imported(package):
+    done = _child(CHILD.format(package=package))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "bitsandbytes: NoneType False PeftModelForCausalLM" in done.stdout, done.stdout + done.stderr[-2000:]
+    assert "kernels" not in done.stderr, done.stderr[-2000:]
+
+
+@WITHOUT_A_GPU
 def test_tt_bitsandbytes_1_keeps_it_importable_where_no_device_node_shows_a_gpu():
     done = _child(CHILD.format(package="tt_engine_adapter.stages"), TT_BITSANDBYTES="1")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "bitsandbytes: module True PeftModelForCausalLM" in done.stdout, done.stdout + done.stderr[-2000:]
 
 
-@pytest.mark.skipif(bitsandbytes_gate.usable(), reason="this machine has a GPU: bitsandbytes is usable here")
+@WITHOUT_A_GPU
 def test_a_qlora_stage_that_finds_it_left_out_on_cuda_names_the_variable_that_keeps_it():
     """torch sees CUDA where no device node the gate knows exists: the 4-bit load fails naming what to set, not
     with transformers' 'requires bitsandbytes' under a model-loading error."""

@@ -12,4 +12,3 @@ key), `protocol` (header-read timeout), `metrics` (`/metrics`).
 from tt_engine_adapter.runtime import bitsandbytes_gate
 
 bitsandbytes_gate.hide_where_unusable()  # before PEFT: no GPU, no bitsandbytes import
-
